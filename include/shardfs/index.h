@@ -1,0 +1,167 @@
+/*
+ * index.h - the in-memory namespace of a mounted shard set.
+ *
+ * The index is a handful of flat arrays, built once at mount time and
+ * read-only afterwards:
+ *
+ *   inodes[]   fixed-size entries (64 bytes), in breadth-first order, so
+ *              that the children of every directory are contiguous and
+ *              sorted by name: readdir is a range scan and lookup a binary
+ *              search over that range.
+ *   names[]    a pool of NUL-terminated names (last path component) and
+ *              symlink targets, in inode order for locality.
+ *   sparse[]   for each sparse file, where its extents start and how many.
+ *   extents[]  runs of sparse files, sorted by logical offset per file.
+ *
+ * Entry i is FUSE inode i + 1; the root is entry 0 (FUSE_ROOT_ID).  The
+ * build is deterministic, so the same shard set gets the same inode
+ * numbers on every mount.  There are no pointers inside the arrays, so the
+ * same layout can be written to a file and used in place with mmap.
+ *
+ * Thread-safety: after shard_index_build() returns, every function here
+ * only reads, and may be called from any number of threads at once.
+ */
+#ifndef SHARDFS_INDEX_H
+#define SHARDFS_INDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/shardset.h"
+
+/* Most entries one index holds (inode numbers must fit in 32 bits). */
+#define SHARD_INDEX_MAX_ENTRIES (UINT32_MAX / 2)
+/* Most members one shard may hold. */
+#define SHARD_INDEX_MAX_MEMBERS_PER_SHARD (1u << 28)
+/* Deepest directory nesting accepted. */
+#define SHARD_INDEX_MAX_DEPTH 1024
+/* Most bytes of names and link targets one shard may hold. */
+#define SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD (UINT32_MAX - 1)
+/* Warnings printed per shard before they are only counted. */
+#define SHARD_INDEX_WARNINGS_PER_SHARD 10
+
+/* Flags in struct shard_inode.flags. */
+#define SHARD_INODE_SPARSE 0x1	/* data indexes sparse[], not the shard */
+
+struct shard_inode {
+	uint64_t data;		/* file: data offset in the shard (sparse:
+				 * index into sparse[]); directory: entry of
+				 * the first child; symlink: target in names */
+	uint64_t size;		/* file: bytes; directory: number of
+				 * children; symlink: target length */
+	int64_t mtime_sec;	/* modification time, seconds */
+	uint64_t name;		/* offset of the name in names */
+	uint32_t mtime_nsec;	/* modification time, nanoseconds */
+	uint32_t mode;		/* S_IFDIR/S_IFREG/S_IFLNK | permissions */
+	uint32_t uid;		/* owner as stored in the tar */
+	uint32_t gid;		/* group as stored in the tar */
+	uint32_t parent;	/* directory: entry of its parent (root: 0);
+				 * other: first entry of its hard-link group,
+				 * itself when it has no other names */
+	uint32_t shard;		/* shard that holds the data */
+	uint32_t nlink;		/* names of a file; 2 + subdirectories */
+	uint16_t name_len;	/* bytes in the name, without the NUL */
+	uint16_t flags;		/* SHARD_INODE_* */
+};
+
+/* Where one sparse file's runs are in extents[]. */
+struct shard_sparse {
+	uint64_t first;		/* index of its first run */
+	uint64_t count;		/* number of runs */
+};
+
+/* One stored run of a sparse file (see struct tar_extent). */
+struct shard_extent {
+	uint64_t logical;	/* offset in the file */
+	uint64_t length;	/* bytes */
+	uint64_t physical;	/* offset in the shard */
+};
+
+/* What the build found; reported in the mount summary. */
+struct shard_index_counts {
+	uint64_t files;		/* regular files (each hard-link group once) */
+	uint64_t dirs;		/* directories, synthesized ones included */
+	uint64_t symlinks;	/* symbolic links */
+	uint64_t hardlinks;	/* extra names of files */
+	uint64_t bytes;		/* sum of regular file sizes */
+	uint64_t members;	/* members reported by the tar scanner */
+	uint64_t duplicates;	/* non-directory paths present more than once */
+	uint64_t skipped;	/* members not served: bad names, conflicts */
+	uint64_t special;	/* device nodes, FIFOs, sockets: not served */
+	uint32_t bad_shards;	/* shards dropped with skip_bad_shards */
+};
+
+struct shard_index {
+	struct shard_inode *inodes;	/* entries; [0] is the root */
+	uint32_t nr_inodes;		/* entries in inodes */
+	char *names;			/* NUL-terminated names and targets */
+	uint64_t names_len;		/* bytes in names */
+	struct shard_sparse *sparse;	/* sparse file maps */
+	uint64_t nr_sparse;		/* entries in sparse */
+	struct shard_extent *extents;	/* runs of sparse files */
+	uint64_t nr_extents;		/* entries in extents */
+	struct shard_index_counts counts; /* totals from the build */
+};
+
+/* Progress of a build, reported to the caller while shards are scanned. */
+struct shard_index_progress {
+	uint32_t shards_done;	/* shards scanned so far */
+	uint32_t shards_total;	/* shards in the set */
+	uint64_t members;	/* members seen so far */
+	uint64_t bytes;		/* shard bytes covered so far */
+};
+
+struct shard_index_build_options {
+	unsigned threads;	/* scanning threads; 0: one per CPU */
+	bool skip_bad_shards;	/* drop shards that fail to scan */
+	/* called about ten times a second during the scan; may be NULL */
+	void (*progress)(void *arg, const struct shard_index_progress *p);
+	void *progress_arg;	/* passed to progress */
+};
+
+/*
+ * Scan every shard of @set (opened with shard_set_open) in parallel and
+ * build @idx.  A shard that is not a valid tar fails the build with
+ * -EINVAL after logging its path and the byte offset of the bad header,
+ * unless opt->skip_bad_shards, in which case it is marked bad in @set,
+ * logged and counted.  Returns 0, -EINVAL, -ENOMEM or -E2BIG (a named
+ * limit above was exceeded; logged).
+ */
+int shard_index_build(struct shard_index *idx, struct shard_set *set,
+		      const struct shard_index_build_options *opt);
+
+/* Free the arrays; @idx is empty afterwards. */
+void shard_index_release(struct shard_index *idx);
+
+static inline const char *shard_index_name(const struct shard_index *idx,
+					   const struct shard_inode *in)
+{
+	return idx->names + in->name;
+}
+
+/* The entry for FUSE inode @ino, or NULL when out of range. */
+static inline const struct shard_inode *
+shard_index_get(const struct shard_index *idx, uint64_t ino)
+{
+	return ino >= 1 && ino <= idx->nr_inodes ? &idx->inodes[ino - 1] : NULL;
+}
+
+/*
+ * Look @name (@len bytes) up in directory entry @dir.  Returns the child's
+ * entry number, or -ENOENT / -ENOTDIR.
+ */
+int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
+			   const char *name, size_t len);
+
+/*
+ * The order of names within a directory: bytewise, a prefix before the
+ * longer name (memcmp order).  Returns <0, 0 or >0.
+ */
+int shard_index_name_cmp(const char *a, size_t alen, const char *b,
+			 size_t blen);
+
+/* Bytes of index memory per entry, for the -d summary. */
+double shard_index_bytes_per_entry(const struct shard_index *idx);
+
+#endif

@@ -1,0 +1,23 @@
+/*
+ * ll.h - the FUSE low-level session of a shardfs mount.
+ *
+ * The only FUSE-aware part of shardfs; it serves a struct shardfs (fs.h)
+ * that must stay alive and unchanged until the session is destroyed.
+ */
+#ifndef SHARDFS_LL_H
+#define SHARDFS_LL_H
+
+#include "shardfs/fs.h"
+
+struct fuse_args;
+struct fuse_session;
+
+/*
+ * Create a session serving @fs.  @args holds the FUSE options that are
+ * left after shardfs' own were removed.  Returns NULL (after libfuse has
+ * printed why) on bad options.
+ */
+struct fuse_session *shardfs_session_new(struct fuse_args *args,
+					 struct shardfs *fs);
+
+#endif

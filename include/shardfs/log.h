@@ -1,0 +1,40 @@
+/*
+ * log.h - diagnostics for shardfs.
+ *
+ * Messages go to stderr while the process has a terminal or runs in the
+ * foreground, and to syslog (the journal) once the daemon has detached.
+ * Every line carries the program name so that mount helpers and systemd
+ * show where it came from.
+ *
+ * Thread-safety: all functions may be called from any thread; each message
+ * is written with a single write(2) (or syslog(3)) so lines never interleave.
+ */
+#ifndef SHARDFS_LOG_H
+#define SHARDFS_LOG_H
+
+enum log_level {
+	LOG_LEVEL_ERROR,	/* the operation or the mount failed */
+	LOG_LEVEL_WARN,		/* input was skipped or repaired */
+	LOG_LEVEL_INFO,		/* one-off facts: summary, capabilities */
+	LOG_LEVEL_DEBUG,	/* per-request detail, only with -d */
+};
+
+/* Messages above this level are dropped.  Default LOG_LEVEL_INFO. */
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+
+/* Parse "error", "warn", "info" or "debug"; return 0 or -EINVAL. */
+int log_parse_level(const char *name, enum log_level *level);
+
+/* Send later messages to syslog instead of stderr (after daemonising). */
+void log_use_syslog(void);
+
+void log_msg(enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+#endif

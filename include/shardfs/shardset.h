@@ -1,0 +1,69 @@
+/*
+ * shardset.h - the ordered set of shard files behind a mount.
+ *
+ * A SHARDS argument names the set in one string, because fstab and the
+ * mount helper pass it through unexpanded:
+ *
+ *   /data/shard-{000000..000099}.tar   brace range (zero padding kept)
+ *   /data/{train,val}.tar              brace list
+ *   /data/train-*.tar                  glob (sorted)
+ *   /data/shards/                      every *.tar in a directory (sorted)
+ *   a.tar,b.tar,/data/more/            comma-separated list of the above
+ *
+ * The order of the expansion is the shard order: later shards win when a
+ * path appears twice.  Shards stay open for the life of the mount so that
+ * no request after the mount opens a file on the shard storage.
+ *
+ * Thread-safety: expansion and opening happen before the mount, single
+ * threaded; afterwards the set is read-only and may be shared by all
+ * threads (reads use pread on the shared descriptors).
+ */
+#ifndef SHARDFS_SHARDSET_H
+#define SHARDFS_SHARDSET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* Most shards a SHARDS argument may expand to. */
+#define SHARD_SET_MAX_SHARDS (1u << 20)
+/* Longest SHARDS argument accepted. */
+#define SHARD_SET_SPEC_MAX (64u * 1024)
+
+struct shard {
+	char *path;		/* as expanded from the SHARDS argument */
+	int fd;			/* open read-only for the life of the mount */
+	uint64_t size;		/* bytes, from fstat at open */
+	struct timespec mtime;	/* from fstat at open */
+	uint32_t uid;		/* owner of the shard file */
+	uint32_t gid;		/* group of the shard file */
+	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
+	int stale_logged;	/* set once a read found the shard changed */
+};
+
+struct shard_set {
+	struct shard *shards;	/* in shard order */
+	uint32_t nr;		/* entries in shards */
+};
+
+/*
+ * Expand @spec into shard paths (not yet opened).  On error returns
+ * -errno and writes a message for the user into @msg: no match for a
+ * pattern, a directory without *.tar files, a malformed brace, too many
+ * shards.
+ */
+int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
+		     size_t msg_len);
+
+/*
+ * Open every shard read-only and record its size and mtime.  Raises
+ * RLIMIT_NOFILE as far as allowed first.  Returns 0 or -errno with a
+ * message naming the shard that failed.
+ */
+int shard_set_open(struct shard_set *set, char *msg, size_t msg_len);
+
+/* Close descriptors and free the set; the set is empty afterwards. */
+void shard_set_release(struct shard_set *set);
+
+#endif

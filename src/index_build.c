@@ -1,0 +1,846 @@
+/*
+ * index_build.c - scan a shard set and lay out the index.
+ *
+ * The build has three phases:
+ *
+ *  1. Scan, in parallel: a pool of threads takes shards in turn and runs
+ *     the header-only tar scanner over each, collecting normalised member
+ *     records into a per-shard list.  Shards are independent, so nothing
+ *     is shared but two atomic progress counters.
+ *
+ *  2. Merge, in shard order then member order: replay the members as GNU
+ *     tar would extract them into one directory.  A hash table keyed by
+ *     (parent, name) maps every path to a node; later members replace
+ *     earlier ones, missing parents are synthesized, hard links bind to
+ *     whatever their target names at that moment.
+ *
+ *  3. Lay out breadth-first with each directory's children sorted by name,
+ *     and copy everything into the flat arrays of struct shard_index.
+ *
+ * Phase 1 dominates on cold storage; phase 2 is one hash probe per path
+ * component and runs at several million members per second.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shardfs/index.h"
+#include "shardfs/log.h"
+#include "shardfs/path.h"
+#include "shardfs/tar.h"
+
+/* A member as collected from one shard; strings live in the shard's pool. */
+struct raw_member {
+	uint64_t data_offset;	/* data offset in the shard */
+	uint64_t size;		/* logical size */
+	uint64_t header_offset;	/* for messages about this member */
+	int64_t mtime_sec;	/* modification time, seconds */
+	uint32_t mtime_nsec;	/* modification time, nanoseconds */
+	uint32_t path;		/* normalised path, offset in strings */
+	uint32_t path_len;	/* bytes in the path; 0 for the root */
+	uint32_t link;		/* link target, offset in strings */
+	uint32_t link_len;	/* bytes in the link target */
+	uint32_t mode;		/* permission bits */
+	uint32_t uid;		/* owner */
+	uint32_t gid;		/* group */
+	uint32_t extent;	/* first run in the shard's extents, if sparse */
+	uint32_t nr_extents;	/* runs; 0 and !sparse for plain files */
+	uint8_t type;		/* enum tar_type */
+	uint8_t sparse;		/* has a sparse map */
+	uint32_t group;		/* merge: first entry of its hard-link group */
+	uint32_t nlink;		/* merge: names bound to this member */
+};
+
+/* What one shard's scan produced. */
+struct shard_scan {
+	struct raw_member *members;	/* in archive order */
+	size_t nr_members;		/* entries in members */
+	size_t cap_members;		/* entries allocated */
+	char *strings;			/* names and targets */
+	size_t strings_len;		/* bytes used */
+	size_t strings_cap;		/* bytes allocated */
+	struct tar_extent *extents;	/* sparse runs of all members */
+	size_t nr_extents;		/* entries used */
+	size_t cap_extents;		/* entries allocated */
+	const struct shard *shard;	/* the shard scanned */
+	uint32_t warnings;		/* warnings issued for this shard */
+	uint64_t skipped;		/* members not served */
+	uint64_t special;		/* device nodes, FIFOs, sockets */
+	int rc;				/* result of the scan */
+	struct tar_error err;		/* why the scan failed */
+};
+
+/* A path in the merged tree. */
+struct build_node {
+	const char *name;		/* last component, in a shard's pool */
+	uint32_t name_len;		/* bytes in name */
+	uint32_t parent;		/* node of the parent directory */
+	uint32_t nr_children;		/* nodes whose parent this is */
+	uint32_t shard;			/* shard of the member (or that made it) */
+	struct raw_member *member;	/* what the path names; NULL: synthesized
+					 * directory */
+	uint32_t entry;			/* layout: entry number */
+};
+
+struct builder {
+	struct shard_set *set;		/* the shards, for messages and owners */
+	struct shard_scan *scans;	/* one per shard */
+	const struct shard_index_build_options *opt; /* caller's options */
+	atomic_uint next_shard;		/* phase 1: next shard to take */
+	atomic_uint shards_done;	/* phase 1: shards finished */
+	atomic_ullong members_seen;	/* phase 1: members found */
+	atomic_ullong bytes_done;	/* phase 1: shard bytes finished */
+	pthread_mutex_t lock;		/* guards the wake-up of the waiter */
+	pthread_cond_t done_cond;	/* signalled when a shard finishes */
+	struct build_node *nodes;	/* phase 2: the tree */
+	uint32_t nr_nodes;		/* nodes used */
+	size_t cap_nodes;		/* nodes allocated */
+	uint32_t *slots;		/* hash table of node + 1; 0 is empty */
+	uint64_t slot_mask;		/* table size - 1 (a power of two) */
+	struct shard_index_counts counts; /* totals */
+};
+
+static int grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = *cap ? *cap : 64;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	p = realloc(*array, n * elem);
+	if (!p)
+		return -ENOMEM;
+	*array = p;
+	*cap = n;
+	return 0;
+}
+
+static void scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
+		      const char *name, size_t name_len)
+{
+	if (sc->warnings++ < SHARD_INDEX_WARNINGS_PER_SHARD)
+		log_warn("%s: offset %llu: %s%s%.*s%s", sc->shard->path,
+			 (unsigned long long)off, what, name ? " '" : "",
+			 (int)(name_len > 200 ? 200 : name_len), name ? name : "",
+			 name ? "'" : "");
+	else if (sc->warnings == SHARD_INDEX_WARNINGS_PER_SHARD + 1)
+		log_warn("%s: further warnings for this shard are only counted",
+			 sc->shard->path);
+}
+
+static void tar_warn(void *arg, uint64_t off, const char *msg)
+{
+	scan_warn(arg, off, msg, NULL, 0);
+}
+
+/* Append @len bytes to the shard's pool; *at receives their offset. */
+static int pool_add(struct shard_scan *sc, const char *s, size_t len,
+		    uint32_t *at)
+{
+	int rc;
+
+	if (sc->strings_len + len + 1 > SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD)
+		return -E2BIG;
+	rc = grow((void **)&sc->strings, &sc->strings_cap,
+		  sc->strings_len + len + 1, 1);
+	if (rc)
+		return rc;
+	memcpy(sc->strings + sc->strings_len, s, len);
+	sc->strings[sc->strings_len + len] = '\0';
+	*at = (uint32_t)sc->strings_len;
+	sc->strings_len += len + 1;
+	return 0;
+}
+
+/* Store and normalise a name; return the verdict (or -errno). */
+static int add_name(struct shard_scan *sc, const char *s, size_t len,
+		    uint32_t *at, uint32_t *out_len)
+{
+	size_t n = len;
+	enum path_verdict v;
+	int rc = pool_add(sc, s, len, at);
+
+	if (rc)
+		return rc;
+	v = path_normalise(sc->strings + *at, &n);
+	sc->strings[*at + n] = '\0';
+	sc->strings_len = *at + n + 1;
+	*out_len = (uint32_t)n;
+	return v;
+}
+
+static size_t path_depth(const char *p, size_t len)
+{
+	size_t depth = len ? 1 : 0;
+
+	for (size_t i = 0; i < len; i++)
+		depth += p[i] == '/';
+	return depth;
+}
+
+/* Store the member's sparse map in the shard's extent list. */
+static int add_extents(struct shard_scan *sc, const struct tar_member *m,
+		       struct raw_member *rm)
+{
+	int rc;
+
+	rm->sparse = m->extents != NULL;
+	rm->extent = (uint32_t)sc->nr_extents;
+	rm->nr_extents = (uint32_t)m->nr_extents;
+	if (!m->extents || !m->nr_extents)
+		return 0;
+	if (sc->nr_extents + m->nr_extents > UINT32_MAX)
+		return -E2BIG;
+	rc = grow((void **)&sc->extents, &sc->cap_extents,
+		  sc->nr_extents + m->nr_extents, sizeof(*sc->extents));
+	if (rc)
+		return rc;
+	memcpy(sc->extents + sc->nr_extents, m->extents,
+	       m->nr_extents * sizeof(*m->extents));
+	sc->nr_extents += m->nr_extents;
+	return 0;
+}
+
+/* Validate the member's names; 1 when it is to be skipped (warned). */
+static int member_names(struct shard_scan *sc, const struct tar_member *m,
+			struct raw_member *rm)
+{
+	int v = add_name(sc, m->path, m->path_len, &rm->path, &rm->path_len);
+
+	if (v < 0)
+		return v;
+	if (v == PATH_IS_ROOT && m->type == TAR_DIR)
+		v = PATH_VALID;
+	if (v != PATH_VALID) {
+		scan_warn(sc, m->header_offset, path_verdict_str(v), m->path,
+			  m->path_len);
+		return 1;
+	}
+	if (path_depth(sc->strings + rm->path, rm->path_len) > SHARD_INDEX_MAX_DEPTH) {
+		scan_warn(sc, m->header_offset, "directory nesting too deep",
+			  m->path, m->path_len);
+		return 1;
+	}
+	if (m->type == TAR_SYMLINK)
+		return pool_add(sc, m->link, m->link_len, &rm->link) ?:
+		       (rm->link_len = (uint32_t)m->link_len, 0);
+	if (m->type != TAR_HARDLINK)
+		return 0;
+	v = add_name(sc, m->link, m->link_len, &rm->link, &rm->link_len);
+	if (v < 0)
+		return v;
+	if (v != PATH_VALID) {
+		scan_warn(sc, m->header_offset, "hard link target refused",
+			  m->link, m->link_len);
+		return 1;
+	}
+	return 0;
+}
+
+/* tar_scan callback: record one member of a shard. */
+static int scan_member(void *arg, const struct tar_member *m)
+{
+	struct shard_scan *sc = arg;
+	struct raw_member *rm;
+	int rc;
+
+	if (m->type == TAR_SPECIAL) {
+		sc->special++;
+		return 0;
+	}
+	if (sc->nr_members >= SHARD_INDEX_MAX_MEMBERS_PER_SHARD)
+		return -E2BIG;
+	rc = grow((void **)&sc->members, &sc->cap_members, sc->nr_members + 1,
+		  sizeof(*sc->members));
+	if (rc)
+		return rc;
+	rm = &sc->members[sc->nr_members];
+	*rm = (struct raw_member){
+		.data_offset = m->data_offset, .size = m->size,
+		.header_offset = m->header_offset, .mtime_sec = m->mtime_sec,
+		.mtime_nsec = m->mtime_nsec, .mode = m->mode, .uid = m->uid,
+		.gid = m->gid, .type = (uint8_t)m->type, .group = UINT32_MAX,
+	};
+	rc = member_names(sc, m, rm);
+	if (rc == 1) {
+		sc->skipped++;
+		return 0;
+	}
+	rc = rc ?: add_extents(sc, m, rm);
+	if (!rc)
+		sc->nr_members++;
+	return rc;
+}
+
+static void scan_one_shard(struct builder *b, uint32_t i)
+{
+	static const struct tar_scan_ops ops = { scan_member, tar_warn };
+	struct shard_scan *sc = &b->scans[i];
+
+	sc->shard = &b->set->shards[i];
+	sc->rc = tar_scan(sc->shard->fd, sc->shard->size, &ops, sc, &sc->err);
+	if (sc->rc == -E2BIG) {
+		sc->err.offset = sc->shard->size;
+		snprintf(sc->err.msg, sizeof(sc->err.msg),
+			 "shard exceeds a limit (%u members, %u name bytes)",
+			 SHARD_INDEX_MAX_MEMBERS_PER_SHARD,
+			 SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD);
+		sc->rc = -EINVAL;
+	}
+	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
+	atomic_fetch_add(&b->bytes_done, sc->shard->size);
+}
+
+static void *scan_worker(void *arg)
+{
+	struct builder *b = arg;
+	uint32_t i;
+
+	while ((i = atomic_fetch_add(&b->next_shard, 1)) < b->set->nr) {
+		scan_one_shard(b, i);
+		pthread_mutex_lock(&b->lock);
+		atomic_fetch_add(&b->shards_done, 1);
+		pthread_cond_signal(&b->done_cond);
+		pthread_mutex_unlock(&b->lock);
+	}
+	return NULL;
+}
+
+static void report_progress(struct builder *b)
+{
+	struct shard_index_progress p = {
+		.shards_done = atomic_load(&b->shards_done),
+		.shards_total = b->set->nr,
+		.members = atomic_load(&b->members_seen),
+		.bytes = atomic_load(&b->bytes_done),
+	};
+
+	if (b->opt->progress)
+		b->opt->progress(b->opt->progress_arg, &p);
+}
+
+/* Wait for all shards, reporting progress about ten times a second. */
+static void wait_for_scans(struct builder *b)
+{
+	pthread_mutex_lock(&b->lock);
+	while (atomic_load(&b->shards_done) < b->set->nr) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		if (pthread_cond_timedwait(&b->done_cond, &b->lock, &ts)) {
+			pthread_mutex_unlock(&b->lock);
+			report_progress(b);
+			pthread_mutex_lock(&b->lock);
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	report_progress(b);
+}
+
+/* Phase 1: scan all shards with a pool of threads. */
+static int scan_all(struct builder *b)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned n = b->opt->threads ? b->opt->threads : cpus > 0 ? (unsigned)cpus : 1;
+	pthread_t *threads;
+	unsigned started = 0;
+
+	if (n > b->set->nr)
+		n = b->set->nr;
+	threads = calloc(n, sizeof(*threads));
+	if (!threads)
+		return -ENOMEM;
+	for (; started < n; started++)
+		if (pthread_create(&threads[started], NULL, scan_worker, b))
+			break;
+	if (started == 0)
+		scan_worker(b);
+	wait_for_scans(b);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	free(threads);
+	return 0;
+}
+
+/* Fail the build on a bad shard, or drop the shard if allowed. */
+static int check_scans(struct builder *b)
+{
+	int rc = 0;
+
+	for (uint32_t i = 0; i < b->set->nr; i++) {
+		struct shard_scan *sc = &b->scans[i];
+
+		if (sc->rc == -ENOMEM)
+			return -ENOMEM;
+		if (!sc->rc)
+			continue;
+		if (b->opt->skip_bad_shards) {
+			log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
+				 (unsigned long long)sc->err.offset, sc->err.msg);
+			b->set->shards[i].bad = true;
+			b->counts.bad_shards++;
+			sc->nr_members = 0;
+			continue;
+		}
+		log_error("%s: offset %llu: %s", sc->shard->path,
+			  (unsigned long long)sc->err.offset, sc->err.msg);
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+static uint64_t node_hash(uint32_t parent, const char *name, size_t len)
+{
+	return XXH3_64bits_withSeed(name, len, parent);
+}
+
+static int table_grow(struct builder *b)
+{
+	uint64_t size = b->slot_mask ? 2 * (b->slot_mask + 1) : 1024;
+	uint32_t *slots = calloc(size, sizeof(*slots));
+
+	if (!slots)
+		return -ENOMEM;
+	for (uint32_t id = 1; id < b->nr_nodes; id++) {	/* not the root */
+		const struct build_node *n = &b->nodes[id];
+		uint64_t h = node_hash(n->parent, n->name, n->name_len);
+
+		while (slots[h & (size - 1)])
+			h++;
+		slots[h & (size - 1)] = id + 1;
+	}
+	free(b->slots);
+	b->slots = slots;
+	b->slot_mask = size - 1;
+	return 0;
+}
+
+/* The slot holding (parent, name), or the empty slot where it belongs. */
+static uint32_t *table_find(struct builder *b, uint32_t parent,
+			    const char *name, size_t len)
+{
+	uint64_t h = node_hash(parent, name, len);
+
+	for (;; h++) {
+		uint32_t *slot = &b->slots[h & b->slot_mask];
+		const struct build_node *n;
+
+		if (!*slot)
+			return slot;
+		n = &b->nodes[*slot - 1];
+		if (n->parent == parent && n->name_len == len &&
+		    !memcmp(n->name, name, len))
+			return slot;
+	}
+}
+
+static bool node_is_dir(const struct build_node *n)
+{
+	return !n->member || n->member->type == TAR_DIR;
+}
+
+/* Create a synthesized directory node for (parent, name) in @slot. */
+static int node_new(struct builder *b, uint32_t parent, const char *name,
+		    size_t len, uint32_t shard, uint32_t **slot)
+{
+	int rc;
+
+	if (b->nr_nodes >= SHARD_INDEX_MAX_ENTRIES)
+		return -E2BIG;
+	if (b->nr_nodes + 1 > (b->slot_mask + 1) / 2) {
+		rc = table_grow(b);
+		if (rc)
+			return rc;
+		*slot = table_find(b, parent, name, len);
+	}
+	rc = grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
+		  sizeof(*b->nodes));
+	if (rc)
+		return rc;
+	b->nodes[b->nr_nodes] = (struct build_node){
+		.name = name, .name_len = (uint32_t)len, .parent = parent,
+		.shard = shard,
+	};
+	b->nodes[parent].nr_children++;
+	**slot = ++b->nr_nodes;
+	return 0;
+}
+
+/*
+ * Find the node for @path, creating missing directories on the way (and
+ * the node itself) when @create.  Returns the node, -ENOENT when absent
+ * and not created, -ENOTDIR when a parent is not a directory.
+ */
+static int64_t node_walk(struct builder *b, const char *path, size_t len,
+			 uint32_t shard, bool create)
+{
+	uint32_t parent = 0;
+	size_t start = 0;
+
+	while (start < len) {
+		const char *slash = memchr(path + start, '/', len - start);
+		size_t end = slash ? (size_t)(slash - path) : len;
+		uint32_t *slot = table_find(b, parent, path + start, end - start);
+
+		if (!*slot) {
+			int rc;
+
+			if (!create)
+				return -ENOENT;
+			rc = node_new(b, parent, path + start, end - start, shard, &slot);
+			if (rc)
+				return rc;
+		}
+		if (end < len && !node_is_dir(&b->nodes[*slot - 1]))
+			return -ENOTDIR;
+		parent = *slot - 1;
+		start = end + 1;
+	}
+	return parent;
+}
+
+static void merge_warn(struct builder *b, struct shard_scan *sc,
+		       const struct raw_member *rm, const char *what)
+{
+	b->counts.skipped++;
+	scan_warn(sc, rm->header_offset, what, sc->strings + rm->path,
+		  rm->path_len);
+}
+
+/*
+ * What a hard link binds to: the member its target names at this point
+ * of the extraction.  Links to later members, to directories or to
+ * nothing are refused, as GNU tar refuses to extract them.
+ */
+static struct build_node *hardlink_target(struct builder *b,
+					  struct shard_scan *sc,
+					  const struct raw_member *rm)
+{
+	int64_t id = node_walk(b, sc->strings + rm->link, rm->link_len, 0, false);
+
+	if (id < 0 || node_is_dir(&b->nodes[id]))
+		return NULL;
+	return &b->nodes[id];
+}
+
+/* Phase 2 for one member: bind its path to it, as extraction would. */
+static int merge_member(struct builder *b, struct shard_scan *sc,
+			uint32_t shard, struct raw_member *rm)
+{
+	struct raw_member *target = rm;
+	struct build_node *n, *t;
+	int64_t id;
+
+	if (rm->type == TAR_HARDLINK) {
+		t = hardlink_target(b, sc, rm);
+		if (!t) {
+			merge_warn(b, sc, rm, "hard link target missing, a directory or later in the shard set:");
+			return 0;
+		}
+		target = t->member;
+		shard = t->shard;
+	}
+	id = node_walk(b, sc->strings + rm->path, rm->path_len, shard, true);
+	if (id == -ENOTDIR) {
+		merge_warn(b, sc, rm, "a parent directory is not a directory:");
+		return 0;
+	}
+	if (id < 0)
+		return (int)id;
+	n = &b->nodes[id];
+	if (target->type != TAR_DIR && node_is_dir(n) && n->nr_children) {
+		merge_warn(b, sc, rm, "would replace a non-empty directory:");
+		return 0;
+	}
+	if (n->member && n->member->type != TAR_DIR && target->type != TAR_DIR)
+		b->counts.duplicates++;
+	n->member = target;
+	n->shard = shard;
+	return 0;
+}
+
+/* Phase 2: replay every member in shard order, then member order. */
+static int merge_all(struct builder *b)
+{
+	int rc = table_grow(b);
+
+	for (uint32_t s = 0; !rc && s < b->set->nr; s++) {
+		struct shard_scan *sc = &b->scans[s];
+
+		b->counts.members += sc->nr_members + sc->skipped + sc->special;
+		b->counts.skipped += sc->skipped;
+		b->counts.special += sc->special;
+		for (size_t i = 0; !rc && i < sc->nr_members; i++)
+			rc = merge_member(b, sc, s, &sc->members[i]);
+	}
+	return rc;
+}
+
+/* Children of every node, sorted by name; CSR layout. */
+struct child_lists {
+	uint32_t *start;	/* first child of node i in child[] */
+	uint32_t *child;	/* node numbers */
+};
+
+static int child_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct build_node *nodes = arg;
+	const struct build_node *a = &nodes[*(const uint32_t *)pa];
+	const struct build_node *b = &nodes[*(const uint32_t *)pb];
+
+	return shard_index_name_cmp(a->name, a->name_len, b->name, b->name_len);
+}
+
+static int child_lists_build(struct builder *b, struct child_lists *cl)
+{
+	uint32_t *fill;
+
+	cl->start = calloc((size_t)b->nr_nodes + 1, sizeof(*cl->start));
+	cl->child = malloc(((size_t)b->nr_nodes + 1) * sizeof(*cl->child));
+	fill = malloc(((size_t)b->nr_nodes + 1) * sizeof(*fill));
+	if (!cl->start || !cl->child || !fill) {
+		free(fill);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < b->nr_nodes; i++)
+		cl->start[i + 1] = cl->start[i] + b->nodes[i].nr_children;
+	memcpy(fill, cl->start, (size_t)b->nr_nodes * sizeof(*fill));
+	for (uint32_t i = 1; i < b->nr_nodes; i++)
+		cl->child[fill[b->nodes[i].parent]++] = i;
+	free(fill);
+	for (uint32_t i = 0; i < b->nr_nodes; i++)
+		qsort_r(cl->child + cl->start[i], b->nodes[i].nr_children,
+			sizeof(uint32_t), child_cmp, b->nodes);
+	return 0;
+}
+
+/* Phase 3a: entry numbers, breadth first; returns nodes in entry order. */
+static uint32_t *layout_order(struct builder *b, const struct child_lists *cl)
+{
+	uint32_t *order = malloc((size_t)b->nr_nodes * sizeof(*order));
+	uint32_t next = 1;
+
+	if (!order)
+		return NULL;
+	order[0] = 0;
+	b->nodes[0].entry = 0;
+	for (uint32_t i = 0; i < next; i++) {
+		uint32_t n = order[i];
+
+		for (uint32_t c = cl->start[n]; c < cl->start[n + 1]; c++) {
+			b->nodes[cl->child[c]].entry = next;
+			order[next++] = cl->child[c];
+		}
+	}
+	assert(next == b->nr_nodes);
+	return order;
+}
+
+static int index_alloc(struct shard_index *idx, struct builder *b)
+{
+	uint64_t names = 0, sparse = 0, extents = 0;
+
+	for (uint32_t i = 0; i < b->nr_nodes; i++) {
+		const struct raw_member *m = b->nodes[i].member;
+
+		names += b->nodes[i].name_len + 1;
+		if (m && m->type == TAR_SYMLINK)
+			names += m->link_len + 1;
+		if (m && m->sparse) {
+			sparse++;
+			extents += m->nr_extents;
+		}
+	}
+	idx->inodes = calloc(b->nr_nodes, sizeof(*idx->inodes));
+	idx->names = malloc(names);
+	idx->sparse = calloc(sparse ? sparse : 1, sizeof(*idx->sparse));
+	idx->extents = calloc(extents ? extents : 1, sizeof(*idx->extents));
+	idx->nr_inodes = b->nr_nodes;
+	if (!idx->inodes || !idx->names || !idx->sparse || !idx->extents)
+		return -ENOMEM;
+	return 0;
+}
+
+static uint64_t names_add(struct shard_index *idx, const char *s, size_t len)
+{
+	uint64_t at = idx->names_len;
+
+	memcpy(idx->names + at, s, len);
+	idx->names[at + len] = '\0';
+	idx->names_len += len + 1;
+	return at;
+}
+
+/* Copy a sparse member's runs into the index; returns its map number. */
+static uint64_t sparse_add(struct shard_index *idx, const struct shard_scan *sc,
+			   const struct raw_member *m)
+{
+	struct shard_sparse *sp = &idx->sparse[idx->nr_sparse];
+
+	sp->first = idx->nr_extents;
+	sp->count = m->nr_extents;
+	for (uint32_t i = 0; i < m->nr_extents; i++) {
+		const struct tar_extent *e = &sc->extents[m->extent + i];
+
+		idx->extents[idx->nr_extents++] = (struct shard_extent){
+			e->logical, e->length, e->physical };
+	}
+	return idx->nr_sparse++;
+}
+
+/* The attributes of a directory entry (explicit or synthesized). */
+static void fill_dir(struct builder *b, struct shard_inode *in,
+		     const struct build_node *n, const struct child_lists *cl)
+{
+	const struct shard *s = &b->set->shards[n->shard];
+	uint32_t node = (uint32_t)(n - b->nodes);
+
+	in->mode = S_IFDIR | (n->member ? n->member->mode : 0755);
+	in->uid = n->member ? n->member->uid : s->uid;
+	in->gid = n->member ? n->member->gid : s->gid;
+	in->mtime_sec = n->member ? n->member->mtime_sec : s->mtime.tv_sec;
+	in->mtime_nsec = n->member ? n->member->mtime_nsec : 0;
+	in->parent = b->nodes[n->parent].entry;
+	in->nlink = 2;
+	in->size = n->nr_children;
+	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
+	for (uint32_t c = cl->start[node]; c < cl->start[node + 1]; c++)
+		in->nlink += node_is_dir(&b->nodes[cl->child[c]]);
+	b->counts.dirs++;
+}
+
+/* The attributes of a file or symlink entry. */
+static void fill_leaf(struct builder *b, struct shard_index *idx,
+		      struct shard_inode *in, const struct build_node *n)
+{
+	struct raw_member *m = n->member;
+	const struct shard_scan *sc = &b->scans[n->shard];
+
+	in->uid = m->uid;
+	in->gid = m->gid;
+	in->mtime_sec = m->mtime_sec;
+	in->mtime_nsec = m->mtime_nsec;
+	in->shard = n->shard;
+	if (m->group == UINT32_MAX)
+		m->group = n->entry;
+	m->nlink++;
+	if (m->type == TAR_SYMLINK) {
+		in->mode = S_IFLNK | 0777;
+		in->data = names_add(idx, sc->strings + m->link, m->link_len);
+		in->size = m->link_len;
+		b->counts.symlinks += m->nlink == 1;
+		return;
+	}
+	in->mode = S_IFREG | m->mode;
+	in->size = m->size;
+	in->data = m->data_offset;
+	if (m->sparse) {
+		in->flags |= SHARD_INODE_SPARSE;
+		in->data = sparse_add(idx, sc, m);
+	}
+	b->counts.files += m->nlink == 1;
+	b->counts.bytes += m->nlink == 1 ? m->size : 0;
+}
+
+/* Phase 3b: fill the index arrays in entry order. */
+static int layout(struct builder *b, struct shard_index *idx)
+{
+	struct child_lists cl = { 0 };
+	uint32_t *order = NULL;
+	int rc = child_lists_build(b, &cl);
+
+	if (!rc) {
+		order = layout_order(b, &cl);
+		rc = order ? index_alloc(idx, b) : -ENOMEM;
+	}
+	for (uint32_t e = 0; !rc && e < b->nr_nodes; e++) {
+		const struct build_node *n = &b->nodes[order[e]];
+		struct shard_inode *in = &idx->inodes[e];
+
+		in->name = names_add(idx, n->name, n->name_len);
+		in->name_len = (uint16_t)n->name_len;
+		if (node_is_dir(n))
+			fill_dir(b, in, n, &cl);
+		else
+			fill_leaf(b, idx, in, n);
+	}
+	for (uint32_t e = 0; !rc && e < b->nr_nodes; e++) {
+		const struct build_node *n = &b->nodes[order[e]];
+
+		if (node_is_dir(n))
+			continue;
+		idx->inodes[e].parent = n->member->group;
+		idx->inodes[e].nlink = n->member->nlink;
+		b->counts.hardlinks += n->member->group != e;
+	}
+	free(order);
+	free(cl.start);
+	free(cl.child);
+	return rc;
+}
+
+static void builder_release(struct builder *b)
+{
+	for (uint32_t i = 0; b->scans && i < b->set->nr; i++) {
+		free(b->scans[i].members);
+		free(b->scans[i].strings);
+		free(b->scans[i].extents);
+	}
+	free(b->scans);
+	free(b->nodes);
+	free(b->slots);
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->done_cond);
+}
+
+static int builder_init(struct builder *b, struct shard_set *set,
+			const struct shard_index_build_options *opt)
+{
+	*b = (struct builder){ .set = set, .opt = opt };
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->done_cond, NULL);
+	b->scans = calloc(set->nr ? set->nr : 1, sizeof(*b->scans));
+	b->nodes = calloc(64, sizeof(*b->nodes));
+	b->cap_nodes = 64;
+	if (!b->scans || !b->nodes)
+		return -ENOMEM;
+	b->nodes[0] = (struct build_node){ .name = "" };
+	b->nr_nodes = 1;
+	return 0;
+}
+
+int shard_index_build(struct shard_index *idx, struct shard_set *set,
+		      const struct shard_index_build_options *opt)
+{
+	struct builder b;
+	int rc;
+
+	*idx = (struct shard_index){ 0 };
+	rc = builder_init(&b, set, opt);
+	rc = rc ?: scan_all(&b);
+	rc = rc ?: check_scans(&b);
+	rc = rc ?: merge_all(&b);
+	rc = rc ?: layout(&b, idx);
+	if (rc == -E2BIG)
+		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
+	idx->counts = b.counts;
+	builder_release(&b);
+	if (rc)
+		shard_index_release(idx);
+	return rc;
+}

@@ -1,0 +1,252 @@
+/*
+ * ll.c - the FUSE low-level glue.
+ *
+ * Each handler turns one request into one call of the core (fs.c) and
+ * exactly one reply.  Nothing a shard set exposes ever changes while it is
+ * mounted, so every reply tells the kernel to cache for as long as it can:
+ * entries, attributes and negative lookups for a year, file pages and
+ * directory listings across opens (keep_cache, cache_readdir).  After the
+ * first walk of a tree, the kernel answers stat() and readdir() itself.
+ *
+ * Read buffers are per thread and allocated on a thread's first read, so
+ * the read path neither allocates nor takes a lock.
+ */
+#define FUSE_USE_VERSION 312
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardfs/fs.h"
+#include "shardfs/ll.h"
+#include "shardfs/log.h"
+
+/* Seconds the kernel may cache entries and attributes: nothing changes. */
+#define CACHE_TIMEOUT (365.0 * 24 * 3600)
+/* Largest read the kernel sends (libfuse negotiates 256 pages). */
+#define READ_BUF_SIZE (1024 * 1024)
+
+static struct shardfs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void ll_init(void *userdata, struct fuse_conn_info *conn)
+{
+	unsigned want = FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_READDIRPLUS |
+			FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_ASYNC_READ;
+
+	conn->want |= want & conn->capable;
+	/* Plain readdir for huge directories would force one LOOKUP per
+	 * entry on the first stat; READDIRPLUS returns attributes in bulk. */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	conn->max_readahead = READ_BUF_SIZE;
+	log_debug("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_readahead %u",
+		  conn->proto_major, conn->proto_minor, conn->capable,
+		  conn->want, conn->max_readahead);
+}
+
+static void reply_err(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, -rc);
+}
+
+static int fill_entry(struct shardfs *fs, uint64_t ino,
+		      struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino;
+	e->attr_timeout = CACHE_TIMEOUT;
+	e->entry_timeout = CACHE_TIMEOUT;
+	return shardfs_getattr(fs, ino, &e->attr);
+}
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct shardfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	uint64_t ino;
+	int rc = shardfs_lookup(fs, parent, name, &ino);
+
+	if (rc == -ENOENT) {
+		/* ino 0 with a timeout: the kernel caches the miss */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = CACHE_TIMEOUT;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	rc = rc ?: fill_entry(fs, ino, &e);
+	if (rc)
+		reply_err(req, rc);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int rc = shardfs_getattr(fs_of(req), ino, &st);
+
+	if (rc)
+		reply_err(req, rc);
+	else
+		fuse_reply_attr(req, &st, CACHE_TIMEOUT);
+}
+
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	const char *target;
+	int rc = shardfs_readlink(fs_of(req), ino, &target);
+
+	if (rc)
+		reply_err(req, rc);
+	else
+		fuse_reply_readlink(req, target);
+}
+
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int rc = shardfs_getattr(fs_of(req), ino, &st);
+
+	if (!rc && !S_ISDIR(st.st_mode))
+		rc = -ENOTDIR;
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->cache_readdir = 1;
+	fuse_reply_open(req, fi);
+}
+
+/*
+ * Add the entry at directory offset @off: 0 is ".", 1 is "..", 2 + i the
+ * i-th child.  Returns the bytes it needs (0 past the end, -errno).
+ */
+static ssize_t add_dirent(fuse_req_t req, struct shardfs *fs, fuse_ino_t dir,
+			  off_t off, char *buf, size_t size, bool plus)
+{
+	struct fuse_entry_param e;
+	const char *name = off == 0 ? "." : "..";
+	uint64_t ino = off == 0 ? dir : shardfs_parent(fs, dir);
+	int rc = 0;
+
+	if (off >= 2)
+		rc = shardfs_readdir_entry(fs, dir, off - 2, &name, &ino);
+	if (rc == -ENOENT)
+		return 0;
+	rc = rc ?: fill_entry(fs, ino, &e);
+	if (rc)
+		return rc;
+	if (!plus)
+		return fuse_add_direntry(req, buf, size, name, &e.attr, off + 1);
+	if (off < 2)	/* the kernel must not take a reference on . or .. */
+		e.ino = 0;
+	return fuse_add_direntry_plus(req, buf, size, name, &e, off + 1);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       bool plus)
+{
+	struct shardfs *fs = fs_of(req);
+	char *buf = malloc(size);
+	size_t used = 0;
+	ssize_t n;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (;; off++) {
+		n = add_dirent(req, fs, ino, off, buf + used, size - used, plus);
+		if (n <= 0 || (size_t)n > size - used)
+			break;
+		used += n;
+	}
+	if (n < 0 && used == 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, false);
+}
+
+static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, true);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	int rc = (fi->flags & O_ACCMODE) != O_RDONLY ? -EROFS
+						     : shardfs_open(fs_of(req), ino);
+
+	if (rc) {
+		reply_err(req, rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	static __thread char *buf;
+	ssize_t n;
+
+	if (size > READ_BUF_SIZE) {	/* libfuse negotiates at most 256 pages */
+		log_error("read of %zu bytes exceeds the %d byte buffer", size,
+			  READ_BUF_SIZE);
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	if (!buf)
+		buf = malloc(READ_BUF_SIZE);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = shardfs_read(fs_of(req), ino, buf, size, off);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_buf(req, buf, n);
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	shardfs_statfs(fs_of(req), &sv);
+	fuse_reply_statfs(req, &sv);
+}
+
+static const struct fuse_lowlevel_ops shardfs_ll_ops = {
+	.init = ll_init,
+	.lookup = ll_lookup,
+	.getattr = ll_getattr,
+	.readlink = ll_readlink,
+	.opendir = ll_opendir,
+	.readdir = ll_readdir,
+	.readdirplus = ll_readdirplus,
+	.open = ll_open,
+	.read = ll_read,
+	.statfs = ll_statfs,
+};
+
+struct fuse_session *shardfs_session_new(struct fuse_args *args,
+					 struct shardfs *fs)
+{
+	return fuse_session_new(args, &shardfs_ll_ops, sizeof(shardfs_ll_ops), fs);
+}

@@ -1,0 +1,61 @@
+/*
+ * path.c - canonical form of tar member names.
+ *
+ * One left-to-right pass copies each kept component down over the bytes it
+ * came from, so normalisation costs no allocation and O(len) time; it runs
+ * once per member during the index build.
+ */
+#include <string.h>
+
+#include "shardfs/path.h"
+
+enum path_verdict path_normalise(char *path, size_t *len)
+{
+	size_t in = 0, out = 0, n = *len;
+
+	if (n == 0)
+		return PATH_IS_EMPTY;
+	if (memchr(path, '\0', n))
+		return PATH_HAS_NUL;
+	while (in < n) {
+		size_t start, clen;
+
+		while (in < n && path[in] == '/')
+			in++;
+		start = in;
+		while (in < n && path[in] != '/')
+			in++;
+		clen = in - start;
+		if (clen == 0 || (clen == 1 && path[start] == '.'))
+			continue;
+		if (clen == 2 && path[start] == '.' && path[start + 1] == '.')
+			return PATH_HAS_DOTDOT;
+		if (clen > PATH_COMPONENT_MAX)
+			return PATH_TOO_LONG;
+		if (out)
+			path[out++] = '/';
+		memmove(path + out, path + start, clen);
+		out += clen;
+	}
+	*len = out;
+	return out ? PATH_VALID : PATH_IS_ROOT;
+}
+
+const char *path_verdict_str(enum path_verdict verdict)
+{
+	switch (verdict) {
+	case PATH_VALID:
+		return "valid";
+	case PATH_IS_ROOT:
+		return "names the root directory";
+	case PATH_IS_EMPTY:
+		return "empty member name";
+	case PATH_HAS_DOTDOT:
+		return "'..' in member name";
+	case PATH_HAS_NUL:
+		return "NUL byte in member name";
+	case PATH_TOO_LONG:
+		return "path component longer than 255 bytes";
+	}
+	return "unknown";
+}

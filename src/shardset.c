@@ -1,0 +1,338 @@
+/*
+ * shardset.c - expand a SHARDS argument and open the shards.
+ *
+ * shardfs expands braces itself because nothing else will: mount(8),
+ * mount.fuse3 and fstab hand the argument over verbatim.  Expansion is
+ * recursive on the first brace group, like bash, and bounded by
+ * SHARD_SET_MAX_SHARDS so that "{0..999999999}" is an error, not an
+ * out-of-memory kill.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shardfs/shardset.h"
+
+/* Descriptors kept free for FUSE, logging and the C library. */
+#define SHARD_SET_SPARE_FDS 64
+
+static int set_msg(char *msg, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int set_msg(char *msg, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int set_add(struct shard_set *set, const char *path, size_t len)
+{
+	struct shard *s;
+
+	if (set->nr >= SHARD_SET_MAX_SHARDS)
+		return -E2BIG;
+	/* capacity is the next power of two, so growth is amortised O(1) */
+	if ((set->nr & (set->nr - 1)) == 0) {
+		s = realloc(set->shards, (set->nr ? 2 * set->nr : 1) * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		set->shards = s;
+	}
+	s = &set->shards[set->nr];
+	*s = (struct shard){ .fd = -1, .path = strndup(path, len) };
+	if (!s->path)
+		return -ENOMEM;
+	set->nr++;
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_tar_suffix(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 4 && !strcmp(name + n - 4, ".tar");
+}
+
+/* Every *.tar directly in @dir, sorted by name. */
+static int add_directory(struct shard_set *set, const char *dir, char *msg,
+			 size_t msg_len)
+{
+	struct dirent **names;
+	int n, rc = 0, found = 0;
+
+	n = scandir(dir, &names, NULL, alphasort);
+	if (n < 0)
+		return set_msg(msg, msg_len, -errno, "%s: %s", dir, strerror(errno));
+	for (int i = 0; i < n; i++) {
+		char path[PATH_MAX];
+
+		if (!rc && has_tar_suffix(names[i]->d_name)) {
+			int len = snprintf(path, sizeof(path), "%s/%s", dir,
+					   names[i]->d_name);
+
+			rc = len < (int)sizeof(path) ? set_add(set, path, len)
+						     : -ENAMETOOLONG;
+			found++;
+		}
+		free(names[i]);
+	}
+	free(names);
+	if (!rc && !found)
+		return set_msg(msg, msg_len, -ENOENT, "%s: directory holds no *.tar shards", dir);
+	return rc ? set_msg(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
+}
+
+static int add_glob(struct shard_set *set, const char *pattern, char *msg,
+		    size_t msg_len)
+{
+	glob_t g;
+	int rc = glob(pattern, GLOB_ERR, NULL, &g);
+
+	if (rc == GLOB_NOMATCH)
+		return set_msg(msg, msg_len, -ENOENT, "%s: no shard matches the pattern", pattern);
+	if (rc)
+		return set_msg(msg, msg_len, -EIO, "%s: cannot expand the pattern", pattern);
+	qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), cmp_str);
+	for (size_t i = 0; !rc && i < g.gl_pathc; i++)
+		rc = set_add(set, g.gl_pathv[i], strlen(g.gl_pathv[i]));
+	globfree(&g);
+	return rc ? set_msg(msg, msg_len, rc, "%s: %s", pattern, strerror(-rc)) : 0;
+}
+
+/* A brace-free item: a directory, a glob or a plain path. */
+static int add_item(struct shard_set *set, const char *item, char *msg,
+		    size_t msg_len)
+{
+	struct stat st;
+	int rc;
+
+	if (!stat(item, &st) && S_ISDIR(st.st_mode))
+		return add_directory(set, item, msg, msg_len);
+	if (strpbrk(item, "*?["))
+		return add_glob(set, item, msg, msg_len);
+	rc = set_add(set, item, strlen(item));
+	return rc ? set_msg(msg, msg_len, rc, "%s: %s", item, strerror(-rc)) : 0;
+}
+
+/* Index of the '}' matching the '{' at @open, or 0 when unbalanced. */
+static size_t brace_close(const char *s, size_t open)
+{
+	int depth = 0;
+
+	for (size_t i = open; s[i]; i++) {
+		if (s[i] == '{')
+			depth++;
+		else if (s[i] == '}' && --depth == 0)
+			return i;
+	}
+	return 0;
+}
+
+static int expand(struct shard_set *set, const char *spec, char *msg,
+		  size_t msg_len);
+
+/* Expand "head" + alt + "tail" for one alternative. */
+static int expand_alt(struct shard_set *set, const char *head, size_t hlen,
+		      const char *alt, size_t alen, const char *tail,
+		      char *msg, size_t msg_len)
+{
+	size_t tlen = strlen(tail);
+	char *s = malloc(hlen + alen + tlen + 1);
+	int rc;
+
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, head, hlen);
+	memcpy(s + hlen, alt, alen);
+	memcpy(s + hlen + alen, tail, tlen + 1);
+	rc = expand(set, s, msg, msg_len);
+	free(s);
+	return rc;
+}
+
+/* "{A..B}" with decimal A and B; zero padding of A sets the width. */
+static int parse_range(const char *body, size_t len, long long *lo,
+		       long long *hi, int *width)
+{
+	char buf[64], *dots, *end;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, body, len);
+	buf[len] = '\0';
+	dots = strstr(buf, "..");
+	if (!dots || dots == buf || !dots[2])
+		return -EINVAL;
+	*dots = '\0';
+	*width = buf[0] == '0' && dots - buf > 1 ? (int)(dots - buf) : 0;
+	*lo = strtoll(buf, &end, 10);
+	if (*end)
+		return -EINVAL;
+	*hi = strtoll(dots + 2, &end, 10);
+	return *end || *hi < *lo || *hi - *lo >= SHARD_SET_MAX_SHARDS ? -EINVAL : 0;
+}
+
+static int expand_range(struct shard_set *set, const char *spec, size_t open,
+			size_t close, long long lo, long long hi, int width,
+			char *msg, size_t msg_len)
+{
+	for (long long v = lo; v <= hi; v++) {
+		char num[32];
+		int n = snprintf(num, sizeof(num), "%0*lld", width, v);
+		int rc = expand_alt(set, spec, open, num, n, spec + close + 1,
+				    msg, msg_len);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Split the body of a brace group on top-level commas. */
+static int expand_list(struct shard_set *set, const char *spec, size_t open,
+		       size_t close, char *msg, size_t msg_len)
+{
+	size_t start = open + 1;
+	int depth = 0;
+
+	for (size_t i = open + 1; i <= close; i++) {
+		if (spec[i] == '{')
+			depth++;
+		else if (spec[i] == '}' && i < close)
+			depth--;
+		if ((spec[i] == ',' && depth == 0) || i == close) {
+			int rc = expand_alt(set, spec, open, spec + start,
+					    i - start, spec + close + 1, msg,
+					    msg_len);
+
+			if (rc)
+				return rc;
+			start = i + 1;
+		}
+	}
+	return 0;
+}
+
+static int expand(struct shard_set *set, const char *spec, char *msg,
+		  size_t msg_len)
+{
+	const char *brace = strchr(spec, '{');
+	size_t open, close;
+	long long lo, hi;
+	int width;
+
+	if (set->nr >= SHARD_SET_MAX_SHARDS)
+		return set_msg(msg, msg_len, -E2BIG, "more than %u shards", SHARD_SET_MAX_SHARDS);
+	if (!brace)
+		return add_item(set, spec, msg, msg_len);
+	open = brace - spec;
+	close = brace_close(spec, open);
+	if (!close)
+		return set_msg(msg, msg_len, -EINVAL, "%s: unbalanced '{'", spec);
+	if (!parse_range(spec + open + 1, close - open - 1, &lo, &hi, &width))
+		return expand_range(set, spec, open, close, lo, hi, width, msg,
+				    msg_len);
+	return expand_list(set, spec, open, close, msg, msg_len);
+}
+
+int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
+		     size_t msg_len)
+{
+	size_t start = 0, len = strlen(spec);
+	int depth = 0, rc = 0;
+	char *item;
+
+	*set = (struct shard_set){ 0 };
+	if (len == 0 || len > SHARD_SET_SPEC_MAX)
+		return set_msg(msg, msg_len, -EINVAL, "SHARDS argument is empty or too long");
+	item = malloc(len + 1);
+	if (!item)
+		return -ENOMEM;
+	for (size_t i = 0; !rc && i <= len; i++) {
+		depth += spec[i] == '{' ? 1 : spec[i] == '}' ? -1 : 0;
+		if ((spec[i] == ',' && depth == 0) || i == len) {
+			memcpy(item, spec + start, i - start);
+			item[i - start] = '\0';
+			if (i > start)
+				rc = expand(set, item, msg, msg_len);
+			start = i + 1;
+		}
+	}
+	free(item);
+	if (!rc && set->nr == 0)
+		rc = set_msg(msg, msg_len, -ENOENT, "%s: names no shards", spec);
+	if (rc)
+		shard_set_release(set);
+	return rc;
+}
+
+/* Make room for one descriptor per shard, or say why there is none. */
+static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return set_msg(msg, msg_len, -errno, "getrlimit: %s", strerror(errno));
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if ((uint64_t)nr + SHARD_SET_SPARE_FDS > rl.rlim_cur)
+		return set_msg(msg, msg_len, -EMFILE,
+			       "%" PRIu32 " shards need more open files than the limit of %llu; "
+			       "raise it (ulimit -n, LimitNOFILE=) or use fewer, larger shards",
+			       nr, (unsigned long long)rl.rlim_cur);
+	return 0;
+}
+
+int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
+{
+	int rc = raise_fd_limit(set->nr, msg, msg_len);
+
+	for (uint32_t i = 0; !rc && i < set->nr; i++) {
+		struct shard *s = &set->shards[i];
+		struct stat st;
+
+		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+		if (s->fd < 0)
+			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		if (fstat(s->fd, &st))
+			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		if (!S_ISREG(st.st_mode))
+			return set_msg(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
+		s->size = st.st_size;
+		s->mtime = st.st_mtim;
+		s->uid = st.st_uid;
+		s->gid = st.st_gid;
+	}
+	return rc;
+}
+
+void shard_set_release(struct shard_set *set)
+{
+	for (uint32_t i = 0; i < set->nr; i++) {
+		if (set->shards[i].fd >= 0)
+			close(set->shards[i].fd);
+		free(set->shards[i].path);
+	}
+	free(set->shards);
+	*set = (struct shard_set){ 0 };
+}
