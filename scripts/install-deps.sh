@@ -1,0 +1,12 @@
+#!/bin/sh
+# Install what shardfs needs to build, test and benchmark on Debian 12.
+# Safe to run again: apt-get skips what is already installed.
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+	build-essential cmake pkg-config clang libclang-rt-14-dev \
+	libfuse3-dev fuse3 libarchive-dev libarchive-tools libxxhash-dev \
+	uthash-dev libcmocka-dev valgrind strace attr tar python3 \
+	python3-pytest python3-yaml python3-pil python3-torch \
+	python3-torchvision >/dev/null
