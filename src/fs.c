@@ -12,10 +12,16 @@
  * wrong bytes, and logged once per shard.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "shardfs/control.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -28,6 +34,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	int rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	fs->mounted_at = t0;
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
 	if (!rc)
 		rc = shard_set_open(&fs->set, msg, sizeof(msg));
@@ -53,22 +60,19 @@ void shardfs_release(struct shardfs *fs)
 	shard_set_release(&fs->set);
 }
 
-/* Inode reported for an entry: hard links report their group's first. */
-static uint64_t entry_ino(const struct shard_index *idx, uint64_t entry)
-{
-	const struct shard_inode *in = &idx->inodes[entry];
-
-	return S_ISDIR(in->mode) ? entry + 1 : (uint64_t)in->parent + 1;
-}
-
 int shardfs_getattr(const struct shardfs *fs, uint64_t ino, struct stat *st)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	int node = control_node_of(fs, ino);
 
+	if (node >= 0) {
+		control_getattr(fs, node, st);
+		return 0;
+	}
 	if (!in)
 		return -ENOENT;
 	memset(st, 0, sizeof(*st));
-	st->st_ino = entry_ino(&fs->idx, ino - 1);
+	st->st_ino = shard_index_ino(&fs->idx, (uint32_t)(ino - 1));
 	st->st_mode = in->mode & ~(mode_t)fs->opt.umask;
 	st->st_nlink = in->nlink;
 	st->st_uid = fs->opt.set_uid ? fs->opt.uid : in->uid;
@@ -89,6 +93,12 @@ int shardfs_lookup(const struct shardfs *fs, uint64_t parent, const char *name,
 	size_t len = strlen(name);
 	int64_t e;
 
+	if (control_node_of(fs, parent) == CONTROL_DIR)
+		return control_lookup(fs, name, ino);
+	if (parent == SHARDFS_ROOT_INO && !strcmp(name, CONTROL_DIR_NAME)) {
+		*ino = control_ino(fs, CONTROL_DIR);
+		return 0;
+	}
 	if (!shard_index_get(&fs->idx, parent))
 		return -ENOENT;
 	if (len > PATH_COMPONENT_MAX)
@@ -96,7 +106,7 @@ int shardfs_lookup(const struct shardfs *fs, uint64_t parent, const char *name,
 	e = shard_index_lookup(&fs->idx, (uint32_t)(parent - 1), name, len);
 	if (e < 0)
 		return (int)e;
-	*ino = entry_ino(&fs->idx, (uint64_t)e);
+	*ino = shard_index_ino(&fs->idx, (uint32_t)e);
 	return 0;
 }
 
@@ -106,6 +116,8 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	const struct shard_inode *d = shard_index_get(&fs->idx, dir);
 	uint64_t e;
 
+	if (control_node_of(fs, dir) == CONTROL_DIR)
+		return control_readdir_entry(fs, pos, name, ino);
 	if (!d)
 		return -ENOENT;
 	if (!S_ISDIR(d->mode))
@@ -114,7 +126,7 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 		return -ENOENT;
 	e = d->data + pos;
 	*name = shard_index_name(&fs->idx, &fs->idx.inodes[e]);
-	*ino = entry_ino(&fs->idx, e);
+	*ino = shard_index_ino(&fs->idx, (uint32_t)e);
 	return 0;
 }
 
@@ -122,7 +134,7 @@ uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir)
 {
 	const struct shard_inode *d = shard_index_get(&fs->idx, dir);
 
-	return d && S_ISDIR(d->mode) ? (uint64_t)d->parent + 1 : 1;
+	return d && S_ISDIR(d->mode) ? (uint64_t)d->parent + 1 : SHARDFS_ROOT_INO;
 }
 
 int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target)
@@ -137,13 +149,34 @@ int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target
 	return 0;
 }
 
-int shardfs_open(const struct shardfs *fs, uint64_t ino)
+bool shardfs_is_generated(const struct shardfs *fs, uint64_t ino)
+{
+	return control_node_of(fs, ino) > CONTROL_DIR;
+}
+
+int shardfs_open(struct shardfs *fs, uint64_t ino, uint64_t *fh)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	int node = control_node_of(fs, ino);
+	struct control_stream *cs;
+	int rc;
 
+	*fh = 0;
+	if (node == CONTROL_DIR)
+		return -EISDIR;
+	if (node > CONTROL_DIR) {
+		rc = control_open(fs, node, &cs);
+		*fh = (uintptr_t)cs;
+		return rc;
+	}
 	if (!in)
 		return -ENOENT;
 	return S_ISDIR(in->mode) ? -EISDIR : 0;
+}
+
+void shardfs_close(struct shardfs *fs, uint64_t fh)
+{
+	control_close((struct control_stream *)(uintptr_t)fh);
 }
 
 /* Log once that @shard no longer matches the index, and why. */
@@ -164,11 +197,71 @@ static void shard_changed(struct shardfs *fs, uint32_t shard, uint64_t off)
 			  (unsigned long long)off);
 }
 
+static void atomic_min(atomic_ullong *v, unsigned long long x)
+{
+	unsigned long long cur = atomic_load_explicit(v, memory_order_relaxed);
+
+	while (x < cur && !atomic_compare_exchange_weak_explicit(
+			v, &cur, x, memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+static void atomic_max(atomic_ullong *v, unsigned long long x)
+{
+	unsigned long long cur = atomic_load_explicit(v, memory_order_relaxed);
+
+	while (x > cur && !atomic_compare_exchange_weak_explicit(
+			v, &cur, x, memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+/*
+ * Prefetch the shard ahead of a reader that walks it forward, so that the
+ * next members are in the page cache before they are asked for (kernel
+ * readahead works per open file and stops at each member's end).  Racy by
+ * design: the fields are hints, a lost update costs one extra fadvise.
+ */
+static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
+			    uint64_t end)
+{
+	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
+
+	if (!ra)
+		return;
+	prev = atomic_exchange_explicit(&s->last_end, end, memory_order_relaxed);
+	ra_end = atomic_load_explicit(&s->ra_end, memory_order_relaxed);
+	if (off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
+	    end <= ra_end)
+		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
+					  memory_order_relaxed);
+	if (off < prev || off - prev > SHARDFS_READAHEAD_GAP ||
+	    end + ra / 2 <= ra_end)
+		return;
+	if (end > ra_end)
+		atomic_fetch_add_explicit(&fs->counters.readahead_misses, 1,
+					  memory_order_relaxed);
+	start = (end > ra_end ? end : ra_end) & ~(uint64_t)(SHARDFS_BLKSIZE - 1);
+	atomic_store_explicit(&s->ra_start, start, memory_order_relaxed);
+	atomic_store_explicit(&s->ra_end, start + ra, memory_order_relaxed);
+	posix_fadvise(s->fd, (off_t)start, (off_t)ra, POSIX_FADV_WILLNEED);
+}
+
+/* Account a successful backing read of [off, off + len) in @s. */
+static void shard_served(struct shardfs *fs, struct shard *s, uint64_t off,
+			 uint64_t len)
+{
+	atomic_fetch_add_explicit(&fs->counters.backing_bytes, len,
+				  memory_order_relaxed);
+	atomic_min(&s->served_lo, off);
+	atomic_max(&s->served_hi, off + len);
+	shard_readahead(fs, s, off, off + len);
+}
+
 /* Read exactly @size bytes at @off of @shard, or fail with -EIO. */
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 			   size_t size, uint64_t off)
 {
-	const struct shard *s = &fs->set.shards[shard];
+	struct shard *s = &fs->set.shards[shard];
 	size_t done = 0;
 
 	while (done < size) {
@@ -189,7 +282,19 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 		}
 		done += n;
 	}
+	shard_served(fs, s, off, size);
 	return (ssize_t)done;
+}
+
+uint64_t shardfs_data_offset(const struct shard_index *idx,
+			     const struct shard_inode *in)
+{
+	const struct shard_sparse *sp;
+
+	if (!(in->flags & SHARD_INODE_SPARSE))
+		return in->data;
+	sp = &idx->sparse[in->data];
+	return sp->count ? idx->extents[sp->first].physical : 0;
 }
 
 /* First run of @sp that ends after @off (binary search). */
@@ -237,12 +342,15 @@ static ssize_t read_sparse(struct shardfs *fs, const struct shard_inode *in,
 	return (ssize_t)size;
 }
 
-ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
-		     uint64_t off)
+ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, uint64_t fh, char *buf,
+		     size_t size, uint64_t off)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	ssize_t rc;
 
+	if (fh)
+		return control_read(fs, (struct control_stream *)(uintptr_t)fh,
+				    buf, size, off);
 	if (!in)
 		return -ENOENT;
 	if (!S_ISREG(in->mode))
@@ -256,12 +364,11 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 	else
 		rc = shard_pread(fs, in->shard, buf, size, in->data + off);
 	if (rc < 0)
-		atomic_fetch_add_explicit(&fs->counters.read_errors, 1,
+		atomic_fetch_add_explicit(&fs->counters.errors, 1,
 					  memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&fs->counters.read_bytes, rc,
 					  memory_order_relaxed);
-	atomic_fetch_add_explicit(&fs->counters.reads, 1, memory_order_relaxed);
 	return rc;
 }
 
@@ -274,4 +381,142 @@ void shardfs_statfs(const struct shardfs *fs, struct statvfs *sv)
 	sv->f_files = fs->idx.nr_inodes;
 	sv->f_namemax = PATH_COMPONENT_MAX;
 	sv->f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+}
+
+ssize_t shardfs_entry_path(const struct shardfs *fs, uint32_t e, char *buf,
+			   size_t size)
+{
+	size_t len = 0;
+
+	/* Walk up to the root writing components from the end backwards. */
+	if (size == 0)
+		return -ENAMETOOLONG;
+	buf[size - 1] = '\0';
+	for (uint32_t cur = e; cur != 0; cur = fs->idx.inodes[cur].parent) {
+		const struct shard_inode *in = &fs->idx.inodes[cur];
+		size_t need = in->name_len + (len ? 1 : 0);
+
+		if (len + need + 1 > size)
+			return -ENAMETOOLONG;
+		if (len)
+			buf[size - 2 - len] = '/';
+		len += need;
+		memcpy(buf + size - 1 - len, shard_index_name(&fs->idx, in),
+		       in->name_len);
+	}
+	memmove(buf, buf + size - 1 - len, len + 1);
+	return (ssize_t)len;
+}
+
+/* Names of the attributes, in listxattr order. */
+static const char *const xattr_names[] = {
+	"user.shardfs.shard", "user.shardfs.shard_index",
+	"user.shardfs.offset", "user.shardfs.key",
+};
+
+#define NR_XATTRS (sizeof(xattr_names) / sizeof(xattr_names[0]))
+
+/* The WebDataset key: the path up to the first dot of its last component. */
+static ssize_t entry_key(const struct shardfs *fs, uint32_t e, char *buf,
+			 size_t size)
+{
+	ssize_t len = shardfs_entry_path(fs, e, buf, size);
+	char *base, *dot;
+
+	if (len < 0)
+		return len;
+	base = strrchr(buf, '/');
+	dot = strchr(base ? base + 1 : buf, '.');
+	if (dot) {
+		*dot = '\0';
+		len = dot - buf;
+	}
+	return len;
+}
+
+/* Render attribute @i of member entry @e into @val; returns its length. */
+static ssize_t xattr_value(const struct shardfs *fs, uint32_t e, size_t i,
+			   char *val, size_t size)
+{
+	const struct shard_inode *in = &fs->idx.inodes[e];
+
+	switch (i) {
+	case 0:
+		return snprintf(val, size, "%s", fs->set.shards[in->shard].path);
+	case 1:
+		return snprintf(val, size, "%" PRIu32, in->shard);
+	case 2:
+		return snprintf(val, size, "%" PRIu64, shardfs_data_offset(&fs->idx, in));
+	default:
+		return entry_key(fs, e, val, size);
+	}
+}
+
+/* Regular files carry the attributes; nothing else does. */
+static const struct shard_inode *xattr_inode(const struct shardfs *fs,
+					     uint64_t ino)
+{
+	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+
+	return in && S_ISREG(in->mode) ? in : NULL;
+}
+
+ssize_t shardfs_getxattr(const struct shardfs *fs, uint64_t ino,
+			 const char *name, char *buf, size_t size)
+{
+	char val[PATH_MAX];
+	ssize_t len;
+
+	if (!xattr_inode(fs, ino))
+		return -ENODATA;
+	for (size_t i = 0; i < NR_XATTRS; i++) {
+		if (strcmp(name, xattr_names[i]))
+			continue;
+		len = xattr_value(fs, (uint32_t)(ino - 1), i, val, sizeof(val));
+		if (len < 0 || (size_t)len >= sizeof(val))
+			return -ENAMETOOLONG;
+		if (size && (size_t)len > size)
+			return -ERANGE;
+		if (size)
+			memcpy(buf, val, len);
+		return len;
+	}
+	return -ENODATA;
+}
+
+ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
+			  size_t size)
+{
+	size_t len = 0;
+
+	if (!xattr_inode(fs, ino))
+		return 0;
+	for (size_t i = 0; i < NR_XATTRS; i++)
+		len += strlen(xattr_names[i]) + 1;
+	if (!size)
+		return (ssize_t)len;
+	if (len > size)
+		return -ERANGE;
+	for (size_t i = 0, at = 0; i < NR_XATTRS; i++) {
+		memcpy(buf + at, xattr_names[i], strlen(xattr_names[i]) + 1);
+		at += strlen(xattr_names[i]) + 1;
+	}
+	return (ssize_t)len;
+}
+
+uint64_t shardfs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns)
+{
+	struct shardfs_op_counter *c = &fs->counters.ops[op];
+
+	atomic_fetch_add_explicit(&c->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->nsec, shardfs_now_ns() - start_ns,
+				  memory_order_relaxed);
 }

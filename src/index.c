@@ -6,6 +6,7 @@
  * index at 64 bytes per entry plus names.  Even in a directory of a
  * million entries that is 20 comparisons of short names.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +49,31 @@ int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 	return -ENOENT;
 }
 
+uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e)
+{
+	uint64_t lo = 0, hi = idx->nr_hardlinks;
+
+	if (!(idx->inodes[e].flags & SHARD_INODE_LINKED))
+		return (uint64_t)e + 1;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (idx->hardlinks[mid].entry < e)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	assert(lo < idx->nr_hardlinks && idx->hardlinks[lo].entry == e);
+	return (uint64_t)idx->hardlinks[lo].first + 1;
+}
+
 double shard_index_bytes_per_entry(const struct shard_index *idx)
 {
 	uint64_t bytes = (uint64_t)idx->nr_inodes * sizeof(*idx->inodes) +
 			 idx->names_len +
 			 idx->nr_sparse * sizeof(*idx->sparse) +
-			 idx->nr_extents * sizeof(*idx->extents);
+			 idx->nr_extents * sizeof(*idx->extents) +
+			 idx->nr_hardlinks * sizeof(*idx->hardlinks);
 
 	return idx->nr_inodes ? (double)bytes / idx->nr_inodes : 0;
 }
@@ -64,5 +84,6 @@ void shard_index_release(struct shard_index *idx)
 	free(idx->names);
 	free(idx->sparse);
 	free(idx->extents);
+	free(idx->hardlinks);
 	*idx = (struct shard_index){ 0 };
 }

@@ -585,6 +585,7 @@ static int merge_all(struct builder *b)
 		b->counts.members += sc->nr_members + sc->skipped + sc->special;
 		b->counts.skipped += sc->skipped;
 		b->counts.special += sc->special;
+		b->set->shards[s].members = sc->nr_members;
 		for (size_t i = 0; !rc && i < sc->nr_members; i++)
 			rc = merge_member(b, sc, s, &sc->members[i]);
 	}
@@ -715,7 +716,6 @@ static void fill_dir(struct builder *b, struct shard_inode *in,
 	in->gid = n->member ? n->member->gid : s->gid;
 	in->mtime_sec = n->member ? n->member->mtime_sec : s->mtime.tv_sec;
 	in->mtime_nsec = n->member ? n->member->mtime_nsec : 0;
-	in->parent = b->nodes[n->parent].entry;
 	in->nlink = 2;
 	in->size = n->nr_children;
 	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
@@ -757,6 +757,33 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 	b->counts.bytes += m->nlink == 1 ? m->size : 0;
 }
 
+/* Phase 3c: nlink of every file, and the inode later names share. */
+static int link_groups(struct builder *b, struct shard_index *idx,
+		       const uint32_t *order)
+{
+	size_t cap = 0;
+
+	for (uint32_t e = 0; e < b->nr_nodes; e++) {
+		const struct build_node *n = &b->nodes[order[e]];
+		int rc;
+
+		if (node_is_dir(n))
+			continue;
+		idx->inodes[e].nlink = n->member->nlink;
+		if (n->member->group == e)
+			continue;
+		rc = grow((void **)&idx->hardlinks, &cap, idx->nr_hardlinks + 1,
+			  sizeof(*idx->hardlinks));
+		if (rc)
+			return rc;
+		idx->hardlinks[idx->nr_hardlinks++] =
+			(struct shard_hardlink){ e, n->member->group };
+		idx->inodes[e].flags |= SHARD_INODE_LINKED;
+		b->counts.hardlinks++;
+	}
+	return 0;
+}
+
 /* Phase 3b: fill the index arrays in entry order. */
 static int layout(struct builder *b, struct shard_index *idx)
 {
@@ -774,20 +801,13 @@ static int layout(struct builder *b, struct shard_index *idx)
 
 		in->name = names_add(idx, n->name, n->name_len);
 		in->name_len = (uint16_t)n->name_len;
+		in->parent = b->nodes[n->parent].entry;
 		if (node_is_dir(n))
 			fill_dir(b, in, n, &cl);
 		else
 			fill_leaf(b, idx, in, n);
 	}
-	for (uint32_t e = 0; !rc && e < b->nr_nodes; e++) {
-		const struct build_node *n = &b->nodes[order[e]];
-
-		if (node_is_dir(n))
-			continue;
-		idx->inodes[e].parent = n->member->group;
-		idx->inodes[e].nlink = n->member->nlink;
-		b->counts.hardlinks += n->member->group != e;
-	}
+	rc = rc ?: link_groups(b, idx, order);
 	free(order);
 	free(cl.start);
 	free(cl.child);

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <fuse_lowlevel.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@
 #define CACHE_TIMEOUT (365.0 * 24 * 3600)
 /* Largest read the kernel sends (libfuse negotiates 256 pages). */
 #define READ_BUF_SIZE (1024 * 1024)
+/* Room for any attribute value (a shard path or key) or the name list. */
+#define XATTR_BUF_SIZE (PATH_MAX + 1)
 
 static struct shardfs *fs_of(fuse_req_t req)
 {
@@ -66,18 +69,19 @@ static int fill_entry(struct shardfs *fs, uint64_t ino,
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns(), ino;
 	struct fuse_entry_param e;
-	uint64_t ino;
 	int rc = shardfs_lookup(fs, parent, name, &ino);
 
 	if (rc == -ENOENT) {
 		/* ino 0 with a timeout: the kernel caches the miss */
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = CACHE_TIMEOUT;
-		fuse_reply_entry(req, &e);
-		return;
+		rc = 0;
+	} else {
+		rc = rc ?: fill_entry(fs, ino, &e);
 	}
-	rc = rc ?: fill_entry(fs, ino, &e);
+	shardfs_op_done(fs, SHARDFS_OP_LOOKUP, t0);
 	if (rc)
 		reply_err(req, rc);
 	else
@@ -86,9 +90,12 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
 	struct stat st;
-	int rc = shardfs_getattr(fs_of(req), ino, &st);
+	int rc = shardfs_getattr(fs, ino, &st);
 
+	shardfs_op_done(fs, SHARDFS_OP_GETATTR, t0);
 	if (rc)
 		reply_err(req, rc);
 	else
@@ -97,9 +104,12 @@ static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
 	const char *target;
-	int rc = shardfs_readlink(fs_of(req), ino, &target);
+	int rc = shardfs_readlink(fs, ino, &target);
 
+	shardfs_op_done(fs, SHARDFS_OP_READLINK, t0);
 	if (rc)
 		reply_err(req, rc);
 	else
@@ -152,20 +162,18 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       bool plus)
 {
 	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
 	char *buf = malloc(size);
 	size_t used = 0;
-	ssize_t n;
+	ssize_t n = -ENOMEM;
 
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	for (;; off++) {
+	for (; buf; off++) {
 		n = add_dirent(req, fs, ino, off, buf + used, size - used, plus);
 		if (n <= 0 || (size_t)n > size - used)
 			break;
 		used += n;
 	}
+	shardfs_op_done(fs, SHARDFS_OP_READDIR, t0);
 	if (n < 0 && used == 0)
 		reply_err(req, (int)n);
 	else
@@ -187,48 +195,94 @@ static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	int rc = (fi->flags & O_ACCMODE) != O_RDONLY ? -EROFS
-						     : shardfs_open(fs_of(req), ino);
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
+	int rc = -EROFS;
 
+	if ((fi->flags & O_ACCMODE) == O_RDONLY)
+		rc = shardfs_open(fs, ino, &fi->fh);
+	shardfs_op_done(fs, SHARDFS_OP_OPEN, t0);
 	if (rc) {
 		reply_err(req, rc);
 		return;
 	}
-	fi->keep_cache = 1;
+	/* generated files have no size until read: bypass the page cache */
+	fi->direct_io = shardfs_is_generated(fs, ino);
+	fi->keep_cache = !fi->direct_io;
 	fi->noflush = 1;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT)	/* interrupted */
+		shardfs_close(fs, fi->fh);
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	shardfs_close(fs_of(req), fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	static __thread char *buf;
-	ssize_t n;
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
+	ssize_t n = -ENOMEM;
 
 	if (size > READ_BUF_SIZE) {	/* libfuse negotiates at most 256 pages */
 		log_error("read of %zu bytes exceeds the %d byte buffer", size,
 			  READ_BUF_SIZE);
-		fuse_reply_err(req, EIO);
-		return;
+		n = -EIO;
+	} else if (buf || (buf = malloc(READ_BUF_SIZE))) {
+		n = shardfs_read(fs, ino, fi->fh, buf, size, off);
 	}
-	if (!buf)
-		buf = malloc(READ_BUF_SIZE);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	n = shardfs_read(fs_of(req), ino, buf, size, off);
+	shardfs_op_done(fs, SHARDFS_OP_READ, t0);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
 		fuse_reply_buf(req, buf, n);
 }
 
+static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
+	char val[XATTR_BUF_SIZE];
+	ssize_t n = shardfs_getxattr(fs, ino, name, val, size < sizeof(val) ? size : sizeof(val));
+
+	shardfs_op_done(fs, SHARDFS_OP_XATTR, t0);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, n);
+	else
+		fuse_reply_buf(req, val, n);
+}
+
+static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
+	char names[XATTR_BUF_SIZE];
+	ssize_t n = shardfs_listxattr(fs, ino, names, size < sizeof(names) ? size : sizeof(names));
+
+	shardfs_op_done(fs, SHARDFS_OP_XATTR, t0);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, n);
+	else
+		fuse_reply_buf(req, names, n);
+}
+
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	struct shardfs *fs = fs_of(req);
+	uint64_t t0 = shardfs_now_ns();
 	struct statvfs sv;
 
-	shardfs_statfs(fs_of(req), &sv);
+	shardfs_statfs(fs, &sv);
+	shardfs_op_done(fs, SHARDFS_OP_STATFS, t0);
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -242,6 +296,9 @@ static const struct fuse_lowlevel_ops shardfs_ll_ops = {
 	.readdirplus = ll_readdirplus,
 	.open = ll_open,
 	.read = ll_read,
+	.release = ll_release,
+	.getxattr = ll_getxattr,
+	.listxattr = ll_listxattr,
 	.statfs = ll_statfs,
 };
 

@@ -40,6 +40,7 @@ struct cli {
 	int gid;		/* -o gid=N, -1 when unset */
 	int umask;		/* -o umask=OCTAL, -1 when unset */
 	unsigned scan_threads;	/* -o scan_threads=N */
+	char *readahead;	/* -o readahead=SIZE */
 	char *loglevel;		/* -o loglevel=NAME */
 	int show_help;		/* -h, --help */
 	int show_version;	/* -V, --version */
@@ -56,6 +57,7 @@ static const struct fuse_opt cli_opts[] = {
 	CLI_OPT("umask=%o", umask, 0),
 	CLI_OPT("scan_threads=%u", scan_threads, 0),
 	CLI_OPT("loglevel=%s", loglevel, 0),
+	CLI_OPT("readahead=%s", readahead, 0),
 	CLI_OPT("-h", show_help, 1),
 	CLI_OPT("--help", show_help, 1),
 	CLI_OPT("-V", show_version, 1),
@@ -79,6 +81,8 @@ static void usage(const char *prog)
 	       "    -o nonempty            allow a non-empty mountpoint\n"
 	       "    -o scan_threads=N      threads that index shards (default: CPUs)\n"
 	       "    -o loglevel=LEVEL      error, warn, info (default), debug\n"
+	       "    -o readahead=SIZE      prefetch ahead of forward readers of a\n"
+	       "                           shard (K/M/G suffixes; 0: off; default 4M)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          print the version\n\n"
 	       "exit status: 0 mounted, 1 usage error, 2 bad shard set,\n"
@@ -153,11 +157,36 @@ static void print_summary(const struct shardfs *fs)
 		  (unsigned long long)c->hardlinks, (unsigned long long)c->special);
 }
 
+/* A byte count with an optional K, M or G suffix (powers of 1024). */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || errno)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	}
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 /* Apply the options that change what the index reports. */
 static int cli_apply(const struct cli *cli, struct shardfs *fs)
 {
 	enum log_level level;
 
+	fs->opt.readahead = SHARDFS_READAHEAD_DEFAULT;
+	if (cli->readahead && parse_size(cli->readahead, &fs->opt.readahead))
+		return log_error("bad readahead size '%s'", cli->readahead), -EINVAL;
 	if (cli->loglevel) {
 		if (log_parse_level(cli->loglevel, &level))
 			return log_error("unknown loglevel '%s'", cli->loglevel), -EINVAL;
@@ -278,6 +307,7 @@ int main(int argc, char *argv[])
 out_free_args:
 	free(o.mountpoint);
 	free(cli.loglevel);
+	free(cli.readahead);
 	fuse_opt_free_args(&args);
 	return rc;
 }

@@ -52,7 +52,8 @@ static int set_add(struct shard_set *set, const char *path, size_t len)
 		set->shards = s;
 	}
 	s = &set->shards[set->nr];
-	*s = (struct shard){ .fd = -1, .path = strndup(path, len) };
+	*s = (struct shard){ .fd = -1, .path = strndup(path, len),
+			     .served_lo = ~0ull };
 	if (!s->path)
 		return -ENOMEM;
 	set->nr++;
@@ -311,9 +312,17 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 		struct shard *s = &set->shards[i];
 		struct stat st;
 
+		char *abs;
+
 		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
 		if (s->fd < 0)
 			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		/* absolute, because the daemon leaves its working directory */
+		abs = realpath(s->path, NULL);
+		if (!abs)
+			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		free(s->path);
+		s->path = abs;
 		if (fstat(s->fd, &st))
 			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
 		if (!S_ISREG(st.st_mode))

@@ -27,24 +27,57 @@
 #include "shardfs/index.h"
 #include "shardfs/shardset.h"
 
+/* Inode number of the root directory (FUSE_ROOT_ID). */
+#define SHARDFS_ROOT_INO 1
+
 /* Preferred I/O size reported in st_blksize: big reads suit shards. */
 #define SHARDFS_BLKSIZE (128 * 1024)
 
-/* Ownership and permission overrides from -o uid=,gid=,umask=. */
+/* Default shard readahead for forward-moving readers (-o readahead=). */
+#define SHARDFS_READAHEAD_DEFAULT (4u << 20)
+/* A read this far past the previous one still counts as moving forward:
+ * a reader that skips the other members of a sample is still sequential. */
+#define SHARDFS_READAHEAD_GAP (1u << 20)
+
+/* Mount-wide options that change answers or I/O, not the index. */
 struct shardfs_options {
 	bool set_uid;		/* report uid instead of the tar's owner */
 	bool set_gid;		/* report gid instead of the tar's group */
 	uint32_t uid;		/* owner to report when set_uid */
 	uint32_t gid;		/* group to report when set_gid */
 	mode_t umask;		/* permission bits to clear (default 0) */
+	uint64_t readahead;	/* bytes prefetched ahead of forward
+				 * readers of a shard; 0 turns it off */
 };
 
-/* Counters for /.shardfs/stats; all relaxed atomics. */
+/* Operations timed for /.shardfs/stats. */
+enum shardfs_op {
+	SHARDFS_OP_LOOKUP,
+	SHARDFS_OP_GETATTR,
+	SHARDFS_OP_READDIR,
+	SHARDFS_OP_OPEN,
+	SHARDFS_OP_READ,
+	SHARDFS_OP_READLINK,
+	SHARDFS_OP_XATTR,
+	SHARDFS_OP_STATFS,
+	SHARDFS_NR_OPS
+};
+
+/* Count and total latency of one kind of operation. */
+struct shardfs_op_counter {
+	atomic_ullong count;	/* requests answered */
+	atomic_ullong nsec;	/* time spent answering them */
+};
+
+/* Activity since mount, for /.shardfs/; all relaxed atomics. */
 struct shardfs_counters {
-	atomic_ullong reads;		/* read requests served */
+	struct shardfs_op_counter ops[SHARDFS_NR_OPS]; /* per operation */
 	atomic_ullong read_bytes;	/* bytes returned by reads */
 	atomic_ullong backing_reads;	/* pread calls on shards */
-	atomic_ullong read_errors;	/* reads answered with EIO */
+	atomic_ullong backing_bytes;	/* bytes those calls returned */
+	atomic_ullong errors;		/* requests answered with EIO */
+	atomic_ullong readahead_hits;	/* reads inside a prefetched range */
+	atomic_ullong readahead_misses;	/* forward reads past it */
 };
 
 struct shardfs {
@@ -53,6 +86,7 @@ struct shardfs {
 	struct shardfs_options opt;	/* ownership overrides */
 	struct shardfs_counters counters; /* activity since mount */
 	double build_seconds;		/* time the index build took */
+	struct timespec mounted_at;	/* CLOCK_MONOTONIC at shardfs_init */
 };
 
 /*
@@ -89,17 +123,59 @@ uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir);
 /* The target of symlink @ino (NUL-terminated).  0, -ENOENT or -EINVAL. */
 int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target);
 
-/* Check that @ino may be opened for reading.  0, -ENOENT or -EISDIR. */
-int shardfs_open(const struct shardfs *fs, uint64_t ino);
+/*
+ * Open @ino for reading.  *fh receives 0 for a member, or a handle on the
+ * generated content of a /.shardfs/ file, which must be read through
+ * shardfs_read() with that handle (without page cache: its size is not
+ * known in advance) and released with shardfs_close().  Returns 0,
+ * -ENOENT, -EISDIR or -ENOMEM.
+ */
+int shardfs_open(struct shardfs *fs, uint64_t ino, uint64_t *fh);
+
+/* True when @ino is generated content (see shardfs_open). */
+bool shardfs_is_generated(const struct shardfs *fs, uint64_t ino);
+
+void shardfs_close(struct shardfs *fs, uint64_t fh);
 
 /*
- * Read up to @size bytes of file @ino at @off into @buf.  Returns the
- * number of bytes read (0 at or past the end), or -EIO when the shard
- * cannot deliver them (I/O error, or a shard shorter than it was at mount:
- * truncated or replaced); the shard is then logged once.
+ * Read up to @size bytes of @ino at @off into @buf.  Returns the number of
+ * bytes read (0 at or past the end), or -EIO when the shard cannot deliver
+ * them (I/O error, or a shard shorter than it was at mount: truncated or
+ * replaced); the shard is then logged once.  Members are always read in
+ * full (short only at the end of the file); generated files may return
+ * less.
  */
-ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
-		     uint64_t off);
+ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, uint64_t fh, char *buf,
+		     size_t size, uint64_t off);
+
+/*
+ * Extended attributes of members: user.shardfs.shard (shard path),
+ * user.shardfs.shard_index, user.shardfs.offset (of the data in the
+ * shard) and user.shardfs.key (the WebDataset sample key).  Like
+ * getxattr(2): with @size 0 only the length is returned; -ERANGE when
+ * @buf is too small, -ENODATA for other names or other inodes.
+ */
+ssize_t shardfs_getxattr(const struct shardfs *fs, uint64_t ino,
+			 const char *name, char *buf, size_t size);
+ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
+			  size_t size);
+
+/*
+ * Write the path of entry @e relative to the mount root into @buf
+ * (NUL-terminated).  Returns its length or -ENAMETOOLONG.
+ */
+ssize_t shardfs_entry_path(const struct shardfs *fs, uint32_t e, char *buf,
+			   size_t size);
+
+/* Offset in its shard of the first stored byte of file entry @in. */
+uint64_t shardfs_data_offset(const struct shard_index *idx,
+			     const struct shard_inode *in);
+
+/* Monotonic nanoseconds, for shardfs_op_done(). */
+uint64_t shardfs_now_ns(void);
+
+/* Count one @op that started at @start_ns (from shardfs_now_ns()). */
+void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns);
 
 void shardfs_statfs(const struct shardfs *fs, struct statvfs *sv);
 

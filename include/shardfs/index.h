@@ -12,6 +12,8 @@
  *              symlink targets, in inode order for locality.
  *   sparse[]   for each sparse file, where its extents start and how many.
  *   extents[]  runs of sparse files, sorted by logical offset per file.
+ *   hardlinks[] for every later name of a hard-link group, the group's
+ *              first entry, sorted by entry.
  *
  * Entry i is FUSE inode i + 1; the root is entry 0 (FUSE_ROOT_ID).  The
  * build is deterministic, so the same shard set gets the same inode
@@ -43,6 +45,8 @@
 
 /* Flags in struct shard_inode.flags. */
 #define SHARD_INODE_SPARSE 0x1	/* data indexes sparse[], not the shard */
+#define SHARD_INODE_LINKED 0x2	/* a later name of a hard-link group: its
+				 * inode is in hardlinks[] */
 
 struct shard_inode {
 	uint64_t data;		/* file: data offset in the shard (sparse:
@@ -56,9 +60,7 @@ struct shard_inode {
 	uint32_t mode;		/* S_IFDIR/S_IFREG/S_IFLNK | permissions */
 	uint32_t uid;		/* owner as stored in the tar */
 	uint32_t gid;		/* group as stored in the tar */
-	uint32_t parent;	/* directory: entry of its parent (root: 0);
-				 * other: first entry of its hard-link group,
-				 * itself when it has no other names */
+	uint32_t parent;	/* entry of the directory holding it (root: 0) */
 	uint32_t shard;		/* shard that holds the data */
 	uint32_t nlink;		/* names of a file; 2 + subdirectories */
 	uint16_t name_len;	/* bytes in the name, without the NUL */
@@ -76,6 +78,12 @@ struct shard_extent {
 	uint64_t logical;	/* offset in the file */
 	uint64_t length;	/* bytes */
 	uint64_t physical;	/* offset in the shard */
+};
+
+/* A later name of a hard-link group and the entry whose inode it shares. */
+struct shard_hardlink {
+	uint32_t entry;		/* the later name */
+	uint32_t first;		/* the group's first entry */
 };
 
 /* What the build found; reported in the mount summary. */
@@ -101,6 +109,8 @@ struct shard_index {
 	uint64_t nr_sparse;		/* entries in sparse */
 	struct shard_extent *extents;	/* runs of sparse files */
 	uint64_t nr_extents;		/* entries in extents */
+	struct shard_hardlink *hardlinks; /* later names of hard-link groups */
+	uint64_t nr_hardlinks;		/* entries in hardlinks */
 	struct shard_index_counts counts; /* totals from the build */
 };
 
@@ -160,6 +170,12 @@ int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
  */
 int shard_index_name_cmp(const char *a, size_t alen, const char *b,
 			 size_t blen);
+
+/*
+ * The inode number of entry @e: e + 1, except for the later names of a
+ * hard-link group, which share the inode of the group's first entry.
+ */
+uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e);
 
 /* Bytes of index memory per entry, for the -d summary. */
 double shard_index_bytes_per_entry(const struct shard_index *idx);

@@ -15,12 +15,14 @@
  * no request after the mount opens a file on the shard storage.
  *
  * Thread-safety: expansion and opening happen before the mount, single
- * threaded; afterwards the set is read-only and may be shared by all
- * threads (reads use pread on the shared descriptors).
+ * threaded; afterwards the set is shared by all threads: reads use pread
+ * on the shared descriptors, and the per-shard activity fields below are
+ * relaxed atomics (statistics and readahead hints, never correctness).
  */
 #ifndef SHARDFS_SHARDSET_H
 #define SHARDFS_SHARDSET_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,14 +34,20 @@
 #define SHARD_SET_SPEC_MAX (64u * 1024)
 
 struct shard {
-	char *path;		/* as expanded from the SHARDS argument */
+	char *path;		/* expanded from SHARDS; absolute once open */
 	int fd;			/* open read-only for the life of the mount */
 	uint64_t size;		/* bytes, from fstat at open */
 	struct timespec mtime;	/* from fstat at open */
 	uint32_t uid;		/* owner of the shard file */
 	uint32_t gid;		/* group of the shard file */
+	uint64_t members;	/* members found by the index build */
 	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
 	int stale_logged;	/* set once a read found the shard changed */
+	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
+	atomic_ullong served_hi; /* end of the highest range read */
+	atomic_ullong last_end;	/* end of the latest read, for readahead */
+	atomic_ullong ra_start;	/* start of the range last prefetched */
+	atomic_ullong ra_end;	/* end of the range last prefetched */
 };
 
 struct shard_set {
