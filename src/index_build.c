@@ -17,7 +17,7 @@
  *  3. Lay out breadth-first with each directory's children sorted by name,
  *     and copy everything into the flat arrays of struct shard_index.
  *
- * Phase 1 dominates on cold storage; phase 2 is one hash probe per path
+ * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is one hash probe per path
  * component and runs at several million members per second.
  */
 #include <assert.h>
@@ -32,51 +32,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "shard_scan.h"
 #include "shardfs/index.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
 #include "shardfs/tar.h"
-
-/* A member as collected from one shard; strings live in the shard's pool. */
-struct raw_member {
-	uint64_t data_offset;	/* data offset in the shard */
-	uint64_t size;		/* logical size */
-	uint64_t header_offset;	/* for messages about this member */
-	int64_t mtime_sec;	/* modification time, seconds */
-	uint32_t mtime_nsec;	/* modification time, nanoseconds */
-	uint32_t path;		/* normalised path, offset in strings */
-	uint32_t path_len;	/* bytes in the path; 0 for the root */
-	uint32_t link;		/* link target, offset in strings */
-	uint32_t link_len;	/* bytes in the link target */
-	uint32_t mode;		/* permission bits */
-	uint32_t uid;		/* owner */
-	uint32_t gid;		/* group */
-	uint32_t extent;	/* first run in the shard's extents, if sparse */
-	uint32_t nr_extents;	/* runs; 0 and !sparse for plain files */
-	uint8_t type;		/* enum tar_type */
-	uint8_t sparse;		/* has a sparse map */
-	uint32_t group;		/* merge: first entry of its hard-link group */
-	uint32_t nlink;		/* merge: names bound to this member */
-};
-
-/* What one shard's scan produced. */
-struct shard_scan {
-	struct raw_member *members;	/* in archive order */
-	size_t nr_members;		/* entries in members */
-	size_t cap_members;		/* entries allocated */
-	char *strings;			/* names and targets */
-	size_t strings_len;		/* bytes used */
-	size_t strings_cap;		/* bytes allocated */
-	struct tar_extent *extents;	/* sparse runs of all members */
-	size_t nr_extents;		/* entries used */
-	size_t cap_extents;		/* entries allocated */
-	const struct shard *shard;	/* the shard scanned */
-	uint32_t warnings;		/* warnings issued for this shard */
-	uint64_t skipped;		/* members not served */
-	uint64_t special;		/* device nodes, FIFOs, sockets */
-	int rc;				/* result of the scan */
-	struct tar_error err;		/* why the scan failed */
-};
 
 /* A path in the merged tree. */
 struct build_node {
@@ -108,195 +68,12 @@ struct builder {
 	struct shard_index_counts counts; /* totals */
 };
 
-static int grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-	size_t n = *cap ? *cap : 64;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*array, n * elem);
-	if (!p)
-		return -ENOMEM;
-	*array = p;
-	*cap = n;
-	return 0;
-}
-
-static void scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
-		      const char *name, size_t name_len)
-{
-	if (sc->warnings++ < SHARD_INDEX_WARNINGS_PER_SHARD)
-		log_warn("%s: offset %llu: %s%s%.*s%s", sc->shard->path,
-			 (unsigned long long)off, what, name ? " '" : "",
-			 (int)(name_len > 200 ? 200 : name_len), name ? name : "",
-			 name ? "'" : "");
-	else if (sc->warnings == SHARD_INDEX_WARNINGS_PER_SHARD + 1)
-		log_warn("%s: further warnings for this shard are only counted",
-			 sc->shard->path);
-}
-
-static void tar_warn(void *arg, uint64_t off, const char *msg)
-{
-	scan_warn(arg, off, msg, NULL, 0);
-}
-
-/* Append @len bytes to the shard's pool; *at receives their offset. */
-static int pool_add(struct shard_scan *sc, const char *s, size_t len,
-		    uint32_t *at)
-{
-	int rc;
-
-	if (sc->strings_len + len + 1 > SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD)
-		return -E2BIG;
-	rc = grow((void **)&sc->strings, &sc->strings_cap,
-		  sc->strings_len + len + 1, 1);
-	if (rc)
-		return rc;
-	memcpy(sc->strings + sc->strings_len, s, len);
-	sc->strings[sc->strings_len + len] = '\0';
-	*at = (uint32_t)sc->strings_len;
-	sc->strings_len += len + 1;
-	return 0;
-}
-
-/* Store and normalise a name; return the verdict (or -errno). */
-static int add_name(struct shard_scan *sc, const char *s, size_t len,
-		    uint32_t *at, uint32_t *out_len)
-{
-	size_t n = len;
-	enum path_verdict v;
-	int rc = pool_add(sc, s, len, at);
-
-	if (rc)
-		return rc;
-	v = path_normalise(sc->strings + *at, &n);
-	sc->strings[*at + n] = '\0';
-	sc->strings_len = *at + n + 1;
-	*out_len = (uint32_t)n;
-	return v;
-}
-
-static size_t path_depth(const char *p, size_t len)
-{
-	size_t depth = len ? 1 : 0;
-
-	for (size_t i = 0; i < len; i++)
-		depth += p[i] == '/';
-	return depth;
-}
-
-/* Store the member's sparse map in the shard's extent list. */
-static int add_extents(struct shard_scan *sc, const struct tar_member *m,
-		       struct raw_member *rm)
-{
-	int rc;
-
-	rm->sparse = m->extents != NULL;
-	rm->extent = (uint32_t)sc->nr_extents;
-	rm->nr_extents = (uint32_t)m->nr_extents;
-	if (!m->extents || !m->nr_extents)
-		return 0;
-	if (sc->nr_extents + m->nr_extents > UINT32_MAX)
-		return -E2BIG;
-	rc = grow((void **)&sc->extents, &sc->cap_extents,
-		  sc->nr_extents + m->nr_extents, sizeof(*sc->extents));
-	if (rc)
-		return rc;
-	memcpy(sc->extents + sc->nr_extents, m->extents,
-	       m->nr_extents * sizeof(*m->extents));
-	sc->nr_extents += m->nr_extents;
-	return 0;
-}
-
-/* Validate the member's names; 1 when it is to be skipped (warned). */
-static int member_names(struct shard_scan *sc, const struct tar_member *m,
-			struct raw_member *rm)
-{
-	int v = add_name(sc, m->path, m->path_len, &rm->path, &rm->path_len);
-
-	if (v < 0)
-		return v;
-	if (v == PATH_IS_ROOT && m->type == TAR_DIR)
-		v = PATH_VALID;
-	if (v != PATH_VALID) {
-		scan_warn(sc, m->header_offset, path_verdict_str(v), m->path,
-			  m->path_len);
-		return 1;
-	}
-	if (path_depth(sc->strings + rm->path, rm->path_len) > SHARD_INDEX_MAX_DEPTH) {
-		scan_warn(sc, m->header_offset, "directory nesting too deep",
-			  m->path, m->path_len);
-		return 1;
-	}
-	if (m->type == TAR_SYMLINK)
-		return pool_add(sc, m->link, m->link_len, &rm->link) ?:
-		       (rm->link_len = (uint32_t)m->link_len, 0);
-	if (m->type != TAR_HARDLINK)
-		return 0;
-	v = add_name(sc, m->link, m->link_len, &rm->link, &rm->link_len);
-	if (v < 0)
-		return v;
-	if (v != PATH_VALID) {
-		scan_warn(sc, m->header_offset, "hard link target refused",
-			  m->link, m->link_len);
-		return 1;
-	}
-	return 0;
-}
-
-/* tar_scan callback: record one member of a shard. */
-static int scan_member(void *arg, const struct tar_member *m)
-{
-	struct shard_scan *sc = arg;
-	struct raw_member *rm;
-	int rc;
-
-	if (m->type == TAR_SPECIAL) {
-		sc->special++;
-		return 0;
-	}
-	if (sc->nr_members >= SHARD_INDEX_MAX_MEMBERS_PER_SHARD)
-		return -E2BIG;
-	rc = grow((void **)&sc->members, &sc->cap_members, sc->nr_members + 1,
-		  sizeof(*sc->members));
-	if (rc)
-		return rc;
-	rm = &sc->members[sc->nr_members];
-	*rm = (struct raw_member){
-		.data_offset = m->data_offset, .size = m->size,
-		.header_offset = m->header_offset, .mtime_sec = m->mtime_sec,
-		.mtime_nsec = m->mtime_nsec, .mode = m->mode, .uid = m->uid,
-		.gid = m->gid, .type = (uint8_t)m->type, .group = UINT32_MAX,
-	};
-	rc = member_names(sc, m, rm);
-	if (rc == 1) {
-		sc->skipped++;
-		return 0;
-	}
-	rc = rc ?: add_extents(sc, m, rm);
-	if (!rc)
-		sc->nr_members++;
-	return rc;
-}
-
 static void scan_one_shard(struct builder *b, uint32_t i)
 {
-	static const struct tar_scan_ops ops = { scan_member, tar_warn };
+	static const struct layout tree = { .kind = LAYOUT_TREE };
 	struct shard_scan *sc = &b->scans[i];
 
-	sc->shard = &b->set->shards[i];
-	sc->rc = tar_scan(sc->shard->fd, sc->shard->size, &ops, sc, &sc->err);
-	if (sc->rc == -E2BIG) {
-		sc->err.offset = sc->shard->size;
-		snprintf(sc->err.msg, sizeof(sc->err.msg),
-			 "shard exceeds a limit (%u members, %u name bytes)",
-			 SHARD_INDEX_MAX_MEMBERS_PER_SHARD,
-			 SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD);
-		sc->rc = -EINVAL;
-	}
+	shard_scan_run(sc, &b->set->shards[i], b->opt->layout ?: &tree);
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }
@@ -468,7 +245,7 @@ static int node_new(struct builder *b, uint32_t parent, const char *name,
 			return rc;
 		*slot = table_find(b, parent, name, len);
 	}
-	rc = grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
+	rc = array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
 		  sizeof(*b->nodes));
 	if (rc)
 		return rc;
@@ -518,7 +295,7 @@ static void merge_warn(struct builder *b, struct shard_scan *sc,
 		       const struct raw_member *rm, const char *what)
 {
 	b->counts.skipped++;
-	scan_warn(sc, rm->header_offset, what, sc->strings + rm->path,
+	shard_scan_warn(sc, rm->header_offset, what, sc->strings + rm->path,
 		  rm->path_len);
 }
 
@@ -584,6 +361,7 @@ static int merge_all(struct builder *b)
 
 		b->counts.members += sc->nr_members + sc->skipped + sc->special;
 		b->counts.skipped += sc->skipped;
+		b->counts.unlabeled += sc->unlabeled;
 		b->counts.special += sc->special;
 		b->set->shards[s].members = sc->nr_members;
 		for (size_t i = 0; !rc && i < sc->nr_members; i++)
@@ -772,7 +550,7 @@ static int link_groups(struct builder *b, struct shard_index *idx,
 		idx->inodes[e].nlink = n->member->nlink;
 		if (n->member->group == e)
 			continue;
-		rc = grow((void **)&idx->hardlinks, &cap, idx->nr_hardlinks + 1,
+		rc = array_grow((void **)&idx->hardlinks, &cap, idx->nr_hardlinks + 1,
 			  sizeof(*idx->hardlinks));
 		if (rc)
 			return rc;
@@ -816,11 +594,8 @@ static int layout(struct builder *b, struct shard_index *idx)
 
 static void builder_release(struct builder *b)
 {
-	for (uint32_t i = 0; b->scans && i < b->set->nr; i++) {
-		free(b->scans[i].members);
-		free(b->scans[i].strings);
-		free(b->scans[i].extents);
-	}
+	for (uint32_t i = 0; b->scans && i < b->set->nr; i++)
+		shard_scan_release(&b->scans[i]);
 	free(b->scans);
 	free(b->nodes);
 	free(b->slots);

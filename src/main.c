@@ -41,6 +41,10 @@ struct cli {
 	int umask;		/* -o umask=OCTAL, -1 when unset */
 	unsigned scan_threads;	/* -o scan_threads=N */
 	char *readahead;	/* -o readahead=SIZE */
+	char *layout;		/* -o layout=tree|shards|classes */
+	char *label;		/* -o label=cls|json:FIELD */
+	char *classnames;	/* -o classnames=FILE */
+	char *unlabeled;	/* -o unlabeled=DIR|skip */
 	char *loglevel;		/* -o loglevel=NAME */
 	int show_help;		/* -h, --help */
 	int show_version;	/* -V, --version */
@@ -58,6 +62,10 @@ static const struct fuse_opt cli_opts[] = {
 	CLI_OPT("scan_threads=%u", scan_threads, 0),
 	CLI_OPT("loglevel=%s", loglevel, 0),
 	CLI_OPT("readahead=%s", readahead, 0),
+	CLI_OPT("layout=%s", layout, 0),
+	CLI_OPT("label=%s", label, 0),
+	CLI_OPT("classnames=%s", classnames, 0),
+	CLI_OPT("unlabeled=%s", unlabeled, 0),
 	CLI_OPT("-h", show_help, 1),
 	CLI_OPT("--help", show_help, 1),
 	CLI_OPT("-V", show_version, 1),
@@ -81,6 +89,13 @@ static void usage(const char *prog)
 	       "    -o nonempty            allow a non-empty mountpoint\n"
 	       "    -o scan_threads=N      threads that index shards (default: CPUs)\n"
 	       "    -o loglevel=LEVEL      error, warn, info (default), debug\n"
+	       "    -o layout=LAYOUT       tree (as stored), shards (a directory per\n"
+	       "                           shard) or classes (<label>/<file>)\n"
+	       "    -o label=SOURCE        classes: cls (the .cls member, default)\n"
+	       "                           or json:FIELD (a field of the .json)\n"
+	       "    -o classnames=FILE     classes: \"label name\" lines mapping labels\n"
+	       "    -o unlabeled=DIR       classes: where unlabeled samples go\n"
+	       "                           (default _unlabeled; skip: leave out)\n"
 	       "    -o readahead=SIZE      prefetch ahead of forward readers of a\n"
 	       "                           shard (K/M/G suffixes; 0: off; default 4M)\n"
 	       "    -h, --help             this help\n"
@@ -151,6 +166,8 @@ static void print_summary(const struct shardfs *fs)
 		 (unsigned long long)(c->skipped + c->special), fs->build_seconds);
 	if (c->bad_shards)
 		log_warn("%u bad shards skipped", c->bad_shards);
+	if (c->unlabeled)
+		log_info("%llu samples without a label", (unsigned long long)c->unlabeled);
 	log_debug("index: %u entries, %.1f bytes per entry, %llu hard links, "
 		  "%llu special files skipped", fs->idx.nr_inodes,
 		  shard_index_bytes_per_entry(&fs->idx),
@@ -269,6 +286,7 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts o = { 0 };
 	struct shardfs fs = { 0 };
 	struct shard_index_build_options bo = { 0 };
+	struct layout layout = { 0 };
 	int rc = EXIT_USAGE;
 
 	if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) ||
@@ -288,13 +306,15 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "usage: %s [options] SHARDS MOUNTPOINT (see --help)\n", argv[0]);
 		goto out_free_args;
 	}
-	if (cli_apply(&cli, &fs) || add_mount_options(&args, cli.shards))
+	if (cli_apply(&cli, &fs) || add_mount_options(&args, cli.shards) ||
+	    layout_init(&layout, cli.layout, cli.label, cli.classnames, cli.unlabeled))
 		goto out_free_args;
 	if (o.debug)
 		log_set_level(LOG_LEVEL_DEBUG);
 	rc = EXIT_MOUNT;
 	if (check_mountpoint(o.mountpoint, cli.nonempty))
 		goto out_free_args;
+	bo.layout = &layout;
 	bo.threads = cli.scan_threads;
 	bo.skip_bad_shards = cli.skip_bad_shards;
 	bo.progress = isatty(STDERR_FILENO) && !cli.quiet ? print_progress : NULL;
@@ -305,9 +325,14 @@ int main(int argc, char *argv[])
 	rc = mount_and_serve(&args, &o, &fs);
 	shardfs_release(&fs);
 out_free_args:
+	layout_release(&layout);
 	free(o.mountpoint);
 	free(cli.loglevel);
 	free(cli.readahead);
+	free(cli.layout);
+	free(cli.label);
+	free(cli.classnames);
+	free(cli.unlabeled);
 	fuse_opt_free_args(&args);
 	return rc;
 }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardfs/layout.h"
 #include "shardfs/shardset.h"
 
 /* Most entries one index holds (inode numbers must fit in 32 bits). */
@@ -97,6 +98,7 @@ struct shard_index_counts {
 	uint64_t duplicates;	/* non-directory paths present more than once */
 	uint64_t skipped;	/* members not served: bad names, conflicts */
 	uint64_t special;	/* device nodes, FIFOs, sockets: not served */
+	uint64_t unlabeled;	/* classes layout: samples without a label */
 	uint32_t bad_shards;	/* shards dropped with skip_bad_shards */
 };
 
@@ -123,6 +125,8 @@ struct shard_index_progress {
 };
 
 struct shard_index_build_options {
+	const struct layout *layout; /* how member paths map to the tree;
+				      * NULL: as stored */
 	unsigned threads;	/* scanning threads; 0: one per CPU */
 	bool skip_bad_shards;	/* drop shards that fail to scan */
 	/* called about ten times a second during the scan; may be NULL */

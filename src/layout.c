@@ -1,0 +1,312 @@
+/*
+ * layout.c - labels for the classes layout, and WebDataset keys.
+ *
+ * Labels come from untrusted members, so they are validated like member
+ * names: a label that is not a usable single path component makes its
+ * sample unlabeled rather than creating paths outside the class level.
+ * The JSON reader understands exactly what is needed to find one
+ * top-level field: strings with escapes, numbers, literals, and nested
+ * values to skip.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "shardfs/layout.h"
+#include "shardfs/log.h"
+#include "shardfs/path.h"
+
+/* Deepest JSON nesting skipped over while looking for the field. */
+#define LAYOUT_JSON_DEPTH_MAX 64
+
+struct layout_classname {
+	char *label;		/* as found in the label member */
+	char *name;		/* directory name to use instead */
+	UT_hash_handle hh;	/* uthash linkage, keyed by label */
+};
+
+size_t layout_key_len(const char *path, size_t len)
+{
+	const char *slash = memrchr(path, '/', len);
+	size_t base = slash ? (size_t)(slash - path) + 1 : 0;
+	const char *dot = memchr(path + base, '.', len - base);
+
+	return dot ? (size_t)(dot - path) : len;
+}
+
+bool layout_is_label_member(const struct layout *l, const char *path,
+			    size_t len)
+{
+	const char *ext = l->json_field ? ".json" : ".cls";
+	size_t key = layout_key_len(path, len), elen = strlen(ext);
+
+	return len - key == elen && !memcmp(path + key, ext, elen);
+}
+
+/* A usable directory name: one component, not "." or "..". */
+static bool valid_component(const char *s, size_t len)
+{
+	char tmp[PATH_COMPONENT_MAX + 1];
+	size_t n = len;
+
+	if (len == 0 || len > PATH_COMPONENT_MAX || memchr(s, '/', len))
+		return false;
+	memcpy(tmp, s, len);
+	return path_normalise(tmp, &n) == PATH_VALID && n == len;
+}
+
+static const char *skip_ws(const char *p, const char *end)
+{
+	while (p < end && isspace((unsigned char)*p))
+		p++;
+	return p;
+}
+
+/* Parse a JSON string at *p (the opening quote) into @out (may be NULL). */
+static int json_string(const char **p, const char *end, char *out,
+		       size_t out_size, size_t *out_len)
+{
+	size_t n = 0;
+	const char *s = *p + 1;
+
+	for (; s < end && *s != '"'; s++) {
+		char c = *s;
+
+		if (c == '\\') {
+			if (++s == end)
+				return -EINVAL;
+			c = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+			if (*s == 'u')	/* labels are not expected to need it */
+				return -EINVAL;
+		}
+		if (out && n + 1 >= out_size)
+			return -EINVAL;
+		if (out)
+			out[n] = c;
+		n++;
+	}
+	if (s == end)
+		return -EINVAL;
+	*p = s + 1;
+	if (out_len)
+		*out_len = n;
+	return 0;
+}
+
+/*
+ * Skip one JSON value: a string, a scalar, or a nested object or array.
+ * Stops at the ',' or '}' that ends it at the top level.
+ */
+static int json_skip(const char **p, const char *end)
+{
+	const char *s = *p;
+	int depth = 0;
+
+	while (s < end) {
+		if (*s == '"') {
+			if (json_string(&s, end, NULL, 0, NULL))
+				return -EINVAL;
+			continue;
+		}
+		if (depth == 0 && (*s == ',' || *s == '}' || *s == ']'))
+			break;
+		if (*s == '{' || *s == '[')
+			depth++;
+		else if (*s == '}' || *s == ']')
+			depth--;
+		if (depth > LAYOUT_JSON_DEPTH_MAX)
+			return -EINVAL;
+		s++;
+	}
+	*p = s;
+	return depth || s == end ? -EINVAL : 0;
+}
+
+/* Copy a scalar (string contents, number or literal) into @out. */
+static int json_scalar(const char **p, const char *end, char *out,
+		       size_t out_size)
+{
+	const char *s = *p;
+	size_t n = 0;
+
+	if (*s == '"') {
+		int rc = json_string(p, end, out, out_size, &n);
+
+		if (rc)
+			return rc;
+		out[n] = '\0';
+		return (int)n;
+	}
+	while (s < end && (isalnum((unsigned char)*s) || strchr("+-.", *s)))
+		s++;
+	n = s - *p;
+	if (n == 0 || n >= out_size)
+		return -EINVAL;
+	memcpy(out, *p, n);
+	out[n] = '\0';
+	*p = s;
+	return (int)n;
+}
+
+/* The value of top-level @field of the JSON object in [p, end). */
+static int json_field(const char *p, const char *end, const char *field,
+		      char *out, size_t out_size)
+{
+	char key[256];
+	size_t klen;
+
+	p = skip_ws(p, end);
+	if (p == end || *p++ != '{')
+		return -EINVAL;
+	for (;;) {
+		p = skip_ws(p, end);
+		if (p == end || *p != '"' || json_string(&p, end, key, sizeof(key), &klen))
+			return -EINVAL;
+		key[klen] = '\0';
+		p = skip_ws(p, end);
+		if (p == end || *p++ != ':')
+			return -EINVAL;
+		p = skip_ws(p, end);
+		if (p < end && !strcmp(key, field))
+			return json_scalar(&p, end, out, out_size);
+		if (json_skip(&p, end))
+			return -EINVAL;
+		p = skip_ws(p, end);
+		if (p == end || *p++ != ',')
+			return -EINVAL;	/* '}' or garbage: field absent */
+	}
+}
+
+int layout_label(const struct layout *l, const char *data, size_t len,
+		 char *out, size_t out_size)
+{
+	const char *end = data + len;
+	struct layout_classname *cn;
+	int n;
+
+	if (l->json_field) {
+		n = json_field(data, end, l->json_field, out, out_size);
+	} else {
+		while (data < end && isspace((unsigned char)*data))
+			data++;
+		while (end > data && isspace((unsigned char)end[-1]))
+			end--;
+		n = end - data < (ptrdiff_t)out_size ? (int)(end - data) : -EINVAL;
+		if (n >= 0) {
+			memcpy(out, data, n);
+			out[n] = '\0';
+		}
+	}
+	if (n < 0)
+		return -EINVAL;
+	HASH_FIND_STR(l->names, out, cn);
+	if (cn) {
+		n = snprintf(out, out_size, "%s", cn->name);
+		if (n < 0 || (size_t)n >= out_size)
+			return -EINVAL;
+	}
+	return valid_component(out, n) ? n : -EINVAL;
+}
+
+/* Add one "index name" line of a classnames file. */
+static int classname_add(struct layout *l, char *line, const char *file,
+			 unsigned lineno)
+{
+	char *label = line + strspn(line, " \t"), *name;
+	struct layout_classname *cn;
+	size_t n;
+
+	label[strcspn(label, "\r\n")] = '\0';
+	if (!*label || *label == '#')
+		return 0;
+	name = label + strcspn(label, " \t");
+	if (*name)
+		*name++ = '\0';
+	name += strspn(name, " \t");
+	n = strlen(name);
+	while (n && isspace((unsigned char)name[n - 1]))
+		name[--n] = '\0';
+	if (!valid_component(name, n))
+		return log_error("%s: line %u: '%s' is not a usable directory name",
+				 file, lineno, name), -EINVAL;
+	cn = calloc(1, sizeof(*cn));
+	if (!cn || !(cn->label = strdup(label)) || !(cn->name = strdup(name))) {
+		if (cn)
+			free(cn->label);
+		free(cn);
+		return -ENOMEM;
+	}
+	HASH_ADD_KEYPTR(hh, l->names, cn->label, strlen(cn->label), cn);
+	return 0;
+}
+
+static int classnames_load(struct layout *l, const char *file)
+{
+	char line[LAYOUT_CLASSNAMES_LINE_MAX];
+	unsigned lineno = 0;
+	int rc = 0;
+	FILE *f = fopen(file, "re");
+
+	if (!f)
+		return log_error("%s: %s", file, strerror(errno)), -EINVAL;
+	while (!rc && fgets(line, sizeof(line), f))
+		rc = classname_add(l, line, file, ++lineno);
+	fclose(f);
+	return rc;
+}
+
+static int parse_kind(const char *kind, enum layout_kind *out)
+{
+	static const char *const names[] = { "tree", "shards", "classes" };
+
+	for (int i = 0; i < 3; i++) {
+		if (!strcmp(kind, names[i])) {
+			*out = (enum layout_kind)i;
+			return 0;
+		}
+	}
+	return log_error("unknown layout '%s' (tree, shards or classes)", kind), -EINVAL;
+}
+
+int layout_init(struct layout *l, const char *kind, const char *label,
+		const char *classnames, const char *unlabeled)
+{
+	*l = (struct layout){ .kind = LAYOUT_TREE };
+	if (kind && parse_kind(kind, &l->kind))
+		return -EINVAL;
+	if (label && strcmp(label, "cls")) {
+		if (strncmp(label, "json:", 5) || !label[5])
+			return log_error("bad label source '%s' (cls or json:FIELD)", label), -EINVAL;
+		l->json_field = strdup(label + 5);
+		if (!l->json_field)
+			return -ENOMEM;
+	}
+	if (!unlabeled)
+		unlabeled = "_unlabeled";
+	if (strcmp(unlabeled, "skip")) {
+		if (!valid_component(unlabeled, strlen(unlabeled)))
+			return log_error("bad unlabeled directory '%s'", unlabeled), -EINVAL;
+		l->unlabeled = strdup(unlabeled);
+		if (!l->unlabeled)
+			return -ENOMEM;
+	}
+	return classnames ? classnames_load(l, classnames) : 0;
+}
+
+void layout_release(struct layout *l)
+{
+	struct layout_classname *cn, *tmp;
+
+	HASH_ITER(hh, l->names, cn, tmp) {
+		HASH_DEL(l->names, cn);
+		free(cn->label);
+		free(cn->name);
+		free(cn);
+	}
+	free(l->json_field);
+	free(l->unlabeled);
+	*l = (struct layout){ 0 };
+}

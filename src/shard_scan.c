@@ -1,0 +1,367 @@
+/*
+ * shard_scan.c - phase 1 of the index build: one shard's members.
+ *
+ * Runs on a scanning thread per shard.  Member names are normalised here,
+ * in parallel, so the single-threaded merge only hashes and links; the
+ * layouts that rename members (shards, classes) are applied here too, so
+ * the merge is the same for every layout.
+ *
+ * The classes layout needs each sample's label before it can name the
+ * sample's members, and a sample's members may come in any order within
+ * the shard.  Labels are therefore collected during the scan (reading
+ * each label member, at most LAYOUT_LABEL_FILE_MAX bytes, usually from
+ * the page cache the header probe just filled) and applied in a second
+ * pass over the shard's members, by binary search on the sorted labels.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shard_scan.h"
+#include "shardfs/index.h"
+#include "shardfs/log.h"
+#include "shardfs/path.h"
+
+/* The shard's directory in the shards layout: its file name less ".tar". */
+static const char *shard_dir_name(const char *path, size_t *len)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	*len = strlen(base);
+	if (*len > 4 && !strcmp(base + *len - 4, ".tar"))
+		*len -= 4;
+	return base;
+}
+
+void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
+		     const char *name, size_t name_len)
+{
+	if (sc->warnings++ < SHARD_INDEX_WARNINGS_PER_SHARD)
+		log_warn("%s: offset %llu: %s%s%.*s%s", sc->shard->path,
+			 (unsigned long long)off, what, name ? " '" : "",
+			 (int)(name_len > 200 ? 200 : name_len), name ? name : "",
+			 name ? "'" : "");
+	else if (sc->warnings == SHARD_INDEX_WARNINGS_PER_SHARD + 1)
+		log_warn("%s: further warnings for this shard are only counted",
+			 sc->shard->path);
+}
+
+static void tar_warn(void *arg, uint64_t off, const char *msg)
+{
+	shard_scan_warn(arg, off, msg, NULL, 0);
+}
+
+/* Append @len bytes and a NUL to the pool; *at (if any) gets the offset. */
+static int pool_add(struct shard_scan *sc, const char *s, size_t len,
+		    uint32_t *at)
+{
+	int rc;
+
+	if (sc->strings_len + len + 1 > SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD)
+		return -E2BIG;
+	rc = array_grow((void **)&sc->strings, &sc->strings_cap,
+		  sc->strings_len + len + 1, 1);
+	if (rc)
+		return rc;
+	memcpy(sc->strings + sc->strings_len, s, len);
+	sc->strings[sc->strings_len + len] = '\0';
+	if (at)
+		*at = (uint32_t)sc->strings_len;
+	sc->strings_len += len + 1;
+	return 0;
+}
+
+/*
+ * Store and normalise a member name, behind the layout's prefix (the
+ * shard's directory in the shards layout).  Returns the verdict or -errno.
+ */
+static int add_name(struct shard_scan *sc, const char *s, size_t len,
+		    uint32_t *at, uint32_t *out_len)
+{
+	const char *prefix = "";
+	size_t plen = 0, n;
+	enum path_verdict v;
+	int rc;
+
+	if (sc->layout->kind == LAYOUT_SHARDS)
+		prefix = shard_dir_name(sc->shard->path, &plen);
+	rc = pool_add(sc, prefix, plen, at);
+	if (rc)
+		return rc;
+	sc->strings[sc->strings_len - 1] = '/';
+	rc = pool_add(sc, s, len, NULL);
+	if (rc)
+		return rc;
+	n = plen + 1 + len;
+	v = path_normalise(sc->strings + *at, &n);
+	sc->strings[*at + n] = '\0';
+	sc->strings_len = *at + n + 1;
+	*out_len = (uint32_t)n;
+	return v;
+}
+
+static size_t path_depth(const char *p, size_t len)
+{
+	size_t depth = len ? 1 : 0;
+
+	for (size_t i = 0; i < len; i++)
+		depth += p[i] == '/';
+	return depth;
+}
+
+/* Store the member's sparse map in the shard's extent list. */
+static int add_extents(struct shard_scan *sc, const struct tar_member *m,
+		       struct raw_member *rm)
+{
+	int rc;
+
+	rm->sparse = m->extents != NULL;
+	rm->extent = (uint32_t)sc->nr_extents;
+	rm->nr_extents = (uint32_t)m->nr_extents;
+	if (!m->extents || !m->nr_extents)
+		return 0;
+	if (sc->nr_extents + m->nr_extents > UINT32_MAX)
+		return -E2BIG;
+	rc = array_grow((void **)&sc->extents, &sc->cap_extents,
+		  sc->nr_extents + m->nr_extents, sizeof(*sc->extents));
+	if (rc)
+		return rc;
+	memcpy(sc->extents + sc->nr_extents, m->extents,
+	       m->nr_extents * sizeof(*m->extents));
+	sc->nr_extents += m->nr_extents;
+	return 0;
+}
+
+/*
+ * Store the member's names.  Returns 0, 1 when the member is skipped (and
+ * warned about), 2 when the layout drops it, or -errno.
+ */
+static int member_names(struct shard_scan *sc, const struct tar_member *m,
+			struct raw_member *rm)
+{
+	int v = PATH_IS_EMPTY;
+
+	if (m->path_len)
+		v = add_name(sc, m->path, m->path_len, &rm->path, &rm->path_len);
+	if (v < 0)
+		return v;
+	if (m->type == TAR_DIR && sc->layout->kind == LAYOUT_CLASSES)
+		return 2;	/* the labels make the directories */
+	if (v == PATH_IS_ROOT && m->type == TAR_DIR)
+		v = PATH_VALID;
+	if (v != PATH_VALID) {
+		shard_scan_warn(sc, m->header_offset, path_verdict_str(v), m->path,
+			  m->path_len);
+		return 1;
+	}
+	if (path_depth(sc->strings + rm->path, rm->path_len) > SHARD_INDEX_MAX_DEPTH) {
+		shard_scan_warn(sc, m->header_offset, "directory nesting too deep",
+			  m->path, m->path_len);
+		return 1;
+	}
+	if (m->type == TAR_SYMLINK)
+		return pool_add(sc, m->link, m->link_len, &rm->link) ?:
+		       (rm->link_len = (uint32_t)m->link_len, 0);
+	if (m->type != TAR_HARDLINK)
+		return 0;
+	v = add_name(sc, m->link, m->link_len, &rm->link, &rm->link_len);
+	if (v < 0)
+		return v;
+	if (v != PATH_VALID) {
+		shard_scan_warn(sc, m->header_offset, "hard link target refused",
+			  m->link, m->link_len);
+		return 1;
+	}
+	return 0;
+}
+
+/* Remember the label of the sample that label member @rm belongs to. */
+static int read_label(struct shard_scan *sc, const struct tar_member *m,
+		      const struct raw_member *rm)
+{
+	const char *path = sc->strings + rm->path;
+	char data[LAYOUT_LABEL_FILE_MAX], label[PATH_COMPONENT_MAX + 1];
+	struct sample_label *sl;
+	ssize_t n;
+	int len, rc;
+
+	if (m->type != TAR_FILE || m->extents || m->size > sizeof(data) ||
+	    !layout_is_label_member(sc->layout, path, rm->path_len))
+		return 0;
+	n = pread(sc->shard->fd, data, m->size, (off_t)m->data_offset);
+	if (n != (ssize_t)m->size)
+		return 0;	/* the scan reports a short shard itself */
+	len = layout_label(sc->layout, data, m->size, label, sizeof(label));
+	if (len < 0) {
+		shard_scan_warn(sc, m->header_offset, "no usable label in", path,
+				rm->path_len);
+		return 0;
+	}
+	rc = array_grow((void **)&sc->labels, &sc->cap_labels, sc->nr_labels + 1,
+			sizeof(*sc->labels));
+	if (rc)
+		return rc;
+	sl = &sc->labels[sc->nr_labels];
+	*sl = (struct sample_label){
+		.key = rm->path, .key_len = (uint32_t)layout_key_len(path, rm->path_len),
+		.label_len = (uint32_t)len, .seq = (uint32_t)sc->nr_labels,
+	};
+	sc->nr_labels++;
+	return pool_add(sc, label, len, &sl->label);
+}
+
+/* tar_scan callback: record one member of a shard. */
+static int scan_member(void *arg, const struct tar_member *m)
+{
+	struct shard_scan *sc = arg;
+	struct raw_member *rm;
+	int rc;
+
+	if (m->type == TAR_SPECIAL) {
+		sc->special++;
+		return 0;
+	}
+	if (sc->nr_members >= SHARD_INDEX_MAX_MEMBERS_PER_SHARD)
+		return -E2BIG;
+	rc = array_grow((void **)&sc->members, &sc->cap_members, sc->nr_members + 1,
+		  sizeof(*sc->members));
+	if (rc)
+		return rc;
+	rm = &sc->members[sc->nr_members];
+	*rm = (struct raw_member){
+		.data_offset = m->data_offset, .size = m->size,
+		.header_offset = m->header_offset, .mtime_sec = m->mtime_sec,
+		.mtime_nsec = m->mtime_nsec, .mode = m->mode, .uid = m->uid,
+		.gid = m->gid, .type = (uint8_t)m->type, .group = UINT32_MAX,
+	};
+	rc = member_names(sc, m, rm);
+	if (rc > 0) {
+		sc->skipped += rc == 1;
+		return 0;
+	}
+	rc = rc ?: add_extents(sc, m, rm);
+	if (!rc && sc->layout->kind == LAYOUT_CLASSES)
+		rc = read_label(sc, m, rm);
+	if (!rc)
+		sc->nr_members++;
+	return rc;
+}
+
+static int key_cmp(const struct shard_scan *sc, uint32_t a, uint32_t alen,
+		   uint32_t b, uint32_t blen)
+{
+	int c = memcmp(sc->strings + a, sc->strings + b, alen < blen ? alen : blen);
+
+	return c ? c : (alen > blen) - (alen < blen);
+}
+
+static int label_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct sample_label *a = pa, *b = pb;
+	int c = key_cmp(arg, a->key, a->key_len, b->key, b->key_len);
+
+	return c ? c : (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/* The label of the sample with key [key, key + len), or NULL. */
+static const struct sample_label *label_find(const struct shard_scan *sc,
+					     uint32_t key, uint32_t len)
+{
+	size_t lo = 0, hi = sc->nr_labels;
+
+	/* the last of the labels with this key: later ones win */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct sample_label *l = &sc->labels[mid];
+
+		if (key_cmp(sc, l->key, l->key_len, key, len) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	lo--;
+	return key_cmp(sc, sc->labels[lo].key, sc->labels[lo].key_len, key, len)
+	       ? NULL : &sc->labels[lo];
+}
+
+/* Rename @path (offset *at) to <dir>/<base name>; -ENAMETOOLONG if too long. */
+static int move_under(struct shard_scan *sc, const char *dir, size_t dlen,
+		      uint32_t *at, uint32_t *len)
+{
+	const char *path = sc->strings + *at;
+	const char *slash = memrchr(path, '/', *len);
+	size_t blen = slash ? *len - (slash + 1 - path) : *len;
+	char buf[2 * PATH_COMPONENT_MAX + 2];
+
+	if (dlen + 1 + blen >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, dir, dlen);
+	buf[dlen] = '/';
+	memcpy(buf + dlen + 1, path + *len - blen, blen);
+	*len = (uint32_t)(dlen + 1 + blen);
+	return pool_add(sc, buf, *len, at);
+}
+
+/* Second pass of the classes layout: every member under its label. */
+static int apply_labels(struct shard_scan *sc)
+{
+	size_t kept = 0;
+	uint32_t last_unlabeled = UINT32_MAX;
+
+	qsort_r(sc->labels, sc->nr_labels, sizeof(*sc->labels), label_cmp, sc);
+	for (size_t i = 0; i < sc->nr_members; i++) {
+		struct raw_member rm = sc->members[i];
+		uint32_t klen = (uint32_t)layout_key_len(sc->strings + rm.path, rm.path_len);
+		const struct sample_label *l = label_find(sc, rm.path, klen);
+		const char *dir = l ? sc->strings + l->label : sc->layout->unlabeled;
+		int rc;
+
+		if (!l && (last_unlabeled == UINT32_MAX ||
+			   key_cmp(sc, last_unlabeled, klen, rm.path, klen))) {
+			sc->unlabeled++;
+			last_unlabeled = rm.path;
+		}
+		if (!dir)
+			continue;
+		rc = move_under(sc, dir, l ? l->label_len : strlen(dir), &rm.path,
+				&rm.path_len);
+		if (rc == -ENOMEM)
+			return rc;
+		if (!rc)
+			sc->members[kept++] = rm;
+	}
+	sc->nr_members = kept;
+	return 0;
+}
+
+void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
+		    const struct layout *layout)
+{
+	static const struct tar_scan_ops ops = { scan_member, tar_warn };
+
+	sc->shard = shard;
+	sc->layout = layout;
+	sc->rc = tar_scan(shard->fd, shard->size, &ops, sc, &sc->err);
+	if (sc->rc == -E2BIG) {
+		sc->err.offset = shard->size;
+		snprintf(sc->err.msg, sizeof(sc->err.msg),
+			 "shard exceeds a limit (%u members, %u name bytes)",
+			 SHARD_INDEX_MAX_MEMBERS_PER_SHARD,
+			 SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD);
+		sc->rc = -EINVAL;
+	}
+	if (!sc->rc && layout->kind == LAYOUT_CLASSES)
+		sc->rc = apply_labels(sc);
+}
+
+void shard_scan_release(struct shard_scan *sc)
+{
+	free(sc->members);
+	free(sc->strings);
+	free(sc->extents);
+	free(sc->labels);
+}

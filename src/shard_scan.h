@@ -1,0 +1,107 @@
+/*
+ * shard_scan.h - phase 1 of the index build (private to the builder).
+ *
+ * One shard is scanned into a struct shard_scan: its members in archive
+ * order with normalised names (already rewritten for the layout), in a
+ * string pool of its own.  Shards are scanned by different threads; a
+ * shard_scan is touched by one thread until the merge reads it.
+ */
+#ifndef SHARDFS_SHARD_SCAN_H
+#define SHARDFS_SHARD_SCAN_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "shardfs/layout.h"
+#include "shardfs/shardset.h"
+#include "shardfs/tar.h"
+
+/* A member as collected from one shard; strings live in the shard's pool. */
+struct raw_member {
+	uint64_t data_offset;	/* data offset in the shard */
+	uint64_t size;		/* logical size */
+	uint64_t header_offset;	/* for messages about this member */
+	int64_t mtime_sec;	/* modification time, seconds */
+	uint32_t mtime_nsec;	/* modification time, nanoseconds */
+	uint32_t path;		/* normalised path, offset in strings */
+	uint32_t path_len;	/* bytes in the path; 0 for the root */
+	uint32_t link;		/* link target, offset in strings */
+	uint32_t link_len;	/* bytes in the link target */
+	uint32_t mode;		/* permission bits */
+	uint32_t uid;		/* owner */
+	uint32_t gid;		/* group */
+	uint32_t extent;	/* first run in the shard's extents, if sparse */
+	uint32_t nr_extents;	/* runs; 0 and !sparse for plain files */
+	uint8_t type;		/* enum tar_type */
+	uint8_t sparse;		/* has a sparse map */
+	uint32_t group;		/* merge: first entry of its hard-link group */
+	uint32_t nlink;		/* merge: names bound to this member */
+};
+
+/* The label of one sample (classes layout), by offsets into strings. */
+struct sample_label {
+	uint32_t key;		/* the sample key */
+	uint32_t key_len;	/* bytes in the key */
+	uint32_t label;		/* the directory name for the sample */
+	uint32_t label_len;	/* bytes in the label */
+	uint32_t seq;		/* order found: the last label wins */
+};
+
+/* What one shard's scan produced. */
+struct shard_scan {
+	struct raw_member *members;	/* in archive order */
+	size_t nr_members;		/* entries in members */
+	size_t cap_members;		/* entries allocated */
+	char *strings;			/* names and targets */
+	size_t strings_len;		/* bytes used */
+	size_t strings_cap;		/* bytes allocated */
+	struct tar_extent *extents;	/* sparse runs of all members */
+	size_t nr_extents;		/* entries used */
+	size_t cap_extents;		/* entries allocated */
+	struct sample_label *labels;	/* classes layout: labels found */
+	size_t nr_labels;		/* entries used */
+	size_t cap_labels;		/* entries allocated */
+	const struct shard *shard;	/* the shard scanned */
+	const struct layout *layout;	/* how paths are rewritten */
+	uint32_t warnings;		/* warnings issued for this shard */
+	uint64_t skipped;		/* members not served: bad names */
+	uint64_t special;		/* device nodes, FIFOs, sockets */
+	uint64_t unlabeled;		/* classes layout: samples w/o label */
+	int rc;				/* result of the scan */
+	struct tar_error err;		/* why the scan failed */
+};
+
+/* Grow *array (of @elem-byte items) to hold @need; capacity doubles. */
+static inline int array_grow(void **array, size_t *cap, size_t need,
+			     size_t elem)
+{
+	size_t n = *cap ? *cap : 64;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	p = realloc(*array, n * elem);
+	if (!p)
+		return -ENOMEM;
+	*array = p;
+	*cap = n;
+	return 0;
+}
+
+/*
+ * Scan @shard into @sc (zeroed by the caller) under @layout.  The result
+ * is in sc->rc (0, -EINVAL with sc->err, -ENOMEM).
+ */
+void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
+		    const struct layout *layout);
+
+/* Warn about member @name at @off of the shard (rate-limited per shard). */
+void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
+		     const char *name, size_t name_len);
+
+void shard_scan_release(struct shard_scan *sc);
+
+#endif
