@@ -27,7 +27,8 @@
 #include "shardfs/path.h"
 
 int shardfs_init(struct shardfs *fs, const char *spec,
-		 const struct shard_index_build_options *opt)
+		 const struct shard_index_build_options *opt,
+		 const struct index_store_options *so)
 {
 	struct timespec t0, t1;
 	char msg[512];
@@ -42,7 +43,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 		log_error("%s", msg);
 		goto out_release_set;
 	}
-	rc = shard_index_build(&fs->idx, &fs->set, opt);
+	rc = index_store_open(&fs->idx, &fs->set, opt, so, &fs->index_file);
 	if (rc)
 		goto out_release_set;
 	clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "shardfs/index.h"
@@ -80,6 +81,11 @@ double shard_index_bytes_per_entry(const struct shard_index *idx)
 
 void shard_index_release(struct shard_index *idx)
 {
+	if (idx->map) {
+		munmap(idx->map, idx->map_len);
+		*idx = (struct shard_index){ 0 };
+		return;
+	}
 	free(idx->inodes);
 	free(idx->names);
 	free(idx->sparse);

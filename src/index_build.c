@@ -47,6 +47,7 @@ struct build_node {
 	uint32_t shard;			/* shard of the member (or that made it) */
 	struct raw_member *member;	/* what the path names; NULL: synthesized
 					 * directory */
+	const struct shard_scan *scan;	/* where member's strings and runs are */
 	uint32_t entry;			/* layout: entry number */
 };
 
@@ -54,6 +55,8 @@ struct builder {
 	struct shard_set *set;		/* the shards, for messages and owners */
 	struct shard_scan *scans;	/* one per shard */
 	const struct shard_index_build_options *opt; /* caller's options */
+	uint32_t first_shard;		/* shards before it come from a base */
+	struct shard_scan base_scan;	/* members of the base index's entries */
 	atomic_uint next_shard;		/* phase 1: next shard to take */
 	atomic_uint shards_done;	/* phase 1: shards finished */
 	atomic_ullong members_seen;	/* phase 1: members found */
@@ -137,8 +140,8 @@ static int scan_all(struct builder *b)
 	pthread_t *threads;
 	unsigned started = 0;
 
-	if (n > b->set->nr)
-		n = b->set->nr;
+	if (n > b->set->nr - b->first_shard)
+		n = b->set->nr - b->first_shard;
 	threads = calloc(n, sizeof(*threads));
 	if (!threads)
 		return -ENOMEM;
@@ -159,7 +162,7 @@ static int check_scans(struct builder *b)
 {
 	int rc = 0;
 
-	for (uint32_t i = 0; i < b->set->nr; i++) {
+	for (uint32_t i = b->first_shard; i < b->set->nr; i++) {
 		struct shard_scan *sc = &b->scans[i];
 
 		if (sc->rc == -ENOMEM)
@@ -319,6 +322,7 @@ static struct build_node *hardlink_target(struct builder *b,
 static int merge_member(struct builder *b, struct shard_scan *sc,
 			uint32_t shard, struct raw_member *rm)
 {
+	const struct shard_scan *scan = sc;
 	struct raw_member *target = rm;
 	struct build_node *n, *t;
 	int64_t id;
@@ -330,6 +334,7 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 			return 0;
 		}
 		target = t->member;
+		scan = t->scan;
 		shard = t->shard;
 	}
 	id = node_walk(b, sc->strings + rm->path, rm->path_len, shard, true);
@@ -347,8 +352,76 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 	if (n->member && n->member->type != TAR_DIR && target->type != TAR_DIR)
 		b->counts.duplicates++;
 	n->member = target;
+	n->scan = scan;
 	n->shard = shard;
 	return 0;
+}
+
+/* A member standing for base entry @in (see seed_from_base). */
+static int seed_member(struct shard_scan *sc, const struct shard_index *base,
+		       const struct shard_inode *in, struct raw_member *rm)
+{
+	*rm = (struct raw_member){
+		.data_offset = in->data, .size = in->size,
+		.mtime_sec = in->mtime_sec, .mtime_nsec = in->mtime_nsec,
+		.mode = in->mode & 07777, .uid = in->uid, .gid = in->gid,
+		.type = S_ISDIR(in->mode) ? TAR_DIR : S_ISLNK(in->mode) ? TAR_SYMLINK
+								 : TAR_FILE,
+		.group = UINT32_MAX,
+	};
+	if (S_ISLNK(in->mode))
+		return shard_scan_add_string(sc, base->names + in->data, in->size,
+					     &rm->link, &rm->link_len);
+	if (in->flags & SHARD_INODE_SPARSE)
+		return shard_scan_add_extents(sc, base, &base->sparse[in->data], rm);
+	return 0;
+}
+
+/*
+ * Rebuild the merge state from an existing index, as if its shards had
+ * just been merged: one node per entry, each bound to a member that
+ * carries the entry's attributes.  Later names of a hard-link group share
+ * the member of the group's first entry, so groups survive.
+ */
+static int seed_from_base(struct builder *b, const struct shard_index *base)
+{
+	struct shard_scan *sc = &b->base_scan;
+	uint32_t *node_of = malloc((size_t)base->nr_inodes * sizeof(*node_of));
+	int rc = 0;
+
+	sc->members = calloc(base->nr_inodes, sizeof(*sc->members));
+	if (!node_of || !sc->members) {
+		free(node_of);
+		return -ENOMEM;
+	}
+	node_of[0] = 0;
+	for (uint32_t e = 0; !rc && e < base->nr_inodes; e++) {
+		const struct shard_inode *in = &base->inodes[e];
+		uint64_t first = shard_index_ino(base, e) - 1;
+		uint32_t *slot = table_find(b, node_of[in->parent],
+					    shard_index_name(base, in), in->name_len);
+
+		if (e && !*slot)
+			rc = node_new(b, node_of[in->parent], shard_index_name(base, in),
+				      in->name_len, in->shard, &slot);
+		if (rc)
+			break;
+		node_of[e] = e ? *slot - 1 : 0;
+		if (first == e)
+			rc = seed_member(sc, base, in, &sc->members[e]);
+		b->nodes[node_of[e]].member = &sc->members[first];
+		b->nodes[node_of[e]].scan = sc;
+		b->nodes[node_of[e]].shard = in->shard;
+	}
+	sc->nr_members = base->nr_inodes;
+	b->counts.members = base->counts.members;
+	b->counts.duplicates = base->counts.duplicates;
+	b->counts.skipped = base->counts.skipped;
+	b->counts.special = base->counts.special;
+	b->counts.unlabeled = base->counts.unlabeled;
+	b->counts.bad_shards = base->counts.bad_shards;
+	free(node_of);
+	return rc;
 }
 
 /* Phase 2: replay every member in shard order, then member order. */
@@ -356,7 +429,9 @@ static int merge_all(struct builder *b)
 {
 	int rc = table_grow(b);
 
-	for (uint32_t s = 0; !rc && s < b->set->nr; s++) {
+	if (!rc && b->opt->base)
+		rc = seed_from_base(b, b->opt->base);
+	for (uint32_t s = b->first_shard; !rc && s < b->set->nr; s++) {
 		struct shard_scan *sc = &b->scans[s];
 
 		b->counts.members += sc->nr_members + sc->skipped + sc->special;
@@ -507,7 +582,7 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 		      struct shard_inode *in, const struct build_node *n)
 {
 	struct raw_member *m = n->member;
-	const struct shard_scan *sc = &b->scans[n->shard];
+	const struct shard_scan *sc = n->scan;
 
 	in->uid = m->uid;
 	in->gid = m->gid;
@@ -596,6 +671,7 @@ static void builder_release(struct builder *b)
 {
 	for (uint32_t i = 0; b->scans && i < b->set->nr; i++)
 		shard_scan_release(&b->scans[i]);
+	shard_scan_release(&b->base_scan);
 	free(b->scans);
 	free(b->nodes);
 	free(b->slots);
@@ -607,6 +683,10 @@ static int builder_init(struct builder *b, struct shard_set *set,
 			const struct shard_index_build_options *opt)
 {
 	*b = (struct builder){ .set = set, .opt = opt };
+	b->first_shard = opt->base ? opt->base_shards : 0;
+	assert(b->first_shard <= set->nr);
+	atomic_store(&b->next_shard, b->first_shard);
+	atomic_store(&b->shards_done, b->first_shard);
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_cond_init(&b->done_cond, NULL);
 	b->scans = calloc(set->nr ? set->nr : 1, sizeof(*b->scans));

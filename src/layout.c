@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
+#include <xxhash.h>
 
 #include "shardfs/layout.h"
 #include "shardfs/log.h"
@@ -294,6 +295,25 @@ int layout_init(struct layout *l, const char *kind, const char *label,
 			return -ENOMEM;
 	}
 	return classnames ? classnames_load(l, classnames) : 0;
+}
+
+static uint64_t hash_str(const char *s, uint64_t seed)
+{
+	return s ? XXH3_64bits_withSeed(s, strlen(s) + 1, seed) : seed + 1;
+}
+
+uint64_t layout_hash(const struct layout *l)
+{
+	const struct layout_classname *cn;
+	uint64_t h;
+
+	if (!l || l->kind == LAYOUT_TREE)
+		return 0;
+	h = hash_str(l->json_field, l->kind);
+	h = hash_str(l->unlabeled, h);
+	for (cn = l->names; cn; cn = cn->hh.next)
+		h = hash_str(cn->name, hash_str(cn->label, h));
+	return h;
 }
 
 void layout_release(struct layout *l)

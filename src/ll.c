@@ -11,8 +11,6 @@
  * Read buffers are per thread and allocated on a thread's first read, so
  * the read path neither allocates nor takes a lock.
  */
-#define FUSE_USE_VERSION 312
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

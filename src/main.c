@@ -6,11 +6,11 @@
  * "shardfs SHARDS MNT && ls MNT" always sees the full tree, and a failure
  * leaves nothing mounted.  Exit codes are documented in shardfs(1).
  */
-#define FUSE_USE_VERSION 312
-
 #include <dirent.h>
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
+#include "lifecycle.h"
 #include "shardfs/fs.h"
 #include "shardfs/ll.h"
 #include "shardfs/log.h"
@@ -29,47 +31,28 @@ enum exit_code {
 	EXIT_MOUNT = 3,		/* the mountpoint or FUSE refused */
 };
 
-/* shardfs' own options; FUSE's are left in the argument vector. */
-struct cli {
-	const char *shards;	/* the SHARDS argument */
-	int nonopts;		/* non-option arguments seen */
-	int quiet;		/* -o quiet: no summary */
-	int skip_bad_shards;	/* -o skip_bad_shards */
+/* Options only the mount takes; the index options are in cli.h. */
+struct mount_cli {
 	int nonempty;		/* -o nonempty: allow a non-empty mountpoint */
 	int uid;		/* -o uid=N, -1 when unset */
 	int gid;		/* -o gid=N, -1 when unset */
 	int umask;		/* -o umask=OCTAL, -1 when unset */
-	unsigned scan_threads;	/* -o scan_threads=N */
 	char *readahead;	/* -o readahead=SIZE */
-	char *layout;		/* -o layout=tree|shards|classes */
-	char *label;		/* -o label=cls|json:FIELD */
-	char *classnames;	/* -o classnames=FILE */
-	char *unlabeled;	/* -o unlabeled=DIR|skip */
-	char *loglevel;		/* -o loglevel=NAME */
-	int show_help;		/* -h, --help */
-	int show_version;	/* -V, --version */
+	int notify_fd;		/* -o notify_fd=N, -1 when unset */
+	unsigned idle_timeout;	/* -o idle_timeout=SECONDS, 0: never */
+	char *mountpoint;	/* the MOUNTPOINT argument, as given */
 };
 
-#define CLI_OPT(t, field, value) { t, offsetof(struct cli, field), value }
+#define MOUNT_OPT(t, field, value) { t, offsetof(struct mount_cli, field), value }
 
-static const struct fuse_opt cli_opts[] = {
-	CLI_OPT("quiet", quiet, 1),
-	CLI_OPT("skip_bad_shards", skip_bad_shards, 1),
-	CLI_OPT("nonempty", nonempty, 1),
-	CLI_OPT("uid=%d", uid, 0),
-	CLI_OPT("gid=%d", gid, 0),
-	CLI_OPT("umask=%o", umask, 0),
-	CLI_OPT("scan_threads=%u", scan_threads, 0),
-	CLI_OPT("loglevel=%s", loglevel, 0),
-	CLI_OPT("readahead=%s", readahead, 0),
-	CLI_OPT("layout=%s", layout, 0),
-	CLI_OPT("label=%s", label, 0),
-	CLI_OPT("classnames=%s", classnames, 0),
-	CLI_OPT("unlabeled=%s", unlabeled, 0),
-	CLI_OPT("-h", show_help, 1),
-	CLI_OPT("--help", show_help, 1),
-	CLI_OPT("-V", show_version, 1),
-	CLI_OPT("--version", show_version, 1),
+static const struct fuse_opt mount_opts[] = {
+	MOUNT_OPT("nonempty", nonempty, 1),
+	MOUNT_OPT("uid=%d", uid, 0),
+	MOUNT_OPT("gid=%d", gid, 0),
+	MOUNT_OPT("umask=%o", umask, 0),
+	MOUNT_OPT("readahead=%s", readahead, 0),
+	MOUNT_OPT("notify_fd=%d", notify_fd, 0),
+	MOUNT_OPT("idle_timeout=%u", idle_timeout, 0),
 	FUSE_OPT_END
 };
 
@@ -84,39 +67,27 @@ static void usage(const char *prog)
 	       "    -o uid=N               report every file as owned by uid N\n"
 	       "    -o gid=N               report every file as owned by gid N\n"
 	       "    -o umask=OCTAL         clear these permission bits\n"
-	       "    -o quiet               no summary line\n"
-	       "    -o skip_bad_shards     mount the valid shards, skip the rest\n"
 	       "    -o nonempty            allow a non-empty mountpoint\n"
-	       "    -o scan_threads=N      threads that index shards (default: CPUs)\n"
-	       "    -o loglevel=LEVEL      error, warn, info (default), debug\n"
-	       "    -o layout=LAYOUT       tree (as stored), shards (a directory per\n"
-	       "                           shard) or classes (<label>/<file>)\n"
-	       "    -o label=SOURCE        classes: cls (the .cls member, default)\n"
-	       "                           or json:FIELD (a field of the .json)\n"
-	       "    -o classnames=FILE     classes: \"label name\" lines mapping labels\n"
-	       "    -o unlabeled=DIR       classes: where unlabeled samples go\n"
-	       "                           (default _unlabeled; skip: leave out)\n"
 	       "    -o readahead=SIZE      prefetch ahead of forward readers of a\n"
 	       "                           shard (K/M/G suffixes; 0: off; default 4M)\n"
-	       "    -h, --help             this help\n"
-	       "    -V, --version          print the version\n\n"
+	       "    -o notify_fd=N         write READY=1 to fd N once mounted\n"
+	       "                           (NOTIFY_SOCKET is honoured as well)\n"
+	       "    -o idle_timeout=SECS   unmount after SECS without requests\n"
+	       "%s\n"
 	       "exit status: 0 mounted, 1 usage error, 2 bad shard set,\n"
-	       "3 mountpoint or FUSE error\n\n", prog);
+	       "3 mountpoint or FUSE error\n\n", prog, cli_index_help);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }
 
-static int cli_proc(void *data, const char *arg, int key, struct fuse_args *out)
+static int keep_args(void *data, const char *arg, int key, struct fuse_args *out)
 {
-	struct cli *cli = data;
+	struct mount_cli *m = data;
 
-	if (key != FUSE_OPT_KEY_NONOPT)
-		return 1;
-	if (cli->nonopts++ == 0) {
-		cli->shards = arg;
-		return 0;
-	}
-	return 1;	/* the mountpoint, for fuse_parse_cmdline() */
+	/* a copy: fuse_opt_parse frees the vector @arg lives in */
+	if (key == FUSE_OPT_KEY_NONOPT && !m->mountpoint && !(m->mountpoint = strdup(arg)))
+		return -1;
+	return 1;	/* the mountpoint and FUSE's options, for libfuse */
 }
 
 /* The mountpoint must be an empty directory unless -o nonempty. */
@@ -145,35 +116,6 @@ static int check_mountpoint(const char *mp, int nonempty)
 	return 0;
 }
 
-static void print_progress(void *arg, const struct shard_index_progress *p)
-{
-	fprintf(stderr, "\rshardfs: indexing %u/%u shards, %llu members, %.1f MB",
-		p->shards_done, p->shards_total, (unsigned long long)p->members,
-		p->bytes / 1e6);
-	if (p->shards_done == p->shards_total)
-		fputc('\n', stderr);
-}
-
-static void print_summary(const struct shardfs *fs)
-{
-	const struct shard_index_counts *c = &fs->idx.counts;
-
-	log_info("%u shards, %llu files, %llu dirs, %llu symlinks, %llu bytes, "
-		 "%llu duplicates, %llu skipped in %.2f s",
-		 fs->set.nr - c->bad_shards, (unsigned long long)c->files,
-		 (unsigned long long)c->dirs, (unsigned long long)c->symlinks,
-		 (unsigned long long)c->bytes, (unsigned long long)c->duplicates,
-		 (unsigned long long)(c->skipped + c->special), fs->build_seconds);
-	if (c->bad_shards)
-		log_warn("%u bad shards skipped", c->bad_shards);
-	if (c->unlabeled)
-		log_info("%llu samples without a label", (unsigned long long)c->unlabeled);
-	log_debug("index: %u entries, %.1f bytes per entry, %llu hard links, "
-		  "%llu special files skipped", fs->idx.nr_inodes,
-		  shard_index_bytes_per_entry(&fs->idx),
-		  (unsigned long long)c->hardlinks, (unsigned long long)c->special);
-}
-
 /* A byte count with an optional K, M or G suffix (powers of 1024). */
 static int parse_size(const char *s, uint64_t *out)
 {
@@ -196,26 +138,17 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* Apply the options that change what the index reports. */
-static int cli_apply(const struct cli *cli, struct shardfs *fs)
+/* The options that change what the mount reports and how it reads. */
+static int mount_options(const struct mount_cli *m, struct shardfs_options *opt)
 {
-	enum log_level level;
-
-	fs->opt.readahead = SHARDFS_READAHEAD_DEFAULT;
-	if (cli->readahead && parse_size(cli->readahead, &fs->opt.readahead))
-		return log_error("bad readahead size '%s'", cli->readahead), -EINVAL;
-	if (cli->loglevel) {
-		if (log_parse_level(cli->loglevel, &level))
-			return log_error("unknown loglevel '%s'", cli->loglevel), -EINVAL;
-		log_set_level(level);
-	} else if (cli->quiet) {
-		log_set_level(LOG_LEVEL_WARN);
-	}
-	fs->opt.set_uid = cli->uid >= 0;
-	fs->opt.uid = (uint32_t)cli->uid;
-	fs->opt.set_gid = cli->gid >= 0;
-	fs->opt.gid = (uint32_t)cli->gid;
-	fs->opt.umask = cli->umask >= 0 ? (mode_t)cli->umask & 07777 : 0;
+	opt->readahead = SHARDFS_READAHEAD_DEFAULT;
+	if (m->readahead && parse_size(m->readahead, &opt->readahead))
+		return log_error("bad readahead size '%s'", m->readahead), -EINVAL;
+	opt->set_uid = m->uid >= 0;
+	opt->uid = (uint32_t)m->uid;
+	opt->set_gid = m->gid >= 0;
+	opt->gid = (uint32_t)m->gid;
+	opt->umask = m->umask >= 0 ? (mode_t)m->umask & 07777 : 0;
 	return 0;
 }
 
@@ -247,16 +180,19 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *o)
 	if (!cfg)
 		return -ENOMEM;
 	fuse_loop_cfg_set_clone_fd(cfg, o->clone_fd);
-	fuse_loop_cfg_set_idle_threads(cfg, o->max_idle_threads);
-	fuse_loop_cfg_set_max_threads(cfg, o->max_threads);
+	/* UINT_MAX means "not given": keep libfuse's defaults */
+	if (o->max_idle_threads != UINT_MAX)
+		fuse_loop_cfg_set_idle_threads(cfg, o->max_idle_threads);
+	if (o->max_threads != UINT_MAX)
+		fuse_loop_cfg_set_max_threads(cfg, o->max_threads);
 	rc = fuse_session_loop_mt(se, cfg);
 	fuse_loop_cfg_destroy(cfg);
 	return rc;
 }
 
-/* Mount @fs and serve it until unmounted. */
-static int mount_and_serve(struct fuse_args *args,
-			   const struct fuse_cmdline_opts *o, struct shardfs *fs)
+/* Mount @fs and serve it until unmounted or signalled. */
+static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opts *o,
+			   const struct mount_cli *m, struct shardfs *fs)
 {
 	struct fuse_session *se = shardfs_session_new(args, fs);
 	int rc = EXIT_MOUNT;
@@ -270,7 +206,11 @@ static int mount_and_serve(struct fuse_args *args,
 	if (!o->foreground)
 		log_use_syslog();
 	fuse_daemonize(o->foreground);
-	rc = serve(se, o) ? EXIT_MOUNT : EXIT_OK;
+	lifecycle_notify_ready(m->notify_fd);
+	if (m->idle_timeout)
+		lifecycle_idle_start(se, fs, o->mountpoint, m->idle_timeout);
+	/* a signal ends the loop with the signal number: a clean exit */
+	rc = serve(se, o) < 0 ? EXIT_MOUNT : EXIT_OK;
 	fuse_session_unmount(se);
 out_remove_handlers:
 	fuse_remove_signal_handlers(se);
@@ -279,60 +219,71 @@ out_destroy:
 	return rc;
 }
 
+/*
+ * Parse both option tables and libfuse's.  Returns the exit code for a
+ * usage error, or 0 with *done set when --help or --version was served.
+ */
+static int parse_args(struct fuse_args *args, struct cli_index *cli,
+		      struct mount_cli *m, struct fuse_cmdline_opts *o,
+		      const char *prog, bool *done)
+{
+	if (cli_index_parse(args, cli) ||
+	    fuse_opt_parse(args, m, mount_opts, keep_args))
+		return EXIT_USAGE;
+	/* before libfuse, which would call a missing mountpoint a usage error */
+	if (m->mountpoint && check_mountpoint(m->mountpoint, m->nonempty))
+		return EXIT_MOUNT;
+	if (fuse_parse_cmdline(args, o))
+		return EXIT_USAGE;
+	if (cli->show_help || o->show_help) {
+		usage(prog);
+		*done = true;
+		return EXIT_OK;
+	}
+	if (cli->show_version || o->show_version) {
+		printf("shardfs %s (libfuse %s)\n", SHARDFS_VERSION, fuse_pkgversion());
+		*done = true;
+		return EXIT_OK;
+	}
+	if (!cli->shards || !o->mountpoint) {
+		fprintf(stderr, "usage: %s [options] SHARDS MOUNTPOINT (see --help)\n", prog);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	struct cli cli = { .uid = -1, .gid = -1, .umask = -1 };
+	struct cli_index cli = { 0 };
+	struct mount_cli m = { .uid = -1, .gid = -1, .umask = -1, .notify_fd = -1 };
 	struct fuse_cmdline_opts o = { 0 };
+	struct cli_config cfg = { 0 };
 	struct shardfs fs = { 0 };
-	struct shard_index_build_options bo = { 0 };
-	struct layout layout = { 0 };
-	int rc = EXIT_USAGE;
+	bool done = false;
+	int rc = parse_args(&args, &cli, &m, &o, argv[0], &done);
 
-	if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) ||
-	    fuse_parse_cmdline(&args, &o))
+	if (rc || done)
 		goto out_free_args;
-	if (cli.show_help || o.show_help) {
-		usage(argv[0]);
-		rc = EXIT_OK;
-		goto out_free_args;
-	}
-	if (cli.show_version || o.show_version) {
-		printf("shardfs %s (libfuse %s)\n", SHARDFS_VERSION, fuse_pkgversion());
-		rc = EXIT_OK;
-		goto out_free_args;
-	}
-	if (!cli.shards || !o.mountpoint) {
-		fprintf(stderr, "usage: %s [options] SHARDS MOUNTPOINT (see --help)\n", argv[0]);
-		goto out_free_args;
-	}
-	if (cli_apply(&cli, &fs) || add_mount_options(&args, cli.shards) ||
-	    layout_init(&layout, cli.layout, cli.label, cli.classnames, cli.unlabeled))
-		goto out_free_args;
+	rc = EXIT_USAGE;
+	if (cli_config_init(&cfg, &cli) || mount_options(&m, &fs.opt) ||
+	    add_mount_options(&args, cli.shards))
+		goto out_release_config;
 	if (o.debug)
 		log_set_level(LOG_LEVEL_DEBUG);
-	rc = EXIT_MOUNT;
-	if (check_mountpoint(o.mountpoint, cli.nonempty))
-		goto out_free_args;
-	bo.layout = &layout;
-	bo.threads = cli.scan_threads;
-	bo.skip_bad_shards = cli.skip_bad_shards;
-	bo.progress = isatty(STDERR_FILENO) && !cli.quiet ? print_progress : NULL;
 	rc = EXIT_SHARDS;
-	if (shardfs_init(&fs, cli.shards, &bo))
-		goto out_free_args;
-	print_summary(&fs);
-	rc = mount_and_serve(&args, &o, &fs);
+	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
+		goto out_release_config;
+	cli_print_summary(&fs.idx, fs.set.nr, fs.build_seconds, &fs.index_file);
+	rc = mount_and_serve(&args, &o, &m, &fs);
 	shardfs_release(&fs);
+out_release_config:
+	cli_config_release(&cfg);
 out_free_args:
-	layout_release(&layout);
 	free(o.mountpoint);
-	free(cli.loglevel);
-	free(cli.readahead);
-	free(cli.layout);
-	free(cli.label);
-	free(cli.classnames);
-	free(cli.unlabeled);
+	free(m.readahead);
+	free(m.mountpoint);
+	cli_index_free(&cli);
 	fuse_opt_free_args(&args);
 	return rc;
 }

@@ -358,6 +358,33 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		sc->rc = apply_labels(sc);
 }
 
+int shard_scan_add_string(struct shard_scan *sc, const char *s, size_t len,
+			  uint32_t *at, uint32_t *out_len)
+{
+	*out_len = (uint32_t)len;
+	return pool_add(sc, s, len, at);
+}
+
+int shard_scan_add_extents(struct shard_scan *sc, const struct shard_index *idx,
+			   const struct shard_sparse *sp, struct raw_member *rm)
+{
+	int rc = array_grow((void **)&sc->extents, &sc->cap_extents,
+			    sc->nr_extents + sp->count, sizeof(*sc->extents));
+
+	if (rc)
+		return rc;
+	rm->sparse = 1;
+	rm->extent = (uint32_t)sc->nr_extents;
+	rm->nr_extents = (uint32_t)sp->count;
+	for (uint64_t i = 0; i < sp->count; i++) {
+		const struct shard_extent *e = &idx->extents[sp->first + i];
+
+		sc->extents[sc->nr_extents++] = (struct tar_extent){
+			e->logical, e->length, e->physical };
+	}
+	return 0;
+}
+
 void shard_scan_release(struct shard_scan *sc)
 {
 	free(sc->members);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "shardfs/index.h"
 #include "shardfs/layout.h"
 #include "shardfs/shardset.h"
 #include "shardfs/tar.h"
@@ -103,5 +104,13 @@ void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
 		     const char *name, size_t name_len);
 
 void shard_scan_release(struct shard_scan *sc);
+
+/* Store @len bytes in the pool of @sc (for members made by the merge). */
+int shard_scan_add_string(struct shard_scan *sc, const char *s, size_t len,
+			  uint32_t *at, uint32_t *out_len);
+
+/* Copy the runs of sparse map @sp of @idx into @sc, for member @rm. */
+int shard_scan_add_extents(struct shard_scan *sc, const struct shard_index *idx,
+			   const struct shard_sparse *sp, struct raw_member *rm);
 
 #endif

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include "shardfs/index.h"
+#include "shardfs/index_store.h"
 #include "shardfs/shardset.h"
 
 /* Inode number of the root directory (FUSE_ROOT_ID). */
@@ -86,16 +87,19 @@ struct shardfs {
 	struct shardfs_options opt;	/* ownership overrides */
 	struct shardfs_counters counters; /* activity since mount */
 	double build_seconds;		/* time the index build took */
+	struct index_store_result index_file; /* where the index came from */
 	struct timespec mounted_at;	/* CLOCK_MONOTONIC at shardfs_init */
 };
 
 /*
- * Expand @spec (see shardset.h), open the shards and build the index.
- * Errors are logged (naming the shard and byte offset where there is
- * one).  Returns 0 or -errno; fs->opt must be set by the caller.
+ * Expand @spec (see shardset.h), open the shards and load or build the
+ * index as @so says (see index_store.h).  Errors are logged (naming the
+ * shard and byte offset where there is one).  Returns 0 or -errno;
+ * fs->opt must be set by the caller.
  */
 int shardfs_init(struct shardfs *fs, const char *spec,
-		 const struct shard_index_build_options *opt);
+		 const struct shard_index_build_options *opt,
+		 const struct index_store_options *so);
 
 /* Close the shards and free the index. */
 void shardfs_release(struct shardfs *fs);

@@ -114,6 +114,9 @@ struct shard_index {
 	struct shard_hardlink *hardlinks; /* later names of hard-link groups */
 	uint64_t nr_hardlinks;		/* entries in hardlinks */
 	struct shard_index_counts counts; /* totals from the build */
+	void *map;			/* index file mapping the arrays point
+					 * into; NULL when they are malloc'ed */
+	size_t map_len;			/* bytes mapped */
 };
 
 /* Progress of a build, reported to the caller while shards are scanned. */
@@ -129,6 +132,10 @@ struct shard_index_build_options {
 				      * NULL: as stored */
 	unsigned threads;	/* scanning threads; 0: one per CPU */
 	bool skip_bad_shards;	/* drop shards that fail to scan */
+	const struct shard_index *base; /* an index of the first base_shards
+				 * shards to extend instead of rescanning
+				 * them; NULL to scan everything */
+	uint32_t base_shards;	/* shards that base covers */
 	/* called about ten times a second during the scan; may be NULL */
 	void (*progress)(void *arg, const struct shard_index_progress *p);
 	void *progress_arg;	/* passed to progress */
@@ -136,7 +143,8 @@ struct shard_index_build_options {
 
 /*
  * Scan every shard of @set (opened with shard_set_open) in parallel and
- * build @idx.  A shard that is not a valid tar fails the build with
+ * build @idx; with opt->base, only the shards after opt->base_shards are
+ * scanned and their members are merged over the base index's tree.  A shard that is not a valid tar fails the build with
  * -EINVAL after logging its path and the byte offset of the bad header,
  * unless opt->skip_bad_shards, in which case it is marked bad in @set,
  * logged and counted.  Returns 0, -EINVAL, -ENOMEM or -E2BIG (a named
@@ -145,7 +153,7 @@ struct shard_index_build_options {
 int shard_index_build(struct shard_index *idx, struct shard_set *set,
 		      const struct shard_index_build_options *opt);
 
-/* Free the arrays; @idx is empty afterwards. */
+/* Free or unmap the arrays; @idx is empty afterwards. */
 void shard_index_release(struct shard_index *idx);
 
 static inline const char *shard_index_name(const struct shard_index *idx,

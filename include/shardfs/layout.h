@@ -57,6 +57,12 @@ int layout_init(struct layout *l, const char *kind, const char *label,
 
 void layout_release(struct layout *l);
 
+/*
+ * A hash of everything in @l that changes the tree (NULL: the tree
+ * layout), so that an index built under other options is not reused.
+ */
+uint64_t layout_hash(const struct layout *l);
+
 /* Bytes of @path that form its WebDataset key. */
 size_t layout_key_len(const char *path, size_t len);
 

@@ -1,0 +1,91 @@
+/*
+ * index_file.h - the persistent index: one file per shard set, used in
+ * place through mmap.
+ *
+ * The file holds the arrays of struct shard_index byte for byte, plus a
+ * table identifying the shards it was built from, so that mounting a set
+ * whose index is valid parses nothing per member: it costs one mapping,
+ * a checksum pass and a bounds check pass over the arrays, and one
+ * fstat per shard.  The format is documented in docs/index-format.md.
+ *
+ * Layout (native byte order, checked by a marker in the header):
+ *
+ *   struct index_file_header   magic, version, sizes, counts, section
+ *                              table, xxh3 of the header itself
+ *   sections, 64-byte aligned  SHARDS, SHARD_NAMES, INODES, NAMES,
+ *                              SPARSE, EXTENTS, HARDLINKS; each with its
+ *                              offset, length and xxh3 in the header
+ *
+ * A shard is identified by its path (relative to the index file's
+ * directory when it lies below it, so that a set moved or copied together
+ * with its index stays valid), its size, its mtime and an xxh3 fingerprint
+ * of its first INDEX_FINGERPRINT_BYTES bytes (checked only when the mtime
+ * differs, e.g. after a copy that did not keep times).
+ *
+ * Writing is atomic: a temporary file in the same directory is renamed
+ * over the index, so concurrent builders never leave a torn file and
+ * readers keep the mapping they have.
+ *
+ * Thread-safety: loading and writing happen before the mount, single
+ * threaded.
+ */
+#ifndef SHARDFS_INDEX_FILE_H
+#define SHARDFS_INDEX_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/index.h"
+#include "shardfs/shardset.h"
+
+#define INDEX_FILE_MAGIC "SHARDIDX"
+#define INDEX_FILE_VERSION 1
+/* Bytes of a shard hashed into its fingerprint. */
+#define INDEX_FINGERPRINT_BYTES 4096
+
+/* One shard as the index file records it. */
+struct index_file_shard {
+	uint64_t size;		/* bytes at build time */
+	int64_t mtime_sec;	/* mtime at build time */
+	uint32_t mtime_nsec;	/* mtime at build time, nanoseconds */
+	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
+	uint64_t name;		/* offset of its path in SHARD_NAMES */
+	uint64_t fingerprint;	/* xxh3 of its first bytes */
+	uint64_t members;	/* members its scan found */
+	uint32_t flags;		/* INDEX_SHARD_* */
+	uint32_t reserved;	/* zero */
+};
+
+#define INDEX_SHARD_BAD 0x1	/* skipped as invalid (skip_bad_shards) */
+#define INDEX_SHARD_ABSOLUTE 0x2 /* name is absolute, not index-relative */
+
+/* A loaded index file's shard table (points into the mapping). */
+struct index_file_shards {
+	const struct index_file_shard *shards;	/* one per shard, in order */
+	uint32_t nr;				/* entries in shards */
+	const char *names;			/* paths, not NUL-terminated */
+	uint64_t options_hash;			/* layout the index was built for */
+};
+
+/*
+ * Map the index at @path into @idx (which then owns the mapping) and
+ * describe its shards in @shards.  Verifies the magic, version, byte
+ * order, sizes, every checksum and every bound that a lookup or read
+ * relies on.  Returns 0, -ENOENT when there is no file, or -EINVAL with a
+ * reason naming the byte offset in @msg.
+ */
+int index_file_load(const char *path, struct shard_index *idx,
+		    struct index_file_shards *shards, char *msg, size_t msg_len);
+
+/*
+ * Write @idx, built from @set with options hashed to @options_hash, to
+ * @path atomically.  Returns 0 or -errno (with @msg).
+ */
+int index_file_write(const char *path, const struct shard_index *idx,
+		     const struct shard_set *set, uint64_t options_hash,
+		     char *msg, size_t msg_len);
+
+/* Fingerprint of an open shard: xxh3 of its first bytes.  0 or -EIO. */
+int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * cli.c - options shared by shardfs and shardfs-index.
+ *
+ * Parsing uses libfuse's fuse_opt, so "-o a=b,c" works the same for both
+ * commands, and shardfs can hand what it does not know to libfuse.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "shardfs/log.h"
+
+#define CLI_OPT(t, field, value) { t, offsetof(struct cli_index, field), value }
+
+const struct fuse_opt cli_index_opts[] = {
+	CLI_OPT("quiet", quiet, 1),
+	CLI_OPT("skip_bad_shards", skip_bad_shards, 1),
+	CLI_OPT("scan_threads=%u", scan_threads, 0),
+	CLI_OPT("loglevel=%s", loglevel, 0),
+	CLI_OPT("layout=%s", layout, 0),
+	CLI_OPT("label=%s", label, 0),
+	CLI_OPT("classnames=%s", classnames, 0),
+	CLI_OPT("unlabeled=%s", unlabeled, 0),
+	CLI_OPT("index=%s", index, 0),
+	CLI_OPT("index_mode=%s", index_mode, 0),
+	CLI_OPT("-h", show_help, 1),
+	CLI_OPT("--help", show_help, 1),
+	CLI_OPT("-V", show_version, 1),
+	CLI_OPT("--version", show_version, 1),
+	FUSE_OPT_END
+};
+
+const char cli_index_help[] =
+	"    -o layout=LAYOUT       tree (as stored), shards (a directory per\n"
+	"                           shard) or classes (<label>/<file>)\n"
+	"    -o label=SOURCE        classes: cls (the .cls member, default)\n"
+	"                           or json:FIELD (a field of the .json)\n"
+	"    -o classnames=FILE     classes: \"label name\" lines mapping labels\n"
+	"    -o unlabeled=DIR       classes: where unlabeled samples go\n"
+	"                           (default _unlabeled; skip: leave out)\n"
+	"    -o index=PATH          the index file (default: next to the first\n"
+	"                           shard, else in the cache directory)\n"
+	"    -o index_mode=MODE     auto (default): use a valid index, else\n"
+	"                           build and save one; require; rebuild; off\n"
+	"    -o skip_bad_shards     index the valid shards, skip the rest\n"
+	"    -o scan_threads=N      threads that scan shards (default: CPUs)\n"
+	"    -o quiet               no summary line\n"
+	"    -o loglevel=LEVEL      error, warn, info (default), debug\n"
+	"    -h, --help             this help\n"
+	"    -V, --version          print the version\n";
+
+static int take_shards(void *data, const char *arg, int key,
+		       struct fuse_args *out)
+{
+	struct cli_index *cli = data;
+
+	if (key != FUSE_OPT_KEY_NONOPT || cli->shards)
+		return 1;
+	/* a copy: fuse_opt_parse may free the vector @arg lives in */
+	cli->shards = strdup(arg);
+	return cli->shards ? 0 : -1;
+}
+
+int cli_index_parse(struct fuse_args *args, struct cli_index *cli)
+{
+	return fuse_opt_parse(args, cli, cli_index_opts, take_shards);
+}
+
+static void print_progress(void *arg, const struct shard_index_progress *p)
+{
+	fprintf(stderr, "\rshardfs: indexing %u/%u shards, %llu members, %.1f MB",
+		p->shards_done, p->shards_total, (unsigned long long)p->members,
+		p->bytes / 1e6);
+	if (p->shards_done == p->shards_total)
+		fputc('\n', stderr);
+}
+
+int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
+{
+	enum log_level level;
+
+	*cfg = (struct cli_config){ 0 };
+	if (cli->loglevel && log_parse_level(cli->loglevel, &level))
+		return log_error("unknown loglevel '%s'", cli->loglevel), -EINVAL;
+	log_set_level(cli->loglevel ? level : cli->quiet ? LOG_LEVEL_WARN
+							 : LOG_LEVEL_INFO);
+	if (cli->index_mode && index_mode_parse(cli->index_mode, &cfg->store.mode))
+		return log_error("unknown index_mode '%s'", cli->index_mode), -EINVAL;
+	if (layout_init(&cfg->layout, cli->layout, cli->label, cli->classnames,
+			cli->unlabeled))
+		return -EINVAL;
+	cfg->store.path = cli->index;
+	cfg->store.options_hash = layout_hash(&cfg->layout);
+	cfg->build.layout = &cfg->layout;
+	cfg->build.threads = cli->scan_threads;
+	cfg->build.skip_bad_shards = cli->skip_bad_shards;
+	if (isatty(STDERR_FILENO) && !cli->quiet)
+		cfg->build.progress = print_progress;
+	return 0;
+}
+
+void cli_config_release(struct cli_config *cfg)
+{
+	layout_release(&cfg->layout);
+}
+
+void cli_index_free(struct cli_index *cli)
+{
+	free(cli->shards);
+	free(cli->layout);
+	free(cli->label);
+	free(cli->classnames);
+	free(cli->unlabeled);
+	free(cli->index);
+	free(cli->index_mode);
+	free(cli->loglevel);
+}
+
+void cli_print_summary(const struct shard_index *idx, uint32_t nr_shards,
+		       double seconds, const struct index_store_result *res)
+{
+	static const char *const origin[] = { "loaded", "extended", "built" };
+	const struct shard_index_counts *c = &idx->counts;
+
+	log_info("%u shards, %llu files, %llu dirs, %llu symlinks, %llu bytes, "
+		 "%llu duplicates, %llu skipped in %.2f s",
+		 nr_shards - c->bad_shards, (unsigned long long)c->files,
+		 (unsigned long long)c->dirs, (unsigned long long)c->symlinks,
+		 (unsigned long long)c->bytes, (unsigned long long)c->duplicates,
+		 (unsigned long long)(c->skipped + c->special), seconds);
+	if (c->bad_shards)
+		log_warn("%u bad shards skipped", c->bad_shards);
+	if (c->unlabeled)
+		log_info("%llu samples without a label", (unsigned long long)c->unlabeled);
+	log_debug("index: %u entries, %.1f bytes per entry, %llu hard links, "
+		  "%llu special files skipped", idx->nr_inodes,
+		  shard_index_bytes_per_entry(idx), (unsigned long long)c->hardlinks,
+		  (unsigned long long)c->special);
+	log_debug("index file %s: %s%s", res->path[0] ? res->path : "none",
+		  origin[res->origin], res->saved ? ", saved" : "");
+}

@@ -1,0 +1,62 @@
+/*
+ * cli.h - what the shardfs and shardfs-index commands share: the options
+ * that decide which index a shard set gets (layout, index file, scan), and
+ * turning them into the core's configuration.  Both commands must build
+ * the same index from the same options, so there is one parser for them.
+ */
+#ifndef SHARDFS_CLI_H
+#define SHARDFS_CLI_H
+
+#include <fuse_opt.h>
+
+#include "shardfs/index.h"
+#include "shardfs/index_store.h"
+#include "shardfs/layout.h"
+
+/* Options common to both commands (parsed with cli_index_opts). */
+struct cli_index {
+	char *shards;		/* the SHARDS argument (a copy) */
+	int quiet;		/* -o quiet: no summary */
+	int skip_bad_shards;	/* -o skip_bad_shards */
+	unsigned scan_threads;	/* -o scan_threads=N */
+	char *layout;		/* -o layout=tree|shards|classes */
+	char *label;		/* -o label=cls|json:FIELD */
+	char *classnames;	/* -o classnames=FILE */
+	char *unlabeled;	/* -o unlabeled=DIR|skip */
+	char *index;		/* -o index=PATH */
+	char *index_mode;	/* -o index_mode=auto|require|rebuild|off */
+	char *loglevel;		/* -o loglevel=NAME */
+	int show_help;		/* -h, --help */
+	int show_version;	/* -V, --version */
+};
+
+/* What the options configure in the core. */
+struct cli_config {
+	struct layout layout;			/* how paths map to the tree */
+	struct index_store_options store;	/* which index file, how */
+	struct shard_index_build_options build;	/* how to scan */
+};
+
+/* The option table for struct cli_index. */
+extern const struct fuse_opt cli_index_opts[];
+
+/* The help text of those options, for usage(). */
+extern const char cli_index_help[];
+
+/*
+ * Parse @args (the first non-option argument becomes cli->shards and is
+ * removed; other unknown arguments stay in @args).  0 or -1.
+ */
+int cli_index_parse(struct fuse_args *args, struct cli_index *cli);
+
+/* Set the log level and fill @cfg from @cli.  Errors are logged. */
+int cli_config_init(struct cli_config *cfg, const struct cli_index *cli);
+
+void cli_config_release(struct cli_config *cfg);
+void cli_index_free(struct cli_index *cli);
+
+/* Print the one-line build summary (unless quiet) and any warnings. */
+void cli_print_summary(const struct shard_index *idx, uint32_t nr_shards,
+		       double seconds, const struct index_store_result *res);
+
+#endif

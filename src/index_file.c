@@ -1,0 +1,487 @@
+/*
+ * index_file.c - write, map and verify persistent index files.
+ *
+ * Loading never trusts the file: besides the checksums (which catch
+ * accidental damage), every field that a lookup, readdir or read will use
+ * is bounds-checked once at load time (which makes a hand-crafted file
+ * harmless).  Both passes are sequential over the mapping; at 10 M
+ * members they touch ~700 MB at memory speed.  Afterwards the large
+ * sections are released from this process's resident set with
+ * MADV_DONTNEED; they stay in the page cache and fault back in on use.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shardfs/index_file.h"
+
+#define INDEX_BYTE_ORDER 0x01020304u
+#define SECTION_ALIGN 64
+
+enum index_section {
+	SEC_SHARDS,
+	SEC_SHARD_NAMES,
+	SEC_INODES,
+	SEC_NAMES,
+	SEC_SPARSE,
+	SEC_EXTENTS,
+	SEC_HARDLINKS,
+	NR_SECTIONS
+};
+
+struct index_section_entry {
+	uint64_t offset;	/* from the start of the file */
+	uint64_t length;	/* bytes */
+	uint64_t xxh3;		/* XXH3_64bits of those bytes */
+};
+
+struct index_file_header {
+	char magic[8];		/* INDEX_FILE_MAGIC */
+	uint32_t version;	/* INDEX_FILE_VERSION */
+	uint32_t byte_order;	/* INDEX_BYTE_ORDER as written */
+	uint64_t file_size;	/* bytes in the whole file */
+	uint64_t options_hash;	/* hash of the layout options */
+	uint32_t nr_shards;	/* entries in SEC_SHARDS */
+	uint32_t nr_inodes;	/* entries in SEC_INODES */
+	struct shard_index_counts counts; /* totals of the build */
+	struct index_section_entry sections[NR_SECTIONS]; /* where is what */
+	uint64_t header_xxh3;	/* of this header with this field zero */
+};
+
+/* Size of one record of each section (1 for byte sections). */
+static const size_t section_record[NR_SECTIONS] = {
+	[SEC_SHARDS] = sizeof(struct index_file_shard),
+	[SEC_SHARD_NAMES] = 1,
+	[SEC_INODES] = sizeof(struct shard_inode),
+	[SEC_NAMES] = 1,
+	[SEC_SPARSE] = sizeof(struct shard_sparse),
+	[SEC_EXTENTS] = sizeof(struct shard_extent),
+	[SEC_HARDLINKS] = sizeof(struct shard_hardlink),
+};
+
+static int fail(char *msg, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(char *msg, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp)
+{
+	char buf[INDEX_FINGERPRINT_BYTES];
+	size_t want = size < sizeof(buf) ? size : sizeof(buf);
+	ssize_t n = pread(fd, buf, want, 0);
+
+	if (n != (ssize_t)want)
+		return -EIO;
+	*fp = XXH3_64bits(buf, want);
+	return 0;
+}
+
+/* Directory of @path (with the trailing '/'), as a length into @path. */
+static size_t dir_len(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
+/* Shard paths below the index's directory are stored relative to it. */
+static const char *shard_name(const char *index_path, const char *shard,
+			      uint32_t *flags)
+{
+	size_t d = dir_len(index_path);
+
+	if (d && !strncmp(shard, index_path, d)) {
+		*flags = 0;
+		return shard + d;
+	}
+	*flags = INDEX_SHARD_ABSOLUTE;
+	return shard;
+}
+
+/* The SHARDS and SHARD_NAMES sections for @set. */
+static int shard_table(const char *path, const struct shard_set *set,
+		       struct index_file_shard **recs, char **names,
+		       uint64_t *names_len)
+{
+	uint64_t total = 0;
+
+	*recs = calloc(set->nr ? set->nr : 1, sizeof(**recs));
+	for (uint32_t i = 0; i < set->nr; i++)
+		total += strlen(set->shards[i].path);
+	*names = malloc(total + 1);
+	if (!*recs || !*names)
+		return -ENOMEM;
+	*names_len = 0;
+	for (uint32_t i = 0; i < set->nr; i++) {
+		const struct shard *s = &set->shards[i];
+		struct index_file_shard *r = &(*recs)[i];
+		const char *name = shard_name(path, s->path, &r->flags);
+
+		r->size = s->size;
+		r->mtime_sec = s->mtime.tv_sec;
+		r->mtime_nsec = (uint32_t)s->mtime.tv_nsec;
+		r->name = *names_len;
+		r->name_len = (uint32_t)strlen(name);
+		r->members = s->members;
+		r->flags |= s->bad ? INDEX_SHARD_BAD : 0;
+		if (index_file_fingerprint(s->fd, s->size, &r->fingerprint))
+			return -EIO;
+		memcpy(*names + *names_len, name, r->name_len);
+		*names_len += r->name_len;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= n;
+		off += n;
+	}
+	return 0;
+}
+
+/* Write the sections after the header and fill in the section table. */
+static int write_sections(int fd, struct index_file_header *h,
+			  const void *const data[NR_SECTIONS],
+			  const uint64_t len[NR_SECTIONS])
+{
+	uint64_t off = (sizeof(*h) + SECTION_ALIGN - 1) & ~(uint64_t)(SECTION_ALIGN - 1);
+
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		int rc = write_all(fd, data[s], len[s], off);
+
+		if (rc)
+			return rc;
+		h->sections[s] = (struct index_section_entry){
+			off, len[s], XXH3_64bits(data[s], len[s]) };
+		off = (off + len[s] + SECTION_ALIGN - 1) & ~(uint64_t)(SECTION_ALIGN - 1);
+	}
+	h->file_size = off;
+	return ftruncate(fd, (off_t)off) ? -errno : 0;
+}
+
+static int write_file(int fd, const char *path, const struct shard_index *idx,
+		      const struct shard_set *set, uint64_t options_hash)
+{
+	struct index_file_header h = {
+		.magic = INDEX_FILE_MAGIC, .version = INDEX_FILE_VERSION,
+		.byte_order = INDEX_BYTE_ORDER, .options_hash = options_hash,
+		.nr_shards = set->nr, .nr_inodes = idx->nr_inodes,
+		.counts = idx->counts,
+	};
+	struct index_file_shard *recs = NULL;
+	char *names = NULL;
+	uint64_t names_len = 0;
+	int rc = shard_table(path, set, &recs, &names, &names_len);
+
+	if (!rc) {
+		const void *const data[NR_SECTIONS] = {
+			recs, names, idx->inodes, idx->names, idx->sparse,
+			idx->extents, idx->hardlinks };
+		const uint64_t len[NR_SECTIONS] = {
+			set->nr * sizeof(*recs), names_len,
+			(uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
+			idx->names_len, idx->nr_sparse * sizeof(*idx->sparse),
+			idx->nr_extents * sizeof(*idx->extents),
+			idx->nr_hardlinks * sizeof(*idx->hardlinks) };
+
+		rc = write_sections(fd, &h, data, len);
+	}
+	if (!rc) {
+		h.header_xxh3 = XXH3_64bits(&h, sizeof(h));
+		rc = write_all(fd, &h, sizeof(h), 0);
+	}
+	free(recs);
+	free(names);
+	return rc;
+}
+
+int index_file_write(const char *path, const struct shard_index *idx,
+		     const struct shard_set *set, uint64_t options_hash,
+		     char *msg, size_t msg_len)
+{
+	char tmp[PATH_MAX];
+	int fd, rc;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
+		return fail(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return fail(msg, msg_len, -errno, "%s: %s", tmp, strerror(errno));
+	rc = write_file(fd, path, idx, set, options_hash);
+	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
+		rc = -errno;
+	close(fd);
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		return fail(msg, msg_len, rc, "%s: cannot write the index: %s",
+			    path, strerror(-rc));
+	}
+	return 0;
+}
+
+/* Check the header: magic, version, sizes and the section table. */
+static int check_header(const struct index_file_header *h, uint64_t size,
+			char *msg, size_t msg_len)
+{
+	struct index_file_header copy = *h;
+
+	copy.header_xxh3 = 0;
+	if (memcmp(h->magic, INDEX_FILE_MAGIC, 8))
+		return fail(msg, msg_len, -EINVAL, "offset 0: not a shardfs index (bad magic)");
+	if (h->version != INDEX_FILE_VERSION || h->byte_order != INDEX_BYTE_ORDER)
+		return fail(msg, msg_len, -EINVAL, "offset 8: unsupported version %u or byte order",
+			    h->version);
+	if (XXH3_64bits(&copy, sizeof(copy)) != h->header_xxh3)
+		return fail(msg, msg_len, -EINVAL, "offset 0: header checksum mismatch");
+	if (h->file_size != size)
+		return fail(msg, msg_len, -EINVAL, "offset 16: file is %llu bytes, header says %llu",
+			    (unsigned long long)size, (unsigned long long)h->file_size);
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		const struct index_section_entry *e = &h->sections[s];
+
+		if (e->offset % SECTION_ALIGN || e->offset < sizeof(*h) ||
+		    e->offset > size || e->length > size - e->offset ||
+		    e->length % section_record[s])
+			return fail(msg, msg_len, -EINVAL, "section %d: bad offset or length", s);
+	}
+	if (h->sections[SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
+	    h->sections[SEC_INODES].length / sizeof(struct shard_inode) != h->nr_inodes ||
+	    h->nr_inodes == 0)
+		return fail(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
+	return 0;
+}
+
+static int check_checksums(const struct index_file_header *h, const char *map,
+			   char *msg, size_t msg_len)
+{
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		const struct index_section_entry *e = &h->sections[s];
+
+		if (XXH3_64bits(map + e->offset, e->length) != e->xxh3)
+			return fail(msg, msg_len, -EINVAL,
+				    "offset %llu: checksum mismatch in section %d",
+				    (unsigned long long)e->offset, s);
+	}
+	return 0;
+}
+
+/* A NUL-terminated string of @len bytes at @off of the names pool? */
+static bool name_ok(const struct shard_index *idx, uint64_t off, uint64_t len)
+{
+	return off < idx->names_len && len < idx->names_len - off &&
+	       idx->names[off + len] == '\0' && !memchr(idx->names + off, '\0', len);
+}
+
+static bool range_ok(uint64_t off, uint64_t len, uint64_t limit)
+{
+	return off <= limit && len <= limit - off;
+}
+
+/* Bounds of a regular file's data (plain or sparse) within its shard. */
+static bool file_ok(const struct shard_index *idx, const struct shard_inode *in,
+		    uint64_t shard_size)
+{
+	const struct shard_sparse *sp;
+
+	if (!(in->flags & SHARD_INODE_SPARSE))
+		return range_ok(in->data, in->size, shard_size);
+	if (in->data >= idx->nr_sparse)
+		return false;
+	sp = &idx->sparse[in->data];
+	if (!range_ok(sp->first, sp->count, idx->nr_extents))
+		return false;
+	for (uint64_t i = sp->first; i < sp->first + sp->count; i++) {
+		const struct shard_extent *e = &idx->extents[i];
+
+		if (!range_ok(e->physical, e->length, shard_size) ||
+		    !range_ok(e->logical, e->length, in->size) ||
+		    (i > sp->first && e->logical < e[-1].logical + e[-1].length))
+			return false;
+	}
+	return true;
+}
+
+/* A directory's children: after it, in range, pointing back, sorted. */
+static bool dir_ok(const struct shard_index *idx, uint32_t e)
+{
+	const struct shard_inode *d = &idx->inodes[e];
+
+	if (d->size && (d->data <= e || !range_ok(d->data, d->size, idx->nr_inodes)))
+		return false;
+	for (uint64_t c = d->data; c < d->data + d->size; c++) {
+		const struct shard_inode *a = &idx->inodes[c];
+
+		if (a->parent != e || a->name_len == 0 ||
+		    memchr(idx->names + a->name, '/', a->name_len))
+			return false;
+		if (c > d->data && shard_index_name_cmp(
+			    shard_index_name(idx, a - 1), a[-1].name_len,
+			    shard_index_name(idx, a), a->name_len) >= 0)
+			return false;
+	}
+	return true;
+}
+
+static bool entry_ok(const struct shard_index *idx, uint32_t e,
+		     const struct index_file_shards *sh)
+{
+	const struct shard_inode *in = &idx->inodes[e];
+
+	if (!name_ok(idx, in->name, in->name_len) ||
+	    (e ? in->parent >= e : in->parent != 0) ||
+	    !S_ISDIR(idx->inodes[in->parent].mode))
+		return false;
+	switch (in->mode & S_IFMT) {
+	case S_IFDIR:
+		return !(in->flags & SHARD_INODE_LINKED) && dir_ok(idx, e);
+	case S_IFLNK:
+		return name_ok(idx, in->data, in->size);
+	case S_IFREG:
+		return in->shard < sh->nr &&
+		       file_ok(idx, in, sh->shards[in->shard].size);
+	default:
+		return false;
+	}
+}
+
+static bool hardlinks_ok(const struct shard_index *idx)
+{
+	uint64_t linked = 0;
+
+	for (uint64_t i = 0; i < idx->nr_hardlinks; i++) {
+		const struct shard_hardlink *l = &idx->hardlinks[i];
+
+		if (l->entry >= idx->nr_inodes || l->first >= idx->nr_inodes ||
+		    (i && l->entry <= l[-1].entry) ||
+		    !(idx->inodes[l->entry].flags & SHARD_INODE_LINKED) ||
+		    (idx->inodes[l->first].flags & SHARD_INODE_LINKED) ||
+		    S_ISDIR(idx->inodes[l->first].mode))
+			return false;
+	}
+	for (uint32_t e = 0; e < idx->nr_inodes; e++)
+		linked += !!(idx->inodes[e].flags & SHARD_INODE_LINKED);
+	return linked == idx->nr_hardlinks;
+}
+
+/* Every bound a request relies on, checked once. */
+static int check_structure(const struct shard_index *idx,
+			   const struct index_file_shards *sh, uint64_t base,
+			   char *msg, size_t msg_len)
+{
+	if (!S_ISDIR(idx->inodes[0].mode))
+		return fail(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
+			    (unsigned long long)base);
+	for (uint32_t e = 0; e < idx->nr_inodes; e++)
+		if (!entry_ok(idx, e, sh))
+			return fail(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
+				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
+	if (!hardlinks_ok(idx))
+		return fail(msg, msg_len, -EINVAL, "hard-link table is inconsistent");
+	return 0;
+}
+
+/* Point @idx and @sh into the mapping, per the section table. */
+static void point_into(const struct index_file_header *h, char *map,
+		       struct shard_index *idx, struct index_file_shards *sh)
+{
+	const struct index_section_entry *s = h->sections;
+
+	idx->inodes = (struct shard_inode *)(map + s[SEC_INODES].offset);
+	idx->nr_inodes = h->nr_inodes;
+	idx->names = map + s[SEC_NAMES].offset;
+	idx->names_len = s[SEC_NAMES].length;
+	idx->sparse = (struct shard_sparse *)(map + s[SEC_SPARSE].offset);
+	idx->nr_sparse = s[SEC_SPARSE].length / sizeof(*idx->sparse);
+	idx->extents = (struct shard_extent *)(map + s[SEC_EXTENTS].offset);
+	idx->nr_extents = s[SEC_EXTENTS].length / sizeof(*idx->extents);
+	idx->hardlinks = (struct shard_hardlink *)(map + s[SEC_HARDLINKS].offset);
+	idx->nr_hardlinks = s[SEC_HARDLINKS].length / sizeof(*idx->hardlinks);
+	idx->counts = h->counts;
+	sh->shards = (const struct index_file_shard *)(map + s[SEC_SHARDS].offset);
+	sh->nr = h->nr_shards;
+	sh->names = map + s[SEC_SHARD_NAMES].offset;
+	sh->options_hash = h->options_hash;
+}
+
+static int map_file(const char *path, char **map, uint64_t *size, char *msg,
+		    size_t msg_len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT
+		       : fail(msg, msg_len, -errno, "%s", strerror(errno));
+	if (fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)) {
+		close(fd);
+		return fail(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
+	}
+	*size = (uint64_t)st.st_size;
+	*map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (*map == MAP_FAILED)
+		return fail(msg, msg_len, -errno, "mmap: %s", strerror(errno));
+	return 0;
+}
+
+int index_file_load(const char *path, struct shard_index *idx,
+		    struct index_file_shards *sh, char *msg, size_t msg_len)
+{
+	const struct index_file_header *h;
+	uint64_t size = 0;
+	char *map;
+	int rc = map_file(path, &map, &size, msg, msg_len);
+
+	if (rc)
+		return rc;
+	h = (const struct index_file_header *)map;
+	*idx = (struct shard_index){ .map = map, .map_len = size };
+	rc = check_header(h, size, msg, msg_len);
+	rc = rc ?: check_checksums(h, map, msg, msg_len);
+	if (!rc) {
+		point_into(h, map, idx, sh);
+		for (uint32_t i = 0; !rc && i < sh->nr; i++)
+			if (!range_ok(sh->shards[i].name, sh->shards[i].name_len,
+				      h->sections[SEC_SHARD_NAMES].length) ||
+			    sh->shards[i].name_len == 0)
+				rc = fail(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
+		rc = rc ?: check_structure(idx, sh, h->sections[SEC_INODES].offset,
+					   msg, msg_len);
+	}
+	if (rc) {
+		shard_index_release(idx);
+		return rc;
+	}
+	madvise(map, size, MADV_DONTNEED);
+	return 0;
+}

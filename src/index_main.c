@@ -1,0 +1,135 @@
+/*
+ * index_main.c - shardfs-index: build, check or list the index of a shard
+ * set without mounting it, e.g. at the end of the job that wrote the
+ * shards, so that every training node's first mount is instant.
+ *
+ * It accepts the same index options as shardfs and therefore finds,
+ * validates and writes exactly the index file a mount would.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "shardfs/fs.h"
+#include "shardfs/log.h"
+
+enum index_exit {
+	INDEX_EXIT_OK = 0,	/* built, valid, or listed */
+	INDEX_EXIT_USAGE = 1,	/* bad command line */
+	INDEX_EXIT_FAILED = 2,	/* bad shard set, or no valid index (--check) */
+};
+
+/* Options only shardfs-index takes. */
+struct index_cli {
+	int check;		/* --check: verify, never build */
+	int list;		/* --list: print the members */
+	unsigned jobs;		/* -j N: scanning threads */
+};
+
+#define INDEX_OPT(t, field, value) { t, offsetof(struct index_cli, field), value }
+
+static const struct fuse_opt index_opts[] = {
+	INDEX_OPT("--check", check, 1),
+	INDEX_OPT("--list", list, 1),
+	INDEX_OPT("-j %u", jobs, 0),
+	FUSE_OPT_END
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] SHARDS\n\n"
+	       "Build or refresh the index shardfs uses for SHARDS (see shardfs(1)),\n"
+	       "so that mounting it later scans nothing.\n\n"
+	       "    --check                verify the index (checksums, bounds, and\n"
+	       "                           that it matches the shards); build nothing\n"
+	       "    --list                 print the files as TSV: path, size, shard,\n"
+	       "                           offset of the data in the shard\n"
+	       "    -j N                   scanning threads (default: CPUs)\n"
+	       "%s\n"
+	       "exit status: 0 success, 1 usage error, 2 bad shard set or no valid\n"
+	       "index\n", prog, cli_index_help);
+}
+
+static int keep_args(void *data, const char *arg, int key, struct fuse_args *out)
+{
+	return 1;	/* SHARDS and the index options, for cli_index_parse() */
+}
+
+/* One TSV line per regular file; tabs and newlines in names escaped. */
+static void list_members(const struct shardfs *fs)
+{
+	char path[PATH_MAX];
+
+	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++) {
+		const struct shard_inode *in = &fs->idx.inodes[e];
+
+		if (!S_ISREG(in->mode) || shardfs_entry_path(fs, e, path, sizeof(path)) < 0)
+			continue;
+		for (const char *c = path; *c; c++) {
+			if (*c == '\t' || *c == '\n' || *c == '\\')
+				printf("\\%c", *c == '\t' ? 't' : *c == '\n' ? 'n' : '\\');
+			else
+				putchar(*c);
+		}
+		printf("\t%" PRIu64 "\t%" PRIu32 "\t%" PRIu64 "\n", in->size, in->shard,
+		       shardfs_data_offset(&fs->idx, in));
+	}
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct cli_index cli = { 0 };
+	struct index_cli ic = { 0 };
+	struct cli_config cfg = { 0 };
+	struct shardfs fs = { 0 };
+	int rc = INDEX_EXIT_USAGE;
+
+	/* "-j N" first, before N could be taken for SHARDS */
+	if (fuse_opt_parse(&args, &ic, index_opts, keep_args) ||
+	    cli_index_parse(&args, &cli))
+		goto out_free_args;
+	if (args.argc > 1) {
+		fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], args.argv[1]);
+		goto out_free_args;
+	}
+	if (cli.show_help || cli.show_version) {
+		if (cli.show_help)
+			usage(argv[0]);
+		else
+			printf("shardfs-index %s\n", SHARDFS_VERSION);
+		rc = INDEX_EXIT_OK;
+		goto out_free_args;
+	}
+	if (!cli.shards) {
+		fprintf(stderr, "usage: %s [options] SHARDS (see --help)\n", argv[0]);
+		goto out_free_args;
+	}
+	if (cli_config_init(&cfg, &cli))
+		goto out_release_config;
+	if (ic.jobs)
+		cfg.build.threads = ic.jobs;
+	if (ic.check)
+		cfg.store.mode = INDEX_MODE_REQUIRE;
+	rc = INDEX_EXIT_FAILED;
+	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
+		goto out_release_config;
+	if (ic.check)
+		log_info("%s: valid for %u shards", fs.index_file.path, fs.set.nr);
+	else if (!ic.list)
+		cli_print_summary(&fs.idx, fs.set.nr, fs.build_seconds, &fs.index_file);
+	if (ic.list)
+		list_members(&fs);
+	rc = INDEX_EXIT_OK;
+	shardfs_release(&fs);
+out_release_config:
+	cli_config_release(&cfg);
+out_free_args:
+	cli_index_free(&cli);
+	fuse_opt_free_args(&args);
+	return rc;
+}

@@ -1,0 +1,230 @@
+/*
+ * index_store.c - the policy around index files: where they are, whether
+ * they still describe the shards, and when to scan.
+ *
+ * Mounting a set with a valid index reads nothing from the shards: the
+ * shards were already opened and fstat'ed by shard_set_open(), and that
+ * is all validation needs unless a shard's mtime changed (then one 4 KiB
+ * read compares fingerprints).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shardfs/index_file.h"
+#include "shardfs/index_store.h"
+#include "shardfs/log.h"
+
+#define INDEX_SUFFIX ".shardfs-index"
+
+int index_mode_parse(const char *name, enum index_mode *mode)
+{
+	static const char *const names[] = { "auto", "require", "rebuild", "off" };
+
+	for (int i = 0; i < 4; i++) {
+		if (!strcmp(name, names[i])) {
+			*mode = (enum index_mode)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* @path with its directory resolved, so shard names compare exactly. */
+static int canonical_path(const char *path, char out[PATH_MAX])
+{
+	char dir[PATH_MAX], base[PATH_MAX], *real;
+	int n;
+
+	if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir) ||
+	    snprintf(base, sizeof(base), "%s", path) >= (int)sizeof(base))
+		return -ENAMETOOLONG;
+	real = realpath(dirname(dir), NULL);
+	if (!real)
+		return -errno;
+	n = snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "",
+		     basename(base));
+	free(real);
+	return n < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
+static const char *cache_dir(char buf[PATH_MAX])
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+
+	if (xdg && *xdg)
+		snprintf(buf, PATH_MAX, "%s/shardfs", xdg);
+	else if (geteuid() == 0 || !home)
+		snprintf(buf, PATH_MAX, "/var/cache/shardfs");
+	else
+		snprintf(buf, PATH_MAX, "%s/.cache/shardfs", home);
+	return buf;
+}
+
+/* The two default locations: next to the first shard, and the cache. */
+static void default_paths(const struct shard_set *set, uint64_t hash,
+			  char paths[2][PATH_MAX])
+{
+	const char *first = set->shards[0].path, *slash = strrchr(first, '/');
+	char tag[24] = "", dir[PATH_MAX];
+
+	if (hash)
+		snprintf(tag, sizeof(tag), "-%016" PRIx64, hash);
+	snprintf(paths[0], PATH_MAX, "%.*s.%s%s" INDEX_SUFFIX,
+		 (int)(slash - first + 1), first, slash + 1, tag);
+	snprintf(paths[1], PATH_MAX, "%s/%016" PRIx64 "%s" INDEX_SUFFIX,
+		 cache_dir(dir), XXH3_64bits(first, strlen(first)), tag);
+}
+
+/* Is shard @i of @set the one the index recorded? */
+static bool shard_matches(const struct shard *s, const struct index_file_shards *sh,
+			  uint32_t i, const char *index_path)
+{
+	const struct index_file_shard *r = &sh->shards[i];
+	const char *name = sh->names + r->name;
+	size_t dlen = strrchr(index_path, '/') - index_path + 1;
+	uint64_t fp;
+
+	if (r->flags & INDEX_SHARD_ABSOLUTE) {
+		if (strlen(s->path) != r->name_len || memcmp(s->path, name, r->name_len))
+			return false;
+	} else if (strncmp(s->path, index_path, dlen) ||
+		   strlen(s->path + dlen) != r->name_len ||
+		   memcmp(s->path + dlen, name, r->name_len)) {
+		return false;
+	}
+	if (s->size != r->size)
+		return false;
+	if (s->mtime.tv_sec == r->mtime_sec && s->mtime.tv_nsec == r->mtime_nsec)
+		return true;
+	return !index_file_fingerprint(s->fd, s->size, &fp) && fp == r->fingerprint;
+}
+
+/*
+ * How many shards of @set the loaded index covers: all of its shards must
+ * be the first shards of @set, unchanged; else -1 (stale).
+ */
+static int64_t covered_shards(struct shard_set *set,
+			      const struct index_file_shards *sh,
+			      const char *path, uint64_t options_hash)
+{
+	if (sh->options_hash != options_hash || sh->nr > set->nr)
+		return -1;
+	for (uint32_t i = 0; i < sh->nr; i++)
+		if (!shard_matches(&set->shards[i], sh, i, path))
+			return -1;
+	for (uint32_t i = 0; i < sh->nr; i++) {
+		set->shards[i].members = sh->shards[i].members;
+		set->shards[i].bad = sh->shards[i].flags & INDEX_SHARD_BAD;
+	}
+	return sh->nr;
+}
+
+/* Load the first valid index among @paths; *covered says for how much. */
+static int try_load(struct shard_index *idx, struct shard_set *set,
+		    char paths[][PATH_MAX], int nr_paths, uint64_t hash,
+		    int64_t *covered, char *used)
+{
+	for (int i = 0; i < nr_paths; i++) {
+		struct index_file_shards sh;
+		char msg[256];
+		int rc = index_file_load(paths[i], idx, &sh, msg, sizeof(msg));
+
+		if (rc == -ENOENT)
+			continue;
+		if (rc) {
+			log_warn("%s: %s; the index will be rebuilt", paths[i], msg);
+			continue;
+		}
+		*covered = covered_shards(set, &sh, paths[i], hash);
+		if (*covered >= 0) {
+			strcpy(used, paths[i]);
+			return 0;
+		}
+		log_info("%s: the shards changed since it was built; rebuilding", paths[i]);
+		shard_index_release(idx);
+	}
+	return -ENOENT;
+}
+
+/* Save @idx where the options say, or where it can be written. */
+static bool save(const struct shard_index *idx, const struct shard_set *set,
+		 const struct index_store_options *so, char paths[][PATH_MAX],
+		 int nr_paths, char *used)
+{
+	char msg[512], dir[PATH_MAX];
+	int pick = nr_paths - 1;
+
+	if (nr_paths > 1 && snprintf(dir, sizeof(dir), "%s", paths[0]) < (int)sizeof(dir) &&
+	    !access(dirname(dir), W_OK))
+		pick = 0;
+	if (pick == 1)
+		mkdir(cache_dir(dir), 0755);
+	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
+		log_warn("%s", msg);
+		return false;
+	}
+	strcpy(used, paths[pick]);
+	return true;
+}
+
+/* The candidate index paths, canonical; returns how many. */
+static int candidates(const struct shard_set *set,
+		      const struct index_store_options *so,
+		      char paths[2][PATH_MAX])
+{
+	char raw[2][PATH_MAX];
+	int n = 0;
+
+	if (so->path)
+		snprintf(raw[0], PATH_MAX, "%s", so->path);
+	else
+		default_paths(set, so->options_hash, raw);
+	for (int i = 0; i < (so->path ? 1 : 2); i++)
+		if (!canonical_path(raw[i], paths[n]))
+			n++;
+	return n;
+}
+
+int index_store_open(struct shard_index *idx, struct shard_set *set,
+		     const struct shard_index_build_options *bo,
+		     const struct index_store_options *so,
+		     struct index_store_result *res)
+{
+	struct shard_index_build_options opt = *bo;
+	struct shard_index base = { 0 };
+	char paths[2][PATH_MAX];
+	int64_t covered = -1;
+	int n = candidates(set, so, paths), rc;
+
+	*res = (struct index_store_result){ .origin = INDEX_BUILT };
+	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
+	    !try_load(&base, set, paths, n, so->options_hash, &covered, res->path) &&
+	    covered == set->nr) {
+		*idx = base;
+		res->origin = INDEX_LOADED;
+		return 0;
+	}
+	if (so->mode == INDEX_MODE_REQUIRE) {
+		shard_index_release(&base);
+		log_error("no valid index for this shard set (looked in %s%s%s)",
+			  n ? paths[0] : "", n > 1 ? " and " : "", n > 1 ? paths[1] : "");
+		return -ENOENT;
+	}
+	if (covered > 0) {
+		opt.base = &base;
+		opt.base_shards = (uint32_t)covered;
+		res->origin = INDEX_EXTENDED;
+	}
+	rc = shard_index_build(idx, set, &opt);
+	shard_index_release(&base);
+	if (!rc && so->mode != INDEX_MODE_OFF && n)
+		res->saved = save(idx, set, so, paths, n, res->path);
+	return rc;
+}

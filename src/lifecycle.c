@@ -1,0 +1,130 @@
+/*
+ * lifecycle.c - readiness notification and the idle timeout.
+ *
+ * sd_notify is implemented directly (one datagram to $NOTIFY_SOCKET)
+ * rather than linking libsystemd for one call.  The idle timer polls the
+ * request counters once a second: cheaper than touching a timestamp on
+ * every request, and a second of slack is nothing against a timeout.
+ */
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lifecycle.h"
+#include "shardfs/fs.h"
+#include "shardfs/log.h"
+
+static void notify_socket(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = strlen(path);
+	int fd;
+
+	if (len >= sizeof(sa.sun_path))
+		return log_warn("NOTIFY_SOCKET path too long");
+	memcpy(sa.sun_path, path, len);
+	if (sa.sun_path[0] == '@')	/* abstract namespace */
+		sa.sun_path[0] = '\0';
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || sendto(fd, "READY=1", 7, 0, (struct sockaddr *)&sa,
+			     offsetof(struct sockaddr_un, sun_path) + len) < 0)
+		log_warn("NOTIFY_SOCKET %s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+void lifecycle_notify_ready(int notify_fd)
+{
+	const char *sock = getenv("NOTIFY_SOCKET");
+
+	if (notify_fd >= 0) {
+		if (write(notify_fd, "READY=1\n", 8) != 8)
+			log_warn("notify_fd %d: %s", notify_fd, strerror(errno));
+		close(notify_fd);
+	}
+	if (sock && *sock)
+		notify_socket(sock);
+}
+
+struct idle_timer {
+	struct fuse_session *se;	/* the session to end */
+	struct shardfs *fs;		/* whose counters show activity */
+	char *mountpoint;		/* what to unmount */
+	unsigned seconds;		/* allowed idle time */
+};
+
+static unsigned long long requests(struct shardfs *fs)
+{
+	unsigned long long n = 0;
+
+	for (int i = 0; i < SHARDFS_NR_OPS; i++)
+		n += atomic_load_explicit(&fs->counters.ops[i].count,
+					  memory_order_relaxed);
+	return n;
+}
+
+/* Lazy unmount: as root directly, otherwise through fusermount3. */
+static void unmount_lazily(const char *mountpoint)
+{
+	pid_t pid;
+
+	if (!umount2(mountpoint, MNT_DETACH) || errno != EPERM)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		execlp("fusermount3", "fusermount3", "-u", "-z", "--", mountpoint,
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
+static void *idle_thread(void *arg)
+{
+	struct idle_timer *t = arg;
+	unsigned long long seen = requests(t->fs);
+	unsigned idle = 0;
+
+	while (idle < t->seconds) {
+		unsigned long long now;
+
+		sleep(1);
+		now = requests(t->fs);
+		idle = now == seen ? idle + 1 : 0;
+		seen = now;
+	}
+	log_info("no requests for %u s: unmounting %s", t->seconds, t->mountpoint);
+	fuse_session_exit(t->se);
+	unmount_lazily(t->mountpoint);
+	free(t->mountpoint);
+	free(t);
+	return NULL;
+}
+
+int lifecycle_idle_start(struct fuse_session *se, struct shardfs *fs,
+			 const char *mountpoint, unsigned seconds)
+{
+	struct idle_timer *t = calloc(1, sizeof(*t));
+	pthread_t tid;
+
+	if (!t || !(t->mountpoint = realpath(mountpoint, NULL))) {
+		free(t);
+		return -ENOMEM;
+	}
+	*t = (struct idle_timer){ se, fs, t->mountpoint, seconds };
+	if (pthread_create(&tid, NULL, idle_thread, t)) {
+		free(t->mountpoint);
+		free(t);
+		return -EAGAIN;
+	}
+	pthread_detach(tid);
+	return 0;
+}

@@ -1,0 +1,25 @@
+/*
+ * lifecycle.h - telling orchestrators the mount is ready, and ending it
+ * when it is no longer used.
+ */
+#ifndef SHARDFS_LIFECYCLE_H
+#define SHARDFS_LIFECYCLE_H
+
+struct fuse_session;
+struct shardfs;
+
+/*
+ * Report readiness: write "READY=1\n" to @notify_fd (when >= 0) and close
+ * it, and send READY=1 to $NOTIFY_SOCKET (systemd's sd_notify protocol)
+ * when that is set.  Failures are logged, not fatal.
+ */
+void lifecycle_notify_ready(int notify_fd);
+
+/*
+ * Start a thread that unmounts @mountpoint (lazily) and ends @se once no
+ * request has arrived for @seconds.  0 or -errno.
+ */
+int lifecycle_idle_start(struct fuse_session *se, struct shardfs *fs,
+			 const char *mountpoint, unsigned seconds);
+
+#endif
