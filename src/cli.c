@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fuse_log.h>
+
 #include "cli.h"
 #include "shardfs/log.h"
 
@@ -65,8 +67,18 @@ static int take_shards(void *data, const char *arg, int key,
 	return cli->shards ? 0 : -1;
 }
 
+/* libfuse's messages go where ours go, with our prefix and levels. */
+static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
+			     va_list ap)
+{
+	log_vmsg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR :
+		 level == FUSE_LOG_WARNING ? LOG_LEVEL_WARN :
+		 level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG, fmt, ap);
+}
+
 int cli_index_parse(struct fuse_args *args, struct cli_index *cli)
 {
+	fuse_set_log_func(fuse_log_to_ours);
 	return fuse_opt_parse(args, cli, cli_index_opts, take_shards);
 }
 

@@ -37,6 +37,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	fs->mounted_at = t0;
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
+	fs->set.skip_bad = opt->skip_bad_shards;
 	if (!rc)
 		rc = shard_set_open(&fs->set, msg, sizeof(msg));
 	if (rc) {

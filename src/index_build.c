@@ -76,6 +76,8 @@ static void scan_one_shard(struct builder *b, uint32_t i)
 	static const struct layout tree = { .kind = LAYOUT_TREE };
 	struct shard_scan *sc = &b->scans[i];
 
+	if (b->set->shards[i].bad)	/* could not even be opened */
+		return;
 	shard_scan_run(sc, &b->set->shards[i], b->opt->layout ?: &tree);
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
@@ -173,7 +175,6 @@ static int check_scans(struct builder *b)
 			log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
 				 (unsigned long long)sc->err.offset, sc->err.msg);
 			b->set->shards[i].bad = true;
-			b->counts.bad_shards++;
 			sc->nr_members = 0;
 			continue;
 		}
@@ -181,6 +182,8 @@ static int check_scans(struct builder *b)
 			  (unsigned long long)sc->err.offset, sc->err.msg);
 		rc = -EINVAL;
 	}
+	for (uint32_t i = 0; i < b->set->nr; i++)
+		b->counts.bad_shards += b->set->shards[i].bad;
 	return rc;
 }
 
@@ -419,7 +422,6 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	b->counts.skipped = base->counts.skipped;
 	b->counts.special = base->counts.special;
 	b->counts.unlabeled = base->counts.unlabeled;
-	b->counts.bad_shards = base->counts.bad_shards;
 	free(node_of);
 	return rc;
 }

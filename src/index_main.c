@@ -94,7 +94,7 @@ int main(int argc, char *argv[])
 	    cli_index_parse(&args, &cli))
 		goto out_free_args;
 	if (args.argc > 1) {
-		fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], args.argv[1]);
+		log_error("unexpected argument '%s'", args.argv[1]);
 		goto out_free_args;
 	}
 	if (cli.show_help || cli.show_version) {
@@ -106,7 +106,7 @@ int main(int argc, char *argv[])
 		goto out_free_args;
 	}
 	if (!cli.shards) {
-		fprintf(stderr, "usage: %s [options] SHARDS (see --help)\n", argv[0]);
+		log_error("usage: %s [options] SHARDS (see --help)", argv[0]);
 		goto out_free_args;
 	}
 	if (cli_config_init(&cfg, &cli))

@@ -119,10 +119,8 @@ static int64_t covered_shards(struct shard_set *set,
 	for (uint32_t i = 0; i < sh->nr; i++)
 		if (!shard_matches(&set->shards[i], sh, i, path))
 			return -1;
-	for (uint32_t i = 0; i < sh->nr; i++) {
+	for (uint32_t i = 0; i < sh->nr; i++)
 		set->shards[i].members = sh->shards[i].members;
-		set->shards[i].bad = sh->shards[i].flags & INDEX_SHARD_BAD;
-	}
 	return sh->nr;
 }
 
@@ -224,7 +222,8 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 	}
 	rc = shard_index_build(idx, set, &opt);
 	shard_index_release(&base);
-	if (!rc && so->mode != INDEX_MODE_OFF && n)
+	/* a set with bad shards is not saved: they are looked at again */
+	if (!rc && so->mode != INDEX_MODE_OFF && n && !idx->counts.bad_shards)
 		res->saved = save(idx, set, so, paths, n, res->path);
 	return rc;
 }

@@ -51,20 +51,28 @@ void log_use_syslog(void)
 
 void log_msg(enum log_level level, const char *fmt, ...)
 {
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vmsg(level, fmt, ap);
+	va_end(ap);
+}
+
+void log_vmsg(enum log_level level, const char *fmt, va_list ap)
+{
 	static const int priority[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
 	static const char *const prefix[] = { "", "warning: ", "", "debug: " };
 	char line[LOG_LINE_MAX];
-	va_list ap;
 	int n;
 
 	if (level > max_level)
 		return;
 	n = snprintf(line, sizeof(line), "shardfs: %s", prefix[level]);
-	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-	va_end(ap);
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;
+	if (line[n - 1] == '\n')	/* libfuse ends its lines */
+		n--;
 	if (to_syslog) {
 		syslog(priority[level], "%s", line + strlen("shardfs: "));
 		return;

@@ -246,7 +246,7 @@ static int parse_args(struct fuse_args *args, struct cli_index *cli,
 		return EXIT_OK;
 	}
 	if (!cli->shards || !o->mountpoint) {
-		fprintf(stderr, "usage: %s [options] SHARDS MOUNTPOINT (see --help)\n", prog);
+		log_error("usage: %s [options] SHARDS MOUNTPOINT (see --help)", prog);
 		return EXIT_USAGE;
 	}
 	return 0;

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shardfs/log.h"
 #include "shardfs/shardset.h"
 
 /* Descriptors kept free for FUSE, logging and the C library. */
@@ -304,33 +305,48 @@ static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
 	return 0;
 }
 
+static int shard_open(struct shard *s, char *msg, size_t msg_len)
+{
+	struct stat st;
+	char *abs;
+
+	s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	if (s->fd < 0)
+		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+	/* absolute, because the daemon leaves its working directory */
+	abs = realpath(s->path, NULL);
+	if (!abs)
+		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+	free(s->path);
+	s->path = abs;
+	if (fstat(s->fd, &st))
+		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return set_msg(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
+	s->size = st.st_size;
+	s->mtime = st.st_mtim;
+	s->uid = st.st_uid;
+	s->gid = st.st_gid;
+	return 0;
+}
+
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 {
 	int rc = raise_fd_limit(set->nr, msg, msg_len);
 
 	for (uint32_t i = 0; !rc && i < set->nr; i++) {
 		struct shard *s = &set->shards[i];
-		struct stat st;
 
-		char *abs;
-
-		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-		if (s->fd < 0)
-			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
-		/* absolute, because the daemon leaves its working directory */
-		abs = realpath(s->path, NULL);
-		if (!abs)
-			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
-		free(s->path);
-		s->path = abs;
-		if (fstat(s->fd, &st))
-			return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
-		if (!S_ISREG(st.st_mode))
-			return set_msg(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
-		s->size = st.st_size;
-		s->mtime = st.st_mtim;
-		s->uid = st.st_uid;
-		s->gid = st.st_gid;
+		rc = shard_open(s, msg, msg_len);
+		if (rc && set->skip_bad) {
+			log_warn("%s; shard skipped", msg);
+			if (s->fd >= 0)
+				close(s->fd);
+			s->fd = -1;
+			s->size = 0;
+			s->bad = true;
+			rc = 0;
+		}
 	}
 	return rc;
 }

@@ -56,8 +56,7 @@ struct index_file_shard {
 	uint32_t reserved;	/* zero */
 };
 
-#define INDEX_SHARD_BAD 0x1	/* skipped as invalid (skip_bad_shards) */
-#define INDEX_SHARD_ABSOLUTE 0x2 /* name is absolute, not index-relative */
+#define INDEX_SHARD_ABSOLUTE 0x1 /* name is absolute, not index-relative */
 
 /* A loaded index file's shard table (points into the mapping). */
 struct index_file_shards {

@@ -12,6 +12,8 @@
 #ifndef SHARDFS_LOG_H
 #define SHARDFS_LOG_H
 
+#include <stdarg.h>
+
 enum log_level {
 	LOG_LEVEL_ERROR,	/* the operation or the mount failed */
 	LOG_LEVEL_WARN,		/* input was skipped or repaired */
@@ -31,6 +33,8 @@ void log_use_syslog(void);
 
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+void log_vmsg(enum log_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)

@@ -53,6 +53,9 @@ struct shard {
 struct shard_set {
 	struct shard *shards;	/* in shard order */
 	uint32_t nr;		/* entries in shards */
+	bool skip_bad;		/* set before shard_set_open(): a shard that
+				 * cannot be opened (or later scanned) is
+				 * marked bad and left out, not an error */
 };
 
 /*
@@ -67,7 +70,8 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 /*
  * Open every shard read-only and record its size and mtime.  Raises
  * RLIMIT_NOFILE as far as allowed first.  Returns 0 or -errno with a
- * message naming the shard that failed.
+ * message naming the shard that failed; with set->skip_bad, such shards
+ * are logged, marked bad and skipped instead.
  */
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len);
 
