@@ -83,14 +83,17 @@ static int fail(char *msg, size_t len, int rc, const char *fmt, ...)
 
 int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp)
 {
-	char buf[INDEX_FINGERPRINT_BYTES];
-	size_t want = size < sizeof(buf) ? size : sizeof(buf);
-	ssize_t n = pread(fd, buf, want, 0);
+	size_t want = size < INDEX_FINGERPRINT_BYTES ? size : INDEX_FINGERPRINT_BYTES;
+	char *buf = malloc(want ? want : 1);
+	ssize_t n;
 
-	if (n != (ssize_t)want)
-		return -EIO;
-	*fp = XXH3_64bits(buf, want);
-	return 0;
+	if (!buf)
+		return -ENOMEM;
+	n = pread(fd, buf, want, 0);
+	if (n == (ssize_t)want)
+		*fp = XXH3_64bits(buf, want);
+	free(buf);
+	return n == (ssize_t)want ? 0 : -EIO;
 }
 
 /* Directory of @path (with the trailing '/'), as a length into @path. */
@@ -137,6 +140,8 @@ static int shard_table(const char *path, const struct shard_set *set,
 		r->size = s->size;
 		r->mtime_sec = s->mtime.tv_sec;
 		r->mtime_nsec = (uint32_t)s->mtime.tv_nsec;
+		r->ctime_sec = s->ctime.tv_sec;
+		r->ctime_nsec = (uint32_t)s->ctime.tv_nsec;
 		r->name = *names_len;
 		r->name_len = (uint32_t)strlen(name);
 		r->members = s->members;

@@ -4,7 +4,7 @@
  *
  * Mounting a set with a valid index reads nothing from the shards: the
  * shards were already opened and fstat'ed by shard_set_open(), and that
- * is all validation needs unless a shard's mtime changed (then one 4 KiB
+ * is all validation needs unless a shard's times changed (then one 64 KiB
  * read compares fingerprints).
  */
 #include <errno.h>
@@ -101,7 +101,8 @@ static bool shard_matches(const struct shard *s, const struct index_file_shards 
 	}
 	if (s->size != r->size)
 		return false;
-	if (s->mtime.tv_sec == r->mtime_sec && s->mtime.tv_nsec == r->mtime_nsec)
+	if (s->mtime.tv_sec == r->mtime_sec && s->mtime.tv_nsec == r->mtime_nsec &&
+	    s->ctime.tv_sec == r->ctime_sec && s->ctime.tv_nsec == r->ctime_nsec)
 		return true;
 	return !index_file_fingerprint(s->fd, s->size, &fp) && fp == r->fingerprint;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "shard_scan.h"
+#include "shardfs/control.h"
 #include "shardfs/index.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -102,6 +103,14 @@ static int add_name(struct shard_scan *sc, const char *s, size_t len,
 	return v;
 }
 
+/* /.shardfs belongs to the control directory (control.h). */
+static bool is_reserved(const char *p, size_t len)
+{
+	size_t n = strlen(CONTROL_DIR_NAME);
+
+	return len >= n && !memcmp(p, CONTROL_DIR_NAME, n) && (len == n || p[n] == '/');
+}
+
 static size_t path_depth(const char *p, size_t len)
 {
 	size_t depth = len ? 1 : 0;
@@ -117,7 +126,7 @@ static int add_extents(struct shard_scan *sc, const struct tar_member *m,
 {
 	int rc;
 
-	rm->sparse = m->extents != NULL;
+	rm->sparse = m->sparse;
 	rm->extent = (uint32_t)sc->nr_extents;
 	rm->nr_extents = (uint32_t)m->nr_extents;
 	if (!m->extents || !m->nr_extents)
@@ -156,6 +165,11 @@ static int member_names(struct shard_scan *sc, const struct tar_member *m,
 			  m->path_len);
 		return 1;
 	}
+	if (is_reserved(sc->strings + rm->path, rm->path_len)) {
+		shard_scan_warn(sc, m->header_offset, "name reserved for the control "
+				"directory", m->path, m->path_len);
+		return 1;
+	}
 	if (path_depth(sc->strings + rm->path, rm->path_len) > SHARD_INDEX_MAX_DEPTH) {
 		shard_scan_warn(sc, m->header_offset, "directory nesting too deep",
 			  m->path, m->path_len);
@@ -187,7 +201,7 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	ssize_t n;
 	int len, rc;
 
-	if (m->type != TAR_FILE || m->extents || m->size > sizeof(data) ||
+	if (m->type != TAR_FILE || m->sparse || m->size > sizeof(data) ||
 	    !layout_is_label_member(sc->layout, path, rm->path_len))
 		return 0;
 	n = pread(sc->shard->fd, data, m->size, (off_t)m->data_offset);

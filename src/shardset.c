@@ -170,7 +170,11 @@ static int expand_alt(struct shard_set *set, const char *head, size_t hlen,
 	return rc;
 }
 
-/* "{A..B}" with decimal A and B; zero padding of A sets the width. */
+/*
+ * "{A..B}" with decimal A and B (B < A counts down, as in bash); zero
+ * padding of A sets the width.  Returns 0, -EINVAL when the body is not a
+ * range (then it is a list), or -E2BIG when it is one of too many shards.
+ */
 static int parse_range(const char *body, size_t len, long long *lo,
 		       long long *hi, int *width)
 {
@@ -189,14 +193,18 @@ static int parse_range(const char *body, size_t len, long long *lo,
 	if (*end)
 		return -EINVAL;
 	*hi = strtoll(dots + 2, &end, 10);
-	return *end || *hi < *lo || *hi - *lo >= SHARD_SET_MAX_SHARDS ? -EINVAL : 0;
+	if (*end)
+		return -EINVAL;
+	return llabs(*hi - *lo) >= SHARD_SET_MAX_SHARDS ? -E2BIG : 0;
 }
 
 static int expand_range(struct shard_set *set, const char *spec, size_t open,
 			size_t close, long long lo, long long hi, int width,
 			char *msg, size_t msg_len)
 {
-	for (long long v = lo; v <= hi; v++) {
+	long long step = lo <= hi ? 1 : -1;
+
+	for (long long v = lo; v != hi + step; v += step) {
 		char num[32];
 		int n = snprintf(num, sizeof(num), "%0*lld", width, v);
 		int rc = expand_alt(set, spec, open, num, n, spec + close + 1,
@@ -239,7 +247,7 @@ static int expand(struct shard_set *set, const char *spec, char *msg,
 	const char *brace = strchr(spec, '{');
 	size_t open, close;
 	long long lo, hi;
-	int width;
+	int width, rc;
 
 	if (set->nr >= SHARD_SET_MAX_SHARDS)
 		return set_msg(msg, msg_len, -E2BIG, "more than %u shards", SHARD_SET_MAX_SHARDS);
@@ -249,7 +257,11 @@ static int expand(struct shard_set *set, const char *spec, char *msg,
 	close = brace_close(spec, open);
 	if (!close)
 		return set_msg(msg, msg_len, -EINVAL, "%s: unbalanced '{'", spec);
-	if (!parse_range(spec + open + 1, close - open - 1, &lo, &hi, &width))
+	rc = parse_range(spec + open + 1, close - open - 1, &lo, &hi, &width);
+	if (rc == -E2BIG)
+		return set_msg(msg, msg_len, rc, "%s: range of more than %u shards",
+			       spec, SHARD_SET_MAX_SHARDS);
+	if (!rc)
 		return expand_range(set, spec, open, close, lo, hi, width, msg,
 				    msg_len);
 	return expand_list(set, spec, open, close, msg, msg_len);
@@ -325,6 +337,7 @@ static int shard_open(struct shard *s, char *msg, size_t msg_len)
 		return set_msg(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
 	s->size = st.st_size;
 	s->mtime = st.st_mtim;
+	s->ctime = st.st_ctim;
 	s->uid = st.st_uid;
 	s->gid = st.st_gid;
 	return 0;

@@ -76,7 +76,10 @@ struct pax_attrs {
 	bool sparse;		/* any GNU.sparse.* record was seen */
 	bool sparse_map_in_data; /* GNU sparse 1.0: map precedes the data */
 	bool has_realsize;	/* GNU.sparse.size/realsize was given */
-	struct tar_buf path;	/* "path" or GNU.sparse.name */
+	bool has_sparse_name;	/* sparse_name holds a name */
+	struct tar_buf path;	/* "path" */
+	struct tar_buf sparse_name; /* GNU.sparse.name: beats "path", which
+				 * GNU tar sets to a placeholder */
 	struct tar_buf link;	/* "linkpath" */
 	uint64_t size;		/* "size" */
 	int64_t mtime_sec;	/* "mtime", whole seconds */
@@ -274,9 +277,10 @@ int tar_parse_number(const char *field, size_t len, int64_t *value)
 			return -EINVAL;
 		v = (v << 3) | (p[i] - '0');
 	}
-	for (; i < len; i++)
-		if (p[i] != ' ' && p[i] != '\0')
-			return -EINVAL;
+	/* the digits end at a NUL or space; what follows is ignored, as GNU
+	 * tar ignores it (a field of NULs is an empty field: zero) */
+	if (i < len && p[i] != ' ' && p[i] != '\0')
+		return -EINVAL;
 	*value = (int64_t)v;
 	return 0;
 }
@@ -310,7 +314,7 @@ static int parse_decimal(const char *p, size_t len, uint64_t max,
 	for (size_t i = 0; i < len; i++) {
 		if (p[i] < '0' || p[i] > '9')
 			return -EINVAL;
-		if (v > (max - (p[i] - '0')) / 10)
+		if (v > max / 10 || (v == max / 10 && (uint64_t)(p[i] - '0') > max % 10))
 			return -EINVAL;
 		v = v * 10 + (p[i] - '0');
 	}
@@ -318,13 +322,17 @@ static int parse_decimal(const char *p, size_t len, uint64_t max,
 	return 0;
 }
 
-/* A PAX time: [-]seconds[.fraction], fraction truncated to nanoseconds. */
+/*
+ * A PAX time: [-]seconds[.fraction], the fraction truncated to
+ * nanoseconds.  Like GNU tar, anything after the fraction's digits is
+ * ignored.
+ */
 static int parse_pax_time(const char *p, size_t len, int64_t *sec,
 			  uint32_t *nsec)
 {
 	bool neg = len && p[0] == '-';
 	const char *dot;
-	size_t ilen, flen;
+	size_t ilen, digits = 0;
 	uint64_t whole, frac = 0;
 
 	if (neg) {
@@ -335,17 +343,11 @@ static int parse_pax_time(const char *p, size_t len, int64_t *sec,
 	ilen = dot ? (size_t)(dot - p) : len;
 	if (parse_decimal(p, ilen, INT64_MAX - 1, &whole))
 		return -EINVAL;
-	flen = dot ? len - ilen - 1 : 0;
-	for (size_t i = 0; i < 9; i++) {
-		char c = i < flen ? dot[1 + i] : '0';
-
-		if (c < '0' || c > '9')
-			return -EINVAL;
-		frac = frac * 10 + (c - '0');
-	}
-	for (size_t i = 9; i < flen; i++)
-		if (dot[1 + i] < '0' || dot[1 + i] > '9')
-			return -EINVAL;
+	for (const char *c = dot ? dot + 1 : p + len; c < p + len &&
+	     *c >= '0' && *c <= '9' && digits < 9; c++, digits++)
+		frac = frac * 10 + (*c - '0');
+	for (; digits < 9; digits++)
+		frac *= 10;
 	*sec = neg ? -(int64_t)whole : (int64_t)whole;
 	*nsec = (uint32_t)frac;
 	if (neg && frac) {
@@ -412,7 +414,7 @@ static int pax_sparse_record(struct tar_scan *s, struct pax_attrs *a,
 
 	a->sparse = true;
 	if (key_is(key, klen, "GNU.sparse.name"))
-		return buf_set(&a->path, val, vlen) ?: (a->has_path = true, 0);
+		return buf_set(&a->sparse_name, val, vlen) ?: (a->has_sparse_name = true, 0);
 	if (key_is(key, klen, "GNU.sparse.map"))
 		return pax_sparse_map(s, val, vlen);
 	if (key_is(key, klen, "GNU.sparse.major")) {
@@ -470,14 +472,14 @@ static int pax_record(struct tar_scan *s, struct pax_attrs *a,
 		a->has_size = true;
 		return parse_decimal(val, vlen, INT64_MAX, &a->size);
 	}
-	if (key_is(key, klen, "mtime")) {
-		a->has_mtime = true;
-		return parse_pax_time(val, vlen, &a->mtime_sec, &a->mtime_nsec);
-	}
+	/* attributes that do not frame the archive: a bad value is ignored */
+	if (key_is(key, klen, "mtime"))
+		return parse_pax_time(val, vlen, &a->mtime_sec, &a->mtime_nsec) ? -EDOM
+			: (a->has_mtime = true, 0);
 	if (key_is(key, klen, "uid"))
-		return pax_id(val, vlen, &a->uid, &a->has_uid);
+		return pax_id(val, vlen, &a->uid, &a->has_uid) ? -EDOM : 0;
 	if (key_is(key, klen, "gid"))
-		return pax_id(val, vlen, &a->gid, &a->has_gid);
+		return pax_id(val, vlen, &a->gid, &a->has_gid) ? -EDOM : 0;
 	return 0;
 }
 
@@ -511,7 +513,9 @@ static int pax_parse(struct tar_scan *s, struct pax_attrs *a, uint64_t off,
 				rec + rlen - 1 - (eq + 1));
 		if (rc == -ENOMEM)
 			return rc;
-		if (rc)
+		if (rc == -EDOM)
+			scan_warn(s, off, "bad PAX time or id value ignored");
+		else if (rc)
 			return scan_fail(s, -EINVAL, off,
 					 "bad PAX value for '%.*s'",
 					 (int)(eq - sp - 1 > 40 ? 40 : eq - sp - 1), sp + 1);
@@ -520,19 +524,22 @@ static int pax_parse(struct tar_scan *s, struct pax_attrs *a, uint64_t off,
 	return 0;
 }
 
+/* Forget the attributes, keeping the buffers for the next member. */
 static void pax_reset(struct pax_attrs *a)
 {
-	struct tar_buf path = a->path, link = a->link;
+	struct tar_buf path = a->path, link = a->link, sname = a->sparse_name;
 
-	*a = (struct pax_attrs){ .path = path, .link = link };
+	*a = (struct pax_attrs){ .path = path, .link = link, .sparse_name = sname };
 	a->path.len = 0;
 	a->link.len = 0;
+	a->sparse_name.len = 0;
 }
 
 static void pax_free(struct pax_attrs *a)
 {
 	free(a->path.data);
 	free(a->link.data);
+	free(a->sparse_name.data);
 }
 
 /* Read the body of a metadata member into s->meta. */
@@ -681,7 +688,7 @@ static int header_name(struct tar_scan *s, const char *blk, bool ustar)
 	return 0;
 }
 
-static enum tar_type type_of(char flag, const struct tar_buf *name)
+static enum tar_type type_of(char flag, const char *path, size_t len)
 {
 	switch (flag) {
 	case '1':
@@ -694,7 +701,7 @@ static enum tar_type type_of(char flag, const struct tar_buf *name)
 		return TAR_DIR;
 	case '\0': case '0':
 		/* v7 writers mark directories with a trailing slash only */
-		if (name->len && name->data[name->len - 1] == '/')
+		if (len && path[len - 1] == '/')
 			return TAR_DIR;
 		return TAR_FILE;
 	default:
@@ -731,9 +738,11 @@ static void header_numbers(struct tar_scan *s, const char *blk,
 /* Overlay global then local PAX attributes on the header's values. */
 static void apply_pax(const struct pax_attrs *a, struct tar_member *m)
 {
-	if (a->has_path) {
-		m->path = a->path.data;
-		m->path_len = a->path.len;
+	if (a->has_sparse_name || a->has_path) {
+		const struct tar_buf *b = a->has_sparse_name ? &a->sparse_name : &a->path;
+
+		m->path = b->data;
+		m->path_len = b->len;
 	}
 	if (a->has_link) {
 		m->link = a->link.data;
@@ -771,6 +780,7 @@ static int member_sparse(struct tar_scan *s, const char *blk, uint64_t hdr_off,
 	if (rc)
 		return rc;
 	m->size = realsize;
+	m->sparse = true;
 	m->extents = s->extents;
 	m->nr_extents = s->nr_extents;
 	return 0;
@@ -788,14 +798,18 @@ static bool is_file_type(char flag)
 	return flag == '\0' || flag == '0' || flag == '7' || flag == 'S';
 }
 
-/* Bytes of data that follow a header of this type in the archive. */
-static uint64_t stored_bytes(char flag, uint64_t size)
+/*
+ * Bytes of data that follow a header in the archive.  POSIX types 1-6
+ * store none, and neither do v7 directories (a regular type with a
+ * trailing slash), whatever their size field says, as GNU tar reads them.
+ */
+static uint64_t stored_bytes(char flag, enum tar_type type, uint64_t size)
 {
 	switch (flag) {
 	case '1': case '2': case '3': case '4': case '5': case '6':
-		return 0;	/* POSIX: these types store no data */
+		return 0;
 	default:
-		return size;
+		return type == TAR_DIR && flag != 'D' ? 0 : size;
 	}
 }
 
@@ -823,8 +837,8 @@ static int member_emit(struct tar_scan *s, const char *blk, uint64_t first_off,
 	apply_pax(&s->global, &m);
 	apply_pax(&s->local, &m);
 	m.size = s->local.has_size ? s->local.size : (uint64_t)hsize;
-	stored = stored_bytes(blk[H_TYPEFLAG], m.size);
-	m.type = type_of(blk[H_TYPEFLAG], &s->name);
+	m.type = type_of(blk[H_TYPEFLAG], m.path, m.path_len);
+	stored = stored_bytes(blk[H_TYPEFLAG], m.type, m.size);
 	m.data_offset = hdr_off + TAR_BLOCK_SIZE;
 	if (blk[H_TYPEFLAG] == 'S' || s->local.sparse) {
 		rc = member_sparse(s, blk, hdr_off, &m, &stored);
@@ -885,10 +899,13 @@ static int end_of_archive(struct tar_scan *s, uint64_t off, bool *end)
 	rc = reader_get(s, off + TAR_BLOCK_SIZE, TAR_BLOCK_SIZE, &blk);
 	if (rc)
 		return rc;
-	if (memcmp(blk, zero_block, TAR_BLOCK_SIZE)) {
-		scan_warn(s, off, "lone zero block, continuing");
-		*end = false;
-	}
+	if (!memcmp(blk, zero_block, TAR_BLOCK_SIZE))
+		return 0;
+	/* A lone zero block: go on if a header follows, as GNU tar does;
+	 * anything else after it is trailing junk, not a broken archive. */
+	*end = !checksum_ok(blk);
+	scan_warn(s, off, *end ? "lone zero block followed by junk: end of archive"
+			       : "lone zero block, continuing");
 	return 0;
 }
 
@@ -896,6 +913,7 @@ static int end_of_archive(struct tar_scan *s, uint64_t off, bool *end)
 static int scan_one(struct tar_scan *s, uint64_t *off, uint64_t *first_off,
 		    bool *end)
 {
+	char hdr[TAR_BLOCK_SIZE];
 	const char *blk;
 	int64_t size;
 	int rc;
@@ -906,12 +924,15 @@ static int scan_one(struct tar_scan *s, uint64_t *off, uint64_t *first_off,
 	if (!memcmp(blk, zero_block, TAR_BLOCK_SIZE)) {
 		rc = end_of_archive(s, *off, end);
 		*off += TAR_BLOCK_SIZE;
+		*first_off = *off;
 		return rc;
 	}
 	if (!checksum_ok(blk))
 		return scan_fail(s, -EINVAL, *off, "header checksum mismatch (not a tar archive, or corrupt)");
 	if (!is_meta_type(blk[H_TYPEFLAG])) {
-		rc = member_emit(s, blk, *first_off, *off, off);
+		/* a copy: reading a sparse map may refill the window */
+		memcpy(hdr, blk, TAR_BLOCK_SIZE);
+		rc = member_emit(s, hdr, *first_off, *off, off);
 		pending_reset(s);
 		*first_off = *off;
 		return rc;
@@ -923,6 +944,7 @@ static int scan_one(struct tar_scan *s, uint64_t *off, uint64_t *first_off,
 	    blk[H_TYPEFLAG] == 'N') {
 		if (blk[H_TYPEFLAG] != 'V')
 			scan_warn(s, *off, "multi-volume or old long-name member skipped");
+		*first_off = *off + TAR_BLOCK_SIZE + round_up_block((uint64_t)size);
 	} else {
 		rc = meta_member(s, blk, *off, (uint64_t)size);
 		if (rc)

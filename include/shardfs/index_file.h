@@ -18,9 +18,10 @@
  *
  * A shard is identified by its path (relative to the index file's
  * directory when it lies below it, so that a set moved or copied together
- * with its index stays valid), its size, its mtime and an xxh3 fingerprint
- * of its first INDEX_FINGERPRINT_BYTES bytes (checked only when the mtime
- * differs, e.g. after a copy that did not keep times).
+ * with its index stays valid), its size, its mtime and ctime, and an xxh3
+ * fingerprint of its first INDEX_FINGERPRINT_BYTES bytes.  When the times
+ * match, nothing is read; when they differ (a copy, a move, or a rewrite
+ * that restored the mtime) the fingerprint decides.
  *
  * Writing is atomic: a temporary file in the same directory is renamed
  * over the index, so concurrent builders never leave a torn file and
@@ -41,19 +42,20 @@
 #define INDEX_FILE_MAGIC "SHARDIDX"
 #define INDEX_FILE_VERSION 1
 /* Bytes of a shard hashed into its fingerprint. */
-#define INDEX_FINGERPRINT_BYTES 4096
+#define INDEX_FINGERPRINT_BYTES (64u * 1024)
 
 /* One shard as the index file records it. */
 struct index_file_shard {
 	uint64_t size;		/* bytes at build time */
 	int64_t mtime_sec;	/* mtime at build time */
+	int64_t ctime_sec;	/* ctime at build time */
 	uint32_t mtime_nsec;	/* mtime at build time, nanoseconds */
-	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
+	uint32_t ctime_nsec;	/* ctime at build time, nanoseconds */
 	uint64_t name;		/* offset of its path in SHARD_NAMES */
+	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
+	uint32_t flags;		/* INDEX_SHARD_* */
 	uint64_t fingerprint;	/* xxh3 of its first bytes */
 	uint64_t members;	/* members its scan found */
-	uint32_t flags;		/* INDEX_SHARD_* */
-	uint32_t reserved;	/* zero */
 };
 
 #define INDEX_SHARD_ABSOLUTE 0x1 /* name is absolute, not index-relative */

@@ -14,8 +14,8 @@
  * layouts keep separate indexes.
  *
  * Validity costs one fstat per shard (done when the shards are opened):
- * path, size and mtime must match the index's record, or, when only the
- * mtime differs, the fingerprint of the first bytes.
+ * path, size, mtime and ctime must match the index's record, or, when
+ * only the times differ, the fingerprint of the first bytes.
  */
 #ifndef SHARDFS_INDEX_STORE_H
 #define SHARDFS_INDEX_STORE_H

@@ -38,6 +38,7 @@ struct shard {
 	int fd;			/* open read-only for the life of the mount */
 	uint64_t size;		/* bytes, from fstat at open */
 	struct timespec mtime;	/* from fstat at open */
+	struct timespec ctime;	/* from fstat at open */
 	uint32_t uid;		/* owner of the shard file */
 	uint32_t gid;		/* group of the shard file */
 	uint64_t members;	/* members found by the index build */

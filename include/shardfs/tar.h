@@ -24,13 +24,15 @@
 #ifndef SHARDFS_TAR_H
 #define SHARDFS_TAR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define TAR_BLOCK_SIZE 512
 
-/* Largest body of an 'L', 'K', 'x' or 'g' member that is accepted. */
-#define TAR_META_MAX (1u << 20)
+/* Largest body of an 'L', 'K', 'x' or 'g' member that is accepted (real
+ * archives carry multi-megabyte extended attributes in PAX headers). */
+#define TAR_META_MAX (16u << 20)
 /* Most extents a sparse member may have. */
 #define TAR_SPARSE_EXTENTS_MAX (1u << 20)
 
@@ -63,8 +65,9 @@ struct tar_member {
 	uint64_t size;		/* logical file size (sparse: the real size) */
 	uint64_t header_offset;	/* offset of the member's first header block */
 	uint64_t data_offset;	/* offset of the first byte of stored data */
-	const struct tar_extent *extents; /* sparse map, NULL when not sparse */
-	size_t nr_extents;	/* entries in extents */
+	bool sparse;		/* a GNU sparse member: its data is extents */
+	const struct tar_extent *extents; /* the sparse map (if sparse) */
+	size_t nr_extents;	/* entries in extents; 0: all holes */
 };
 
 /* Where and why a scan stopped. */
