@@ -1,0 +1,119 @@
+# Packaging.cmake - what `cmake --install` installs besides the programs,
+# the manual pages, and the Debian package that `cpack -G DEB` builds from
+# all the install rules.
+#
+# Include it from the top CMakeLists.txt after every target is defined
+# (near the end), so that if(TARGET ...) sees the optional programs:
+#
+#   include(cmake/Packaging.cmake)
+#
+# Installed layout (prefix /usr/local by default, /usr in the package):
+#   bin/shardfs, bin/shardfs-index, bin/shardfs-pack   the programs that are built
+#   share/man/man1/<program>.1.gz                      their manual pages
+#   share/doc/shardfs/README.md, *.md                  README.md and docs/*.md
+#   share/doc/shardfs/examples/                        packaging/: fstab, systemd,
+#                                                      Kubernetes and metrics examples
+#
+# Each program is installed by the install(TARGETS) next to its
+# add_executable(); this file adds its manual page.  A program without an
+# install rule is caught by tests/integration/test_package.py, which checks
+# that the package holds every program of the build.
+#
+# mount(8) runs `mount.fuse3` for `-t fuse.shardfs`, and that helper runs
+# `shardfs` from $PATH: installing the program to bin/ is all mount(8) and
+# fstab need; no /sbin/mount.fuse.shardfs link is required.
+include_guard(GLOBAL)
+include(GNUInstallDirs)
+
+# The programs of the project.  shardfs-index and shardfs-pack are optional
+# parts of the build; whichever exists gets its manual page.
+set(SHARDFS_PROGRAMS shardfs shardfs-index shardfs-pack)
+
+find_program(SHARDFS_GZIP gzip REQUIRED)
+# The date printed at the foot of every manual page; string(TIMESTAMP)
+# honours SOURCE_DATE_EPOCH, so a package build can make it reproducible.
+string(TIMESTAMP SHARDFS_MAN_DATE "%Y-%m-%d" UTC)
+
+# Generate docs/man/NAME.1.in into man/NAME.1 (configure time: @VERSION@ and
+# @DATE@ substituted), compress it into man/NAME.1.gz at build time (Debian
+# installs manual pages compressed, gzip -n so the bytes do not depend on
+# the build time) and install that.  Returns the .gz path in OUT.
+function(shardfs_add_man_page name out)
+  set(VERSION ${PROJECT_VERSION})	# local to this function: @VERSION@
+  set(DATE ${SHARDFS_MAN_DATE})		# and @DATE@ of the .in file
+  set(src ${PROJECT_SOURCE_DIR}/docs/man/${name}.1.in)
+  set(page ${PROJECT_BINARY_DIR}/man/${name}.1)
+  configure_file(${src} ${page} @ONLY)
+  add_custom_command(OUTPUT ${page}.gz
+    COMMAND ${SHARDFS_GZIP} -9 -n -k -f ${page}
+    DEPENDS ${page}
+    COMMENT "Compressing manual page ${name}(1)"
+    VERBATIM)
+  install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  set(${out} ${page}.gz PARENT_SCOPE)
+endfunction()
+
+set(man_pages)
+foreach(program IN LISTS SHARDFS_PROGRAMS)
+  if(TARGET ${program})
+    shardfs_add_man_page(${program} page)
+    list(APPEND man_pages ${page})
+  endif()
+endforeach()
+# Part of `all`, so a plain build leaves the pages in build/man/ for
+# `man -l build/man/shardfs.1` and for the tests that check them.
+add_custom_target(man ALL DEPENDS ${man_pages})
+
+# Documentation: README.md and docs/*.md into share/doc/shardfs, and the
+# deployment examples of packaging/ beside them.  The Dockerfile builds
+# from a source tree, so it is no use to someone holding the package.
+file(GLOB shardfs_docs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/*.md)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${shardfs_docs}
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/packaging/
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
+        PATTERN "Dockerfile*" EXCLUDE)
+
+# ---------------------------------------------------------------------------
+# CPack: `cpack -G DEB` in the build directory writes
+# shardfs_<version>_<arch>.deb, installing to /usr.
+
+set(SHARDFS_DEB_MAINTAINER "shardfs maintainers <shardfs@localhost>"
+    CACHE STRING "Maintainer field of the Debian package")
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME shardfs)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_CONTACT ${SHARDFS_DEB_MAINTAINER})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "mount WebDataset TAR shards as a read-only directory tree")
+# The extended description; CPack puts the summary above it and formats
+# the lines (and the empty line, as " .") the way debian/control wants.
+set(CPACK_PACKAGE_DESCRIPTION
+"shardfs is a FUSE filesystem that mounts a set of TAR shards (the
+WebDataset format: shard-000000.tar ... holding key.jpg, key.json,
+key.cls) as one ordinary read-only directory tree, so that training code
+that walks directories runs unmodified while the storage sees one open
+per shard and large sequential reads.
+
+It builds an in-memory index from the tar headers at mount time and reads
+file data straight from the shards. mount -t fuse.shardfs and fstab
+entries work through mount.fuse3.")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)	# shardfs_<version>_<arch>.deb
+set(CPACK_DEBIAN_PACKAGE_SECTION utils)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+# Depends is written out rather than computed by dpkg-shlibdeps
+# (CPACK_DEBIAN_PACKAGE_SHLIBDEPS) so that it does not vary with the build
+# machine.  fuse3 is not a library dependency: it brings fusermount3 (to
+# unmount) and mount.fuse3 (for mount -t fuse.shardfs and fstab).  The
+# libfuse3 floor is the fuse3>=3.14 the build requires.
+# tests/integration/test_package.py checks that this list names the
+# package of every shared library the packaged programs load.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS
+    "libc6, fuse3, libfuse3-3 (>= 3.14), libarchive13, libxxhash0")
+
+include(CPack)
