@@ -1,0 +1,352 @@
+/*
+ * test_fs.c - the VFS answers of fs.c over a built index: attributes
+ * (with the uid=, gid= and umask= overrides), lookups and listings, and
+ * above all shardfs_read().
+ *
+ * Reads are where a wrong offset turns into wrong bytes that nobody
+ * notices, so every read is compared byte for byte with the file it
+ * should return: plain members, sparse members whose holes must read as
+ * zeros (reads inside a hole, spanning runs, clamped at the end), and a
+ * shard truncated under the index, which must give EIO rather than
+ * whatever the short pread left in the buffer.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shardfs/control.h"
+#include "tarbuild.h"
+
+/*
+ * Read @size bytes of @path at @off into a poisoned buffer and compare
+ * with @want, the whole @want_len-byte file.
+ */
+static void expect_read(struct tb_env *e, const char *path, uint64_t off,
+			size_t size, const char *want, size_t want_len)
+{
+	size_t expect = off < want_len ? want_len - off : 0;
+	char *buf = malloc(size + 1);
+	ssize_t n;
+
+	if (expect > size)
+		expect = size;
+	assert_non_null(buf);
+	memset(buf, 0x5a, size + 1);
+	n = shardfs_read(&e->fs, tb_ino(&e->fs, path), 0, buf, size, off);
+	if (n != (ssize_t)expect)
+		fail_msg("read of %zu at %llu from '%s' returned %zd, expected %zu",
+			 size, (unsigned long long)off, path, n, expect);
+	if (expect && memcmp(buf, want + off, expect))
+		fail_msg("read of %zu at %llu from '%s' returned wrong bytes", size,
+			 (unsigned long long)off, path);
+	assert_int_equal((unsigned char)buf[size], 0x5a);	/* no overrun */
+	free(buf);
+}
+
+static void test_getattr_reports_tar_attributes(void **state)
+{
+	struct tb_env *e = *state;
+	const struct tb_attrs f = { 0640, 123, 456, 0 }, d = { 0711, 1, 2, 99 };
+	struct tb a = { 0 };
+	struct stat st;
+
+	tb_pax_header(&a, 'x', TB_LIST("mtime", "1700000000.25"));
+	tb_add_attrs(&a, "file", '0', &f, "12345", 5);
+	tb_add_attrs(&a, "dir/", '5', &d, NULL, 0);
+	tb_link(&a, "sym", '2', "file");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	st = tb_stat(&e->fs, "file");
+	assert_int_equal(st.st_mode, S_IFREG | 0640);
+	assert_int_equal(st.st_uid, 123);
+	assert_int_equal(st.st_gid, 456);
+	assert_int_equal(st.st_size, 5);
+	assert_int_equal(st.st_blocks, 1);
+	assert_int_equal(st.st_nlink, 1);
+	assert_int_equal(st.st_blksize, SHARDFS_BLKSIZE);
+	assert_int_equal(st.st_mtim.tv_sec, 1700000000);
+	assert_int_equal(st.st_mtim.tv_nsec, 250000000);
+	assert_int_equal(st.st_ino, tb_ino(&e->fs, "file"));
+	st = tb_stat(&e->fs, "dir");
+	assert_int_equal(st.st_mode, S_IFDIR | 0711);
+	assert_int_equal(st.st_mtim.tv_sec, 99);
+	assert_int_equal(st.st_nlink, 2);
+	st = tb_stat(&e->fs, "sym");
+	assert_int_equal(st.st_mode, S_IFLNK | 0777);
+	assert_int_equal(st.st_size, 4);
+}
+
+static void test_getattr_overrides(void **state)
+{
+	struct tb_env *e = *state;
+	const struct tb_attrs f = { 0666, 123, 456, 0 };
+	struct tb a = { 0 };
+	struct stat st;
+
+	tb_add_attrs(&a, "file", '0', &f, NULL, 0);
+	tb_add(&a, "dir/", '5', NULL, 0);
+	tb_link(&a, "sym", '2', "file");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	e->fs.opt = (struct shardfs_options){
+		.set_uid = true, .uid = 77, .set_gid = true, .gid = 88, .umask = 027,
+	};
+
+	st = tb_stat(&e->fs, "file");
+	assert_int_equal(st.st_mode, S_IFREG | 0640);
+	assert_int_equal(st.st_uid, 77);
+	assert_int_equal(st.st_gid, 88);
+	assert_int_equal(tb_stat(&e->fs, "dir").st_mode, S_IFDIR | 0750);
+	assert_int_equal(tb_stat(&e->fs, "sym").st_mode, S_IFLNK | 0750);
+	assert_int_equal(tb_stat(&e->fs, "").st_uid, 77);
+
+	e->fs.opt = (struct shardfs_options){ .set_gid = true, .gid = 0 };
+	st = tb_stat(&e->fs, "file");
+	assert_int_equal(st.st_mode, S_IFREG | 0666);
+	assert_int_equal(st.st_uid, 123);		/* only gid overridden */
+	assert_int_equal(st.st_gid, 0);
+}
+
+static void test_unknown_inodes_and_wrong_types(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	const char *s;
+	uint64_t ino, fh = 1;
+	struct stat st;
+	char buf[8];
+
+	tb_file(&a, "file", "x");
+	tb_add(&a, "dir/", '5', NULL, 0);
+	tb_link(&a, "sym", '2', "some/where");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	assert_int_equal(shardfs_getattr(&e->fs, 0, &st), -ENOENT);
+	assert_int_equal(shardfs_getattr(&e->fs, UINT32_MAX, &st), -ENOENT);
+	assert_int_equal(shardfs_open(&e->fs, tb_ino(&e->fs, "dir"), &fh), -EISDIR);
+	assert_int_equal(shardfs_open(&e->fs, tb_ino(&e->fs, "file"), &fh), 0);
+	assert_int_equal(fh, 0);			/* members need no handle */
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "dir"), 0, buf, 8, 0),
+			 -EISDIR);
+	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "sym"), &s), 0);
+	assert_string_equal(s, "some/where");
+	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "file"), &s), -EINVAL);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "file"), 0, &s,
+					       &ino), -ENOTDIR);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "dir"), 0, &s,
+					       &ino), -ENOENT);
+	assert_int_equal(shardfs_lookup(&e->fs, tb_ino(&e->fs, "file"), "x", &ino),
+			 -ENOTDIR);
+}
+
+static void test_read_plain_file(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char content[3000];
+
+	for (size_t i = 0; i < sizeof(content); i++)
+		content[i] = (char)(i * 7 % 251);
+	tb_file(&a, "small", "s");
+	tb_add(&a, "big", '0', content, sizeof(content));
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	expect_read(e, "big", 0, 4096, content, sizeof(content));	/* all */
+	expect_read(e, "big", 1000, 1000, content, sizeof(content));
+	expect_read(e, "big", 2990, 100, content, sizeof(content));	/* clamped */
+	expect_read(e, "big", 3000, 100, content, sizeof(content));	/* at EOF */
+	expect_read(e, "big", 5000, 100, content, sizeof(content));	/* past */
+	expect_read(e, "big", 10, 0, content, sizeof(content));
+	expect_read(e, "small", 0, 100, "s", 1);
+	assert_int_equal(atomic_load(&e->fs.counters.read_bytes), 3000 + 1000 + 10 + 1);
+	assert_int_equal(atomic_load(&e->fs.counters.errors), 0);
+}
+
+/* The logical content of a sparse file: zeros with @runs of @data. */
+static char *sparse_content(const struct tar_extent *runs, size_t n,
+			    const char *data, size_t size)
+{
+	char *want = calloc(size, 1);
+
+	assert_non_null(want);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(want + runs[i].logical, data, runs[i].length);
+		data += runs[i].length;
+	}
+	return want;
+}
+
+static void test_read_old_gnu_sparse_file(void **state)
+{
+	static const struct tar_extent runs[] = {
+		{ 100, 50, 0 }, { 5000, 50, 0 }, { 9000, 1000, 0 },
+		{ 12000, 0, 0 },	/* GNU tar's marker of the final hole */
+	};
+	enum { SIZE = 12000 };
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char data[1100], *want;
+
+	memset(data, 'A', 50);
+	memset(data + 50, 'B', 50);
+	for (size_t i = 100; i < sizeof(data); i++)
+		data[i] = (char)('a' + i % 26);
+	want = sparse_content(runs, 4, data, SIZE);
+	tb_file(&a, "before", "shifts the data");
+	tb_old_sparse(&a, "holes", SIZE, runs, 4, data);
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	assert_int_equal(tb_stat(&e->fs, "holes").st_size, SIZE);
+	expect_read(e, "holes", 0, SIZE, want, SIZE);		/* everything */
+	expect_read(e, "holes", 0, 100, want, SIZE);		/* leading hole */
+	expect_read(e, "holes", 120, 4900, want, SIZE);		/* run, hole, run */
+	expect_read(e, "holes", 200, 100, want, SIZE);		/* inside a hole */
+	expect_read(e, "holes", 9500, 100, want, SIZE);		/* inside a run */
+	expect_read(e, "holes", 9990, 20, want, SIZE);		/* a run's end */
+	expect_read(e, "holes", 11990, 100, want, SIZE);	/* clamped */
+	expect_read(e, "holes", SIZE, 100, want, SIZE);		/* at EOF */
+	free(want);
+}
+
+static void test_read_sparse_1_0_file(void **state)
+{
+	static const struct tar_extent runs[] = { { 100, 10, 0 }, { 40000, 10, 0 } };
+	enum { SIZE = 50000 };
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	const char *data = "0123456789abcdefghij";
+	char *want = sparse_content(runs, 2, data, SIZE);
+
+	tb_sparse_1_0(&a, "real", SIZE, "2\n100\n10\n40000\n10\n", data, 20);
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	expect_read(e, "real", 0, SIZE, want, SIZE);
+	expect_read(e, "real", 105, 39900, want, SIZE);
+	expect_read(e, "real", 40005, 100000, want, SIZE);
+	free(want);
+}
+
+/* A sparse member that is all hole reads as zeros, not as what follows. */
+static void test_read_all_hole_sparse_file(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char zeros[1000] = { 0 };
+
+	tb_old_sparse(&a, "all-hole", sizeof(zeros), NULL, 0, "");
+	tb_file(&a, "after", "not part of all-hole");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	expect_read(e, "all-hole", 0, sizeof(zeros), zeros, sizeof(zeros));
+}
+
+static void test_read_after_truncation_is_eio(void **state)
+{
+	static const struct tar_extent runs[] = { { 0, 600, 0 } };
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char content[10000], buf[sizeof(content)], path[4096];
+	uint64_t late;
+
+	memset(content, 'L', sizeof(content));
+	tb_file(&a, "early", "e");
+	late = tb_add(&a, "late", '0', content, sizeof(content));
+	tb_old_sparse(&a, "sparse", 1000, runs, 1, content);
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
+	assert_int_equal(truncate(path, (off_t)(late + TAR_BLOCK_SIZE + 5000)), 0);
+
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), 0, buf,
+				      sizeof(buf), 0), -EIO);
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), 0, buf,
+				      2000, 4000), -EIO);	/* spans the cut */
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "sparse"), 0, buf,
+				      1000, 0), -EIO);
+	assert_int_equal(atomic_load(&e->fs.counters.errors), 3);
+	assert_int_equal(e->fs.set.shards[0].stale_logged, 1);
+}
+
+/*
+ * /.shardfs is reachable by name only.  A member of that name is listed
+ * by readdir, so lookup must find the same inode, or `ls -l` and `cd`
+ * disagree about what the name is.
+ */
+static void test_dot_shardfs_member_is_reserved(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	const char *name;
+	uint64_t listed, found;
+
+	/* the control directory owns the name: the member is skipped, so
+	 * readdir and lookup cannot disagree about what it is */
+	tb_file(&a, ".shardfs/data.txt", "a member");
+	tb_file(&a, "kept", "x");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	assert_int_equal(e->fs.idx.counts.skipped, 1);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 0, &name,
+					       &listed), 0);
+	assert_string_equal(name, "kept");
+	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 1, &name,
+					       &listed), -ENOENT);
+	assert_int_equal(shardfs_lookup(&e->fs, SHARDFS_ROOT_INO, ".shardfs", &found), 0);
+	assert_int_equal(found, control_ino(&e->fs, CONTROL_DIR));
+}
+
+static void test_init_from_a_spec(void **state)
+{
+	struct tb_env *e = *state;
+	const struct shard_index_build_options bo = { .threads = 1 };
+	const struct index_store_options so = { .mode = INDEX_MODE_OFF };
+	struct tb a = { 0 };
+	struct shardfs fs = { 0 };
+	char spec[4096];
+
+	tb_file(&a, "dir/file", "content");
+	tb_env_shard(e, "00.tar", &a);
+	assert_int_equal(shardfs_init(&fs, e->dir, &bo, &so), 0);
+	assert_true(tb_ino(&fs, "dir/file") != 0);
+	assert_int_equal(fs.set.nr, 1);
+	shardfs_release(&fs);
+
+	snprintf(spec, sizeof(spec), "%s/missing-*.tar", e->dir);
+	fs = (struct shardfs){ 0 };
+	assert_int_equal(shardfs_init(&fs, spec, &bo, &so), -ENOENT);
+	assert_int_equal(fs.set.nr, 0);
+
+	tb_bytes(&a, "not a tar archive", 17);
+	tb_zeros(&a, 2);
+	tb_save(&a, e->dir, "01.tar");
+	tb_free(&a);
+	fs = (struct shardfs){ 0 };
+	assert_int_equal(shardfs_init(&fs, e->dir, &bo, &so), -EINVAL);
+	assert_int_equal(fs.set.nr, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TB_ENV_TEST(test_getattr_reports_tar_attributes),
+		TB_ENV_TEST(test_getattr_overrides),
+		TB_ENV_TEST(test_unknown_inodes_and_wrong_types),
+		TB_ENV_TEST(test_read_plain_file),
+		TB_ENV_TEST(test_read_old_gnu_sparse_file),
+		TB_ENV_TEST(test_read_sparse_1_0_file),
+		TB_ENV_TEST(test_read_all_hole_sparse_file),
+		TB_ENV_TEST(test_read_after_truncation_is_eio),
+		TB_ENV_TEST(test_dot_shardfs_member_is_reserved),
+		TB_ENV_TEST(test_init_from_a_spec),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
