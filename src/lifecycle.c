@@ -1,6 +1,14 @@
 /*
  * lifecycle.c - readiness notification and the idle timeout.
  *
+ * The kernel's readahead for a FUSE mount is capped at the backing device
+ * info's 128 KiB default, which halves cold sequential reads of large
+ * members (measured: 124-219 MB/s at 128 KiB, 275-441 MB/s at 1 MiB, on a
+ * disk that reads 950 MB/s).  It can only be raised through sysfs once the
+ * mount exists, so lifecycle_set_readahead() finds the mount's device in
+ * /proc/self/mountinfo (stat() of the mountpoint would deadlock: nobody
+ * serves requests yet) and writes read_ahead_kb.
+ *
  * sd_notify is implemented directly (one datagram to $NOTIFY_SOCKET)
  * rather than linking libsystemd for one call.  The idle timer polls the
  * request counters once a second: cheaper than touching a timestamp on
@@ -8,7 +16,9 @@
  */
 #include <errno.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -51,6 +61,43 @@ void lifecycle_notify_ready(int notify_fd)
 	}
 	if (sock && *sock)
 		notify_socket(sock);
+}
+
+/* "MAJOR:MINOR" of the mount at @mp, from mountinfo.  0 or -ENOENT. */
+static int mount_device(const char *mp, char *dev, size_t size)
+{
+	char line[PATH_MAX + 512], point[PATH_MAX], devno[32];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	int rc = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (rc && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", devno, point) == 2 &&
+		    !strcmp(point, mp) && (size_t)snprintf(dev, size, "%s", devno) < size)
+			rc = 0;
+	fclose(f);
+	return rc;
+}
+
+void lifecycle_set_readahead(const char *mountpoint, unsigned kib)
+{
+	char *mp = realpath(mountpoint, NULL), dev[32], path[96];
+	FILE *f;
+
+	if (!mp || mount_device(mp, dev, sizeof(dev))) {
+		log_debug("readahead: cannot find the mount's device");
+		goto out_free;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	f = fopen(path, "we");
+	if (!f || fprintf(f, "%u\n", kib) < 0 || fclose(f)) {
+		log_debug("readahead: %s: %s (kernel default kept)", path, strerror(errno));
+		goto out_free;
+	}
+	log_debug("readahead: %s = %u", path, kib);
+out_free:
+	free(mp);
 }
 
 struct idle_timer {

@@ -16,6 +16,15 @@ struct shardfs;
 void lifecycle_notify_ready(int notify_fd);
 
 /*
+ * Raise the kernel's per-file readahead for the mount at @mountpoint to
+ * @kib KiB (FUSE mounts start at 128 KiB, whatever the daemon asks for).
+ * Needs root; otherwise, or on any error, it logs at debug level and the
+ * kernel default stays.  Must not touch the mount itself: it is called
+ * before the session loop runs.
+ */
+void lifecycle_set_readahead(const char *mountpoint, unsigned kib);
+
+/*
  * Start a thread that unmounts @mountpoint (lazily) and ends @se once no
  * request has arrived for @seconds.  0 or -errno.
  */

@@ -24,6 +24,9 @@
 #include "shardfs/ll.h"
 #include "shardfs/log.h"
 
+/* Kernel readahead per open file: one maximal (256-page) FUSE read. */
+#define SHARDFS_KERNEL_READAHEAD_KIB 1024
+
 enum exit_code {
 	EXIT_OK = 0,		/* mounted, served, unmounted */
 	EXIT_USAGE = 1,		/* bad command line */
@@ -203,6 +206,7 @@ static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opt
 		goto out_destroy;
 	if (fuse_session_mount(se, o->mountpoint))
 		goto out_remove_handlers;
+	lifecycle_set_readahead(o->mountpoint, SHARDFS_KERNEL_READAHEAD_KIB);
 	if (!o->foreground)
 		log_use_syslog();
 	fuse_daemonize(o->foreground);
