@@ -259,6 +259,20 @@ static void shard_served(struct shardfs *fs, struct shard *s, uint64_t off,
 	shard_readahead(fs, s, off, off + len);
 }
 
+/* Log a failed read of @s, the first SHARDFS_READ_ERRORS_LOGGED only. */
+static void read_failed(struct shard *s, uint64_t off, int err)
+{
+	unsigned n = atomic_fetch_add_explicit(&s->read_errors, 1,
+					       memory_order_relaxed);
+
+	if (n < SHARDFS_READ_ERRORS_LOGGED)
+		log_error("%s: offset %llu: read failed: %s", s->path,
+			  (unsigned long long)off, strerror(err));
+	else if (n == SHARDFS_READ_ERRORS_LOGGED)
+		log_error("%s: further read errors on this shard are only counted",
+			  s->path);
+}
+
 /* Read exactly @size bytes at @off of @shard, or fail with -EIO. */
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 			   size_t size, uint64_t off)
@@ -274,8 +288,7 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			log_error("%s: offset %llu: read failed: %s", s->path,
-				  (unsigned long long)(off + done), strerror(errno));
+			read_failed(s, off + done, errno);
 			return -EIO;
 		}
 		if (n == 0) {

@@ -12,12 +12,14 @@
  * sd_notify is implemented directly (one datagram to $NOTIFY_SOCKET)
  * rather than linking libsystemd for one call.  The idle timer polls the
  * request counters once a second: cheaper than touching a timestamp on
- * every request, and a second of slack is nothing against a timeout.
+ * every request, and a second of slack is nothing against a timeout.  It
+ * unmounts without MNT_DETACH, so a mount with open files stays.
  */
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lifecycle.h"
@@ -105,6 +108,10 @@ struct idle_timer {
 	struct shardfs *fs;		/* whose counters show activity */
 	char *mountpoint;		/* what to unmount */
 	unsigned seconds;		/* allowed idle time */
+	pthread_t thread;		/* the timer */
+	pthread_mutex_t lock;		/* guards stop */
+	pthread_cond_t wake;		/* signalled by lifecycle_idle_stop */
+	bool stop;			/* the session is ending anyway */
 };
 
 static unsigned long long requests(struct shardfs *fs)
@@ -117,61 +124,101 @@ static unsigned long long requests(struct shardfs *fs)
 	return n;
 }
 
-/* Lazy unmount: as root directly, otherwise through fusermount3. */
-static void unmount_lazily(const char *mountpoint)
+/*
+ * A plain unmount, which fails with EBUSY while a file or a working
+ * directory is open in the mount: idle means unused, not just quiet.
+ * As root directly, otherwise through fusermount3.  0 when unmounted.
+ */
+static int unmount_if_unused(const char *mountpoint)
 {
+	int status;
 	pid_t pid;
 
-	if (!umount2(mountpoint, MNT_DETACH) || errno != EPERM)
-		return;
+	if (!umount2(mountpoint, 0))
+		return 0;
+	if (errno != EPERM)
+		return -errno;
 	pid = fork();
 	if (pid == 0) {
-		execlp("fusermount3", "fusermount3", "-u", "-z", "--", mountpoint,
+		execlp("fusermount3", "fusermount3", "-u", "-q", "--", mountpoint,
 		       (char *)NULL);
 		_exit(127);
 	}
-	if (pid > 0)
-		waitpid(pid, NULL, 0);
+	if (pid < 0 || waitpid(pid, &status, 0) < 0)
+		return -errno;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EBUSY;
+}
+
+/* Sleep a second unless stopped; true when stopped. */
+static bool idle_wait(struct idle_timer *t)
+{
+	struct timespec ts;
+	bool stop;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec++;
+	pthread_mutex_lock(&t->lock);
+	if (!t->stop)
+		pthread_cond_timedwait(&t->wake, &t->lock, &ts);
+	stop = t->stop;
+	pthread_mutex_unlock(&t->lock);
+	return stop;
 }
 
 static void *idle_thread(void *arg)
 {
 	struct idle_timer *t = arg;
-	unsigned long long seen = requests(t->fs);
+	unsigned long long seen = requests(t->fs), now;
 	unsigned idle = 0;
 
-	while (idle < t->seconds) {
-		unsigned long long now;
-
-		sleep(1);
+	while (!idle_wait(t)) {
 		now = requests(t->fs);
 		idle = now == seen ? idle + 1 : 0;
 		seen = now;
+		if (idle < t->seconds)
+			continue;
+		if (!unmount_if_unused(t->mountpoint)) {
+			log_info("no requests for %u s: unmounted %s", t->seconds,
+				 t->mountpoint);
+			fuse_session_exit(t->se);
+			break;
+		}
+		idle = 0;	/* in use: try again after another idle period */
 	}
-	log_info("no requests for %u s: unmounting %s", t->seconds, t->mountpoint);
-	fuse_session_exit(t->se);
-	unmount_lazily(t->mountpoint);
+	return NULL;
+}
+
+struct idle_timer *lifecycle_idle_start(struct fuse_session *se,
+					struct shardfs *fs,
+					const char *mountpoint, unsigned seconds)
+{
+	struct idle_timer *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	*t = (struct idle_timer){ .se = se, .fs = fs, .seconds = seconds };
+	t->mountpoint = realpath(mountpoint, NULL);
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->wake, NULL);
+	if (t->mountpoint && !pthread_create(&t->thread, NULL, idle_thread, t))
+		return t;
+	log_error("cannot start the idle timer");
 	free(t->mountpoint);
 	free(t);
 	return NULL;
 }
 
-int lifecycle_idle_start(struct fuse_session *se, struct shardfs *fs,
-			 const char *mountpoint, unsigned seconds)
+void lifecycle_idle_stop(struct idle_timer *t)
 {
-	struct idle_timer *t = calloc(1, sizeof(*t));
-	pthread_t tid;
-
-	if (!t || !(t->mountpoint = realpath(mountpoint, NULL))) {
-		free(t);
-		return -ENOMEM;
-	}
-	*t = (struct idle_timer){ se, fs, t->mountpoint, seconds };
-	if (pthread_create(&tid, NULL, idle_thread, t)) {
-		free(t->mountpoint);
-		free(t);
-		return -EAGAIN;
-	}
-	pthread_detach(tid);
-	return 0;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->stop = true;
+	pthread_cond_signal(&t->wake);
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->thread, NULL);
+	pthread_mutex_destroy(&t->lock);
+	pthread_cond_destroy(&t->wake);
+	free(t->mountpoint);
+	free(t);
 }

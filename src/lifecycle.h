@@ -24,11 +24,19 @@ void lifecycle_notify_ready(int notify_fd);
  */
 void lifecycle_set_readahead(const char *mountpoint, unsigned kib);
 
+struct idle_timer;
+
 /*
- * Start a thread that unmounts @mountpoint (lazily) and ends @se once no
- * request has arrived for @seconds.  0 or -errno.
+ * Start a thread that, once no request has arrived for @seconds, unmounts
+ * @mountpoint and ends @se.  A mount still in use (open files, working
+ * directories) is not unmounted; the timer starts over.  Returns the
+ * timer, or NULL (logged).
  */
-int lifecycle_idle_start(struct fuse_session *se, struct shardfs *fs,
-			 const char *mountpoint, unsigned seconds);
+struct idle_timer *lifecycle_idle_start(struct fuse_session *se,
+					struct shardfs *fs,
+					const char *mountpoint, unsigned seconds);
+
+/* Stop and free @t (NULL is fine); call before destroying the session. */
+void lifecycle_idle_stop(struct idle_timer *t);
 
 #endif

@@ -37,9 +37,9 @@ enum exit_code {
 /* Options only the mount takes; the index options are in cli.h. */
 struct mount_cli {
 	int nonempty;		/* -o nonempty: allow a non-empty mountpoint */
-	int uid;		/* -o uid=N, -1 when unset */
-	int gid;		/* -o gid=N, -1 when unset */
-	int umask;		/* -o umask=OCTAL, -1 when unset */
+	char *uid;		/* -o uid=N */
+	char *gid;		/* -o gid=N */
+	char *umask;		/* -o umask=OCTAL */
 	char *readahead;	/* -o readahead=SIZE */
 	int notify_fd;		/* -o notify_fd=N, -1 when unset */
 	unsigned idle_timeout;	/* -o idle_timeout=SECONDS, 0: never */
@@ -50,9 +50,9 @@ struct mount_cli {
 
 static const struct fuse_opt mount_opts[] = {
 	MOUNT_OPT("nonempty", nonempty, 1),
-	MOUNT_OPT("uid=%d", uid, 0),
-	MOUNT_OPT("gid=%d", gid, 0),
-	MOUNT_OPT("umask=%o", umask, 0),
+	MOUNT_OPT("uid=%s", uid, 0),
+	MOUNT_OPT("gid=%s", gid, 0),
+	MOUNT_OPT("umask=%s", umask, 0),
 	MOUNT_OPT("readahead=%s", readahead, 0),
 	MOUNT_OPT("notify_fd=%d", notify_fd, 0),
 	MOUNT_OPT("idle_timeout=%u", idle_timeout, 0),
@@ -141,17 +141,39 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* An unsigned number in @base, at most @max; NULL (unset) leaves *out. */
+static int parse_number(const char *what, const char *s, int base,
+			unsigned long max, uint32_t *out, bool *set)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s)
+		return 0;
+	errno = 0;
+	v = strtoul(s, &end, base);
+	if (!*s || *s == '-' || *end || errno || v > max)
+		return log_error("bad %s '%s'", what, s), -EINVAL;
+	*out = (uint32_t)v;
+	if (set)
+		*set = true;
+	return 0;
+}
+
 /* The options that change what the mount reports and how it reads. */
 static int mount_options(const struct mount_cli *m, struct shardfs_options *opt)
 {
+	uint32_t umask = 0;
+
 	opt->readahead = SHARDFS_READAHEAD_DEFAULT;
 	if (m->readahead && parse_size(m->readahead, &opt->readahead))
 		return log_error("bad readahead size '%s'", m->readahead), -EINVAL;
-	opt->set_uid = m->uid >= 0;
-	opt->uid = (uint32_t)m->uid;
-	opt->set_gid = m->gid >= 0;
-	opt->gid = (uint32_t)m->gid;
-	opt->umask = m->umask >= 0 ? (mode_t)m->umask & 07777 : 0;
+	/* (uid_t)-1 means "no change" to the kernel: not a valid owner */
+	if (parse_number("uid", m->uid, 10, UINT32_MAX - 1, &opt->uid, &opt->set_uid) ||
+	    parse_number("gid", m->gid, 10, UINT32_MAX - 1, &opt->gid, &opt->set_gid) ||
+	    parse_number("umask", m->umask, 8, 07777, &umask, NULL))
+		return -EINVAL;
+	opt->umask = (mode_t)umask;
 	return 0;
 }
 
@@ -198,6 +220,7 @@ static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opt
 			   const struct mount_cli *m, struct shardfs *fs)
 {
 	struct fuse_session *se = shardfs_session_new(args, fs);
+	struct idle_timer *idle = NULL;
 	int rc = EXIT_MOUNT;
 
 	if (!se)
@@ -212,9 +235,10 @@ static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opt
 	fuse_daemonize(o->foreground);
 	lifecycle_notify_ready(m->notify_fd);
 	if (m->idle_timeout)
-		lifecycle_idle_start(se, fs, o->mountpoint, m->idle_timeout);
+		idle = lifecycle_idle_start(se, fs, o->mountpoint, m->idle_timeout);
 	/* a signal ends the loop with the signal number: a clean exit */
 	rc = serve(se, o) < 0 ? EXIT_MOUNT : EXIT_OK;
+	lifecycle_idle_stop(idle);
 	fuse_session_unmount(se);
 out_remove_handlers:
 	fuse_remove_signal_handlers(se);
@@ -260,7 +284,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct cli_index cli = { 0 };
-	struct mount_cli m = { .uid = -1, .gid = -1, .umask = -1, .notify_fd = -1 };
+	struct mount_cli m = { .notify_fd = -1 };
 	struct fuse_cmdline_opts o = { 0 };
 	struct cli_config cfg = { 0 };
 	struct shardfs fs = { 0 };
@@ -286,6 +310,9 @@ out_release_config:
 out_free_args:
 	free(o.mountpoint);
 	free(m.readahead);
+	free(m.uid);
+	free(m.gid);
+	free(m.umask);
 	free(m.mountpoint);
 	cli_index_free(&cli);
 	fuse_opt_free_args(&args);

@@ -36,6 +36,9 @@
 
 /* Default shard readahead for forward-moving readers (-o readahead=). */
 #define SHARDFS_READAHEAD_DEFAULT (4u << 20)
+/* Read errors logged per shard; later ones are only counted. */
+#define SHARDFS_READ_ERRORS_LOGGED 10
+
 /* A read this far past the previous one still counts as moving forward:
  * a reader that skips the other members of a sample is still sequential. */
 #define SHARDFS_READAHEAD_GAP (1u << 20)

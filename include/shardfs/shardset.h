@@ -44,6 +44,7 @@ struct shard {
 	uint64_t members;	/* members found by the index build */
 	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
 	int stale_logged;	/* set once a read found the shard changed */
+	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
 	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
 	atomic_ullong served_hi; /* end of the highest range read */
 	atomic_ullong last_end;	/* end of the latest read, for readahead */
