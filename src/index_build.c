@@ -441,6 +441,7 @@ static int merge_all(struct builder *b)
 		b->counts.unlabeled += sc->unlabeled;
 		b->counts.special += sc->special;
 		b->set->shards[s].members = sc->nr_members;
+		b->set->shards[s].digest = sc->digest;
 		for (size_t i = 0; !rc && i < sc->nr_members; i++)
 			rc = merge_member(b, sc, s, &sc->members[i]);
 	}

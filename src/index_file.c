@@ -145,6 +145,7 @@ static int shard_table(const char *path, const struct shard_set *set,
 		r->name = *names_len;
 		r->name_len = (uint32_t)strlen(name);
 		r->members = s->members;
+		r->digest = s->digest;
 		if (index_file_fingerprint(s->fd, s->size, &r->fingerprint))
 			return -EIO;
 		memcpy(*names + *names_len, name, r->name_len);

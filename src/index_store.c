@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "shard_scan.h"
 #include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
 #include "shardfs/log.h"
@@ -82,9 +83,18 @@ static void default_paths(const struct shard_set *set, uint64_t hash,
 		 cache_dir(dir), XXH3_64bits(first, strlen(first)), tag);
 }
 
+/* What validating one shard against its record found. */
+enum shard_match {
+	SHARD_STALE,		/* not the shard that was indexed */
+	SHARD_SAME,		/* same path, size and times: nothing read */
+	SHARD_RESCANNED,	/* times differ, but its headers are the same */
+};
+
 /* Is shard @i of @set the one the index recorded? */
-static bool shard_matches(const struct shard *s, const struct index_file_shards *sh,
-			  uint32_t i, const char *index_path)
+static enum shard_match shard_matches(const struct shard *s,
+				      const struct index_file_shards *sh,
+				      uint32_t i, const char *index_path,
+				      const struct layout *layout)
 {
 	const struct index_file_shard *r = &sh->shards[i];
 	const char *name = sh->names + r->name;
@@ -93,42 +103,56 @@ static bool shard_matches(const struct shard *s, const struct index_file_shards 
 
 	if (r->flags & INDEX_SHARD_ABSOLUTE) {
 		if (strlen(s->path) != r->name_len || memcmp(s->path, name, r->name_len))
-			return false;
+			return SHARD_STALE;
 	} else if (strncmp(s->path, index_path, dlen) ||
 		   strlen(s->path + dlen) != r->name_len ||
 		   memcmp(s->path + dlen, name, r->name_len)) {
-		return false;
+		return SHARD_STALE;
 	}
 	if (s->size != r->size)
-		return false;
+		return SHARD_STALE;
 	if (s->mtime.tv_sec == r->mtime_sec && s->mtime.tv_nsec == r->mtime_nsec &&
 	    s->ctime.tv_sec == r->ctime_sec && s->ctime.tv_nsec == r->ctime_nsec)
-		return true;
-	return !index_file_fingerprint(s->fd, s->size, &fp) && fp == r->fingerprint;
+		return SHARD_SAME;
+	/* copied, moved or rewritten: a cheap read first, then the headers */
+	if (index_file_fingerprint(s->fd, s->size, &fp) || fp != r->fingerprint ||
+	    shard_scan_digest(s, layout, &fp) || fp != r->digest)
+		return SHARD_STALE;
+	return SHARD_RESCANNED;
 }
 
 /*
  * How many shards of @set the loaded index covers: all of its shards must
- * be the first shards of @set, unchanged; else -1 (stale).
+ * be the first shards of @set, unchanged; else -1 (stale).  *rescanned
+ * tells whether a shard had to be rescanned to prove it (the index should
+ * then be saved again with the new times).
  */
 static int64_t covered_shards(struct shard_set *set,
 			      const struct index_file_shards *sh,
-			      const char *path, uint64_t options_hash)
+			      const char *path, const struct index_store_options *so,
+			      const struct layout *layout, bool *rescanned)
 {
-	if (sh->options_hash != options_hash || sh->nr > set->nr)
+	if (sh->options_hash != so->options_hash || sh->nr > set->nr)
 		return -1;
-	for (uint32_t i = 0; i < sh->nr; i++)
-		if (!shard_matches(&set->shards[i], sh, i, path))
+	for (uint32_t i = 0; i < sh->nr; i++) {
+		enum shard_match m = shard_matches(&set->shards[i], sh, i, path, layout);
+
+		if (m == SHARD_STALE)
 			return -1;
-	for (uint32_t i = 0; i < sh->nr; i++)
+		*rescanned |= m == SHARD_RESCANNED;
+	}
+	for (uint32_t i = 0; i < sh->nr; i++) {
 		set->shards[i].members = sh->shards[i].members;
+		set->shards[i].digest = sh->shards[i].digest;
+	}
 	return sh->nr;
 }
 
 /* Load the first valid index among @paths; *covered says for how much. */
 static int try_load(struct shard_index *idx, struct shard_set *set,
-		    char paths[][PATH_MAX], int nr_paths, uint64_t hash,
-		    int64_t *covered, char *used)
+		    char paths[][PATH_MAX], int nr_paths,
+		    const struct index_store_options *so, const struct layout *layout,
+		    int64_t *covered, bool *rescanned, char *used)
 {
 	for (int i = 0; i < nr_paths; i++) {
 		struct index_file_shards sh;
@@ -141,7 +165,7 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 			log_warn("%s: %s; the index will be rebuilt", paths[i], msg);
 			continue;
 		}
-		*covered = covered_shards(set, &sh, paths[i], hash);
+		*covered = covered_shards(set, &sh, paths[i], so, layout, rescanned);
 		if (*covered >= 0) {
 			strcpy(used, paths[i]);
 			return 0;
@@ -196,18 +220,24 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 		     const struct index_store_options *so,
 		     struct index_store_result *res)
 {
+	static const struct layout tree = { .kind = LAYOUT_TREE };
 	struct shard_index_build_options opt = *bo;
 	struct shard_index base = { 0 };
 	char paths[2][PATH_MAX];
 	int64_t covered = -1;
+	bool rescanned = false;
 	int n = candidates(set, so, paths), rc;
 
 	*res = (struct index_store_result){ .origin = INDEX_BUILT };
 	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
-	    !try_load(&base, set, paths, n, so->options_hash, &covered, res->path) &&
+	    !try_load(&base, set, paths, n, so, bo->layout ?: &tree, &covered,
+		      &rescanned, res->path) &&
 	    covered == set->nr) {
 		*idx = base;
 		res->origin = INDEX_LOADED;
+		/* record the new times, so that the next mount reads nothing */
+		if (rescanned && so->mode != INDEX_MODE_REQUIRE)
+			res->saved = save(idx, set, so, paths, n, res->path);
 		return 0;
 	}
 	if (so->mode == INDEX_MODE_REQUIRE) {

@@ -207,6 +207,7 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	n = pread(sc->shard->fd, data, m->size, (off_t)m->data_offset);
 	if (n != (ssize_t)m->size)
 		return 0;	/* the scan reports a short shard itself */
+	XXH3_64bits_update(sc->hash, data, m->size);
 	len = layout_label(sc->layout, data, m->size, label, sizeof(label));
 	if (len < 0) {
 		shard_scan_warn(sc, m->header_offset, "no usable label in", path,
@@ -227,12 +228,28 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 }
 
 /* tar_scan callback: record one member of a shard. */
+/* Feed what the scanner reported about @m into the shard's digest. */
+static void digest_member(struct shard_scan *sc, const struct tar_member *m)
+{
+	const uint64_t fields[] = {
+		m->header_offset, m->data_offset, m->size, (uint64_t)m->mtime_sec,
+		m->mtime_nsec, m->mode, m->uid, m->gid, m->type, m->path_len,
+		m->link_len, m->sparse, m->nr_extents,
+	};
+
+	XXH3_64bits_update(sc->hash, fields, sizeof(fields));
+	XXH3_64bits_update(sc->hash, m->path, m->path_len);
+	XXH3_64bits_update(sc->hash, m->link, m->link_len);
+	XXH3_64bits_update(sc->hash, m->extents, m->nr_extents * sizeof(*m->extents));
+}
+
 static int scan_member(void *arg, const struct tar_member *m)
 {
 	struct shard_scan *sc = arg;
 	struct raw_member *rm;
 	int rc;
 
+	digest_member(sc, m);
 	if (m->type == TAR_SPECIAL) {
 		sc->special++;
 		return 0;
@@ -359,7 +376,13 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 
 	sc->shard = shard;
 	sc->layout = layout;
+	sc->hash = XXH3_createState();
+	if (!sc->hash || XXH3_64bits_reset(sc->hash) != XXH_OK) {
+		sc->rc = -ENOMEM;
+		return;
+	}
 	sc->rc = tar_scan(shard->fd, shard->size, &ops, sc, &sc->err);
+	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
 		sc->err.offset = shard->size;
 		snprintf(sc->err.msg, sizeof(sc->err.msg),
@@ -399,8 +422,22 @@ int shard_scan_add_extents(struct shard_scan *sc, const struct shard_index *idx,
 	return 0;
 }
 
+int shard_scan_digest(const struct shard *shard, const struct layout *layout,
+		      uint64_t *digest)
+{
+	struct shard_scan sc = { 0 };
+	int rc;
+
+	shard_scan_run(&sc, shard, layout);
+	*digest = sc.digest;
+	rc = sc.rc;
+	shard_scan_release(&sc);
+	return rc;
+}
+
 void shard_scan_release(struct shard_scan *sc)
 {
+	XXH3_freeState(sc->hash);
 	free(sc->members);
 	free(sc->strings);
 	free(sc->extents);

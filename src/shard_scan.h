@@ -3,7 +3,7 @@
  *
  * One shard is scanned into a struct shard_scan: its members in archive
  * order with normalised names (already rewritten for the layout), in a
- * string pool of its own.  Shards are scanned by different threads; a
+ * string pool of its own, and a digest of all it read.  Shards are scanned by different threads; a
  * shard_scan is touched by one thread until the merge reads it.
  */
 #ifndef SHARDFS_SHARD_SCAN_H
@@ -17,6 +17,8 @@
 #include "shardfs/layout.h"
 #include "shardfs/shardset.h"
 #include "shardfs/tar.h"
+
+#include <xxhash.h>
 
 /* A member as collected from one shard; strings live in the shard's pool. */
 struct raw_member {
@@ -69,6 +71,9 @@ struct shard_scan {
 	uint64_t skipped;		/* members not served: bad names */
 	uint64_t special;		/* device nodes, FIFOs, sockets */
 	uint64_t unlabeled;		/* classes layout: samples w/o label */
+	XXH3_state_t *hash;		/* of everything the index takes from
+					 * the shard: headers and labels */
+	uint64_t digest;		/* the hash, once the scan is done */
 	int rc;				/* result of the scan */
 	struct tar_error err;		/* why the scan failed */
 };
@@ -98,6 +103,14 @@ static inline int array_grow(void **array, size_t *cap, size_t need,
  */
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		    const struct layout *layout);
+
+/*
+ * The digest shard_scan_run() would compute for @shard: what the index
+ * file compares when a shard's times changed but its fingerprint did not.
+ * Returns 0 or the scan's error.
+ */
+int shard_scan_digest(const struct shard *shard, const struct layout *layout,
+		      uint64_t *digest);
 
 /* Warn about member @name at @off of the shard (rate-limited per shard). */
 void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,

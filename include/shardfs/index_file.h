@@ -20,8 +20,10 @@
  * directory when it lies below it, so that a set moved or copied together
  * with its index stays valid), its size, its mtime and ctime, and an xxh3
  * fingerprint of its first INDEX_FINGERPRINT_BYTES bytes.  When the times
- * match, nothing is read; when they differ (a copy, a move, or a rewrite
- * that restored the mtime) the fingerprint decides.
+ * match, nothing is read.  When they differ (a copy, a move of the files,
+ * or a rewrite), a different fingerprint makes the index stale at the
+ * cost of one read; an equal one leads to a rescan of the shard's headers,
+ * whose digest must equal the recorded one.
  *
  * Writing is atomic: a temporary file in the same directory is renamed
  * over the index, so concurrent builders never leave a torn file and
@@ -55,6 +57,7 @@ struct index_file_shard {
 	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
 	uint32_t flags;		/* INDEX_SHARD_* */
 	uint64_t fingerprint;	/* xxh3 of its first bytes */
+	uint64_t digest;	/* of its headers and labels (shard_scan.h) */
 	uint64_t members;	/* members its scan found */
 };
 

@@ -42,6 +42,8 @@ struct shard {
 	uint32_t uid;		/* owner of the shard file */
 	uint32_t gid;		/* group of the shard file */
 	uint64_t members;	/* members found by the index build */
+	uint64_t digest;	/* of its headers (and labels): see
+				 * shard_scan.h; 0 until scanned */
 	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
 	int stale_logged;	/* set once a read found the shard changed */
 	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
