@@ -336,39 +336,56 @@ static bool file_ok(const struct shard_index *idx, const struct shard_inode *in,
 	return true;
 }
 
-/* A directory's children: after it, in range, pointing back, sorted. */
-static bool dir_ok(const struct shard_index *idx, uint32_t e)
+/*
+ * Where entry @e sits: inside its parent's range of children (so every
+ * entry has exactly one parent), after its parent, named like a child
+ * (one component), and after its left sibling in name order.  Entries
+ * before @e were checked already, which makes the parent's range and the
+ * sibling's name safe to use.
+ */
+static bool placement_ok(const struct shard_index *idx, uint32_t e)
+{
+	const struct shard_inode *in = &idx->inodes[e];
+	const struct shard_inode *p = &idx->inodes[in->parent];
+
+	if (e == 0)
+		return in->parent == 0 && S_ISDIR(in->mode);
+	if (in->parent >= e || !S_ISDIR(p->mode) || e < p->data ||
+	    e >= p->data + p->size || in->name_len == 0 ||
+	    memchr(idx->names + in->name, '/', in->name_len))
+		return false;
+	return e == p->data ||
+	       shard_index_name_cmp(shard_index_name(idx, in - 1), in[-1].name_len,
+				    shard_index_name(idx, in), in->name_len) < 0;
+}
+
+/*
+ * Breadth-first layout: the children ranges of the directories, taken in
+ * entry order, tile entries 1 .. nr_inodes - 1 without gap or overlap.
+ * *next is where the next range must start.
+ */
+static bool dir_ok(const struct shard_index *idx, uint32_t e, uint64_t *next)
 {
 	const struct shard_inode *d = &idx->inodes[e];
 
-	if (d->size && (d->data <= e || !range_ok(d->data, d->size, idx->nr_inodes)))
+	if (!d->size)
+		return true;
+	if (d->data != *next || d->data <= e || !range_ok(d->data, d->size, idx->nr_inodes))
 		return false;
-	for (uint64_t c = d->data; c < d->data + d->size; c++) {
-		const struct shard_inode *a = &idx->inodes[c];
-
-		if (a->parent != e || a->name_len == 0 ||
-		    memchr(idx->names + a->name, '/', a->name_len))
-			return false;
-		if (c > d->data && shard_index_name_cmp(
-			    shard_index_name(idx, a - 1), a[-1].name_len,
-			    shard_index_name(idx, a), a->name_len) >= 0)
-			return false;
-	}
+	*next += d->size;
 	return true;
 }
 
 static bool entry_ok(const struct shard_index *idx, uint32_t e,
-		     const struct index_file_shards *sh)
+		     const struct index_file_shards *sh, uint64_t *next_child)
 {
 	const struct shard_inode *in = &idx->inodes[e];
 
-	if (!name_ok(idx, in->name, in->name_len) ||
-	    (e ? in->parent >= e : in->parent != 0) ||
-	    !S_ISDIR(idx->inodes[in->parent].mode))
+	if (!name_ok(idx, in->name, in->name_len) || !placement_ok(idx, e))
 		return false;
 	switch (in->mode & S_IFMT) {
 	case S_IFDIR:
-		return !(in->flags & SHARD_INODE_LINKED) && dir_ok(idx, e);
+		return !(in->flags & SHARD_INODE_LINKED) && dir_ok(idx, e, next_child);
 	case S_IFLNK:
 		return name_ok(idx, in->data, in->size);
 	case S_IFREG:
@@ -403,15 +420,22 @@ static int check_structure(const struct shard_index *idx,
 			   const struct index_file_shards *sh, uint64_t base,
 			   char *msg, size_t msg_len)
 {
+	uint64_t next_child = 1;
+
 	if (!S_ISDIR(idx->inodes[0].mode))
 		return fail(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
 			    (unsigned long long)base);
 	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		if (!entry_ok(idx, e, sh))
+		if (!entry_ok(idx, e, sh, &next_child))
 			return fail(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
 				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
+	if (next_child != idx->nr_inodes)
+		return fail(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
+			    (unsigned long long)base,
+			    (unsigned long long)(idx->nr_inodes - next_child));
 	if (!hardlinks_ok(idx))
-		return fail(msg, msg_len, -EINVAL, "hard-link table is inconsistent");
+		return fail(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
+			    SEC_HARDLINKS);
 	return 0;
 }
 

@@ -7,6 +7,7 @@ in order, into one directory (shardfs_testlib.compare_trees).
 """
 import errno
 import io
+import json
 import os
 import tarfile
 
@@ -734,19 +735,26 @@ def test_long_name_whose_truncated_header_name_ends_with_slash(tmp_path, writer)
 
 
 def test_member_paths_starting_with_dot_shardfs(tmp_path):
-    """Members whose names start with '.shardfs' are ordinary members:
-    the mount shows them as tar -x extracts them."""
+    """/.shardfs belongs to the control directory: members under it are
+    skipped with a warning naming the shard and offset (they could never be
+    reached), while names that merely start with '.shardfs' or sit deeper
+    are ordinary members."""
     s1 = py_shard(tmp_path / "s1.tar", [
         (".shardfs/stats", "f", {"data": b"a member, not the control file\n"}),
         (".shardfs/own.txt", "f", {"data": b"own\n"}),
         (".shardfsx", "f", {"data": b"x\n"}),
         ("dir/.shardfs", "f", {"data": b"nested\n"}),
     ])
-    with lib.mount_and_compare([s1], tmp_path / "mnt", tmp_path / "ref"):
-        with open(tmp_path / "mnt" / ".shardfs" / "own.txt", "rb") as fh:
-            assert fh.read() == b"own\n"
-        with open(tmp_path / "mnt" / ".shardfs" / "stats", "rb") as fh:
-            assert fh.read() == b"a member, not the control file\n"
+    m = tmp_path / "mnt"
+    with lib.mounted(str(s1), m) as proc:
+        assert sorted(os.listdir(m)) == [".shardfsx", "dir"]
+        assert open(m / ".shardfsx", "rb").read() == b"x\n"
+        assert open(m / "dir" / ".shardfs", "rb").read() == b"nested\n"
+        assert json.load(open(m / ".shardfs" / "stats"))["skipped"] == 2
+        assert not os.path.exists(m / ".shardfs" / "own.txt")
+    warnings = [l for l in proc.stderr.splitlines() if "reserved" in l]
+    assert len(warnings) == 2 and all(str(s1) in l and "offset" in l
+                                      for l in warnings), proc.stderr
 
 
 def test_read_paths_mmap_sendfile_and_errnos(tmp_path):
