@@ -227,22 +227,25 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 			    uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
+	bool inside;
 
 	if (!ra)
 		return;
 	prev = atomic_exchange_explicit(&s->last_end, end, memory_order_relaxed);
 	ra_end = atomic_load_explicit(&s->ra_end, memory_order_relaxed);
-	if (off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
-	    end <= ra_end)
+	inside = off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
+		 end <= ra_end;
+	if (inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
 					  memory_order_relaxed);
 	if (off < prev || off - prev > SHARDFS_READAHEAD_GAP ||
-	    end + ra / 2 <= ra_end)
+	    (inside && end + ra / 2 <= ra_end))
 		return;
-	if (end > ra_end)
+	if (!inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_misses, 1,
 					  memory_order_relaxed);
-	start = (end > ra_end ? end : ra_end) & ~(uint64_t)(SHARDFS_BLKSIZE - 1);
+	/* extend the window the reader is in, or open one where it is */
+	start = (inside ? ra_end : end) & ~(uint64_t)(SHARDFS_PAGE_SIZE - 1);
 	atomic_store_explicit(&s->ra_start, start, memory_order_relaxed);
 	atomic_store_explicit(&s->ra_end, start + ra, memory_order_relaxed);
 	posix_fadvise(s->fd, (off_t)start, (off_t)ra, POSIX_FADV_WILLNEED);

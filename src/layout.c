@@ -16,6 +16,7 @@
 #include <uthash.h>
 #include <xxhash.h>
 
+#include "shardfs/control.h"
 #include "shardfs/layout.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -66,6 +67,69 @@ static const char *skip_ws(const char *p, const char *end)
 	return p;
 }
 
+/* Four hex digits at @s as a code unit; -1 when they are not. */
+static long hex4(const char *s, const char *end)
+{
+	long v = 0;
+
+	if (end - s < 4)
+		return -1;
+	for (int i = 0; i < 4; i++) {
+		int c = s[i], d = isdigit(c) ? c - '0' : isxdigit(c) ? (c | 0x20) - 'a' + 10 : -1;
+
+		if (d < 0)
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+/* A \uXXXX escape (a surrogate pair takes two) at *s, as UTF-8 in @u. */
+static int json_unicode(const char **s, const char *end, char u[4])
+{
+	long cp = hex4(*s + 1, end), lo;
+
+	if (cp < 0 || (cp >= 0xdc00 && cp < 0xe000))
+		return -EINVAL;
+	*s += 4;
+	if (cp >= 0xd800 && cp < 0xdc00) {
+		if (end - *s < 7 || (*s)[1] != '\\' || (*s)[2] != 'u' ||
+		    (lo = hex4(*s + 3, end)) < 0xdc00 || lo >= 0xe000)
+			return -EINVAL;
+		cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+		*s += 6;
+	}
+	if (cp < 0x80)
+		return u[0] = (char)cp, 1;
+	if (cp < 0x800)
+		return u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), 2;
+	if (cp < 0x10000)
+		return u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3f)),
+		       u[2] = (char)(0x80 | (cp & 0x3f)), 3;
+	u[0] = (char)(0xf0 | cp >> 18);
+	u[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	u[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	u[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* One escape after a backslash at *s (left on its last byte), into @u. */
+static int json_escape(const char **s, const char *end, char u[4])
+{
+	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+	const char *e;
+
+	if (++*s == end)
+		return -EINVAL;
+	if (**s == 'u')
+		return json_unicode(s, end, u);
+	e = strchr(from, **s);
+	if (!e || !**s)
+		return -EINVAL;
+	u[0] = to[e - from];
+	return 1;
+}
+
 /* Parse a JSON string at *p (the opening quote) into @out (may be NULL). */
 static int json_string(const char **p, const char *end, char *out,
 		       size_t out_size, size_t *out_len)
@@ -74,20 +138,14 @@ static int json_string(const char **p, const char *end, char *out,
 	const char *s = *p + 1;
 
 	for (; s < end && *s != '"'; s++) {
-		char c = *s;
+		char u[4] = { *s };
+		int len = *s == '\\' ? json_escape(&s, end, u) : 1;
 
-		if (c == '\\') {
-			if (++s == end)
-				return -EINVAL;
-			c = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
-			if (*s == 'u')	/* labels are not expected to need it */
-				return -EINVAL;
-		}
-		if (out && n + 1 >= out_size)
+		if (len < 0 || (out && n + len >= out_size))
 			return -EINVAL;
 		if (out)
-			out[n] = c;
-		n++;
+			memcpy(out + n, u, len);
+		n += len;
 	}
 	if (s == end)
 		return -EINVAL;
@@ -126,7 +184,8 @@ static int json_skip(const char **p, const char *end)
 	return depth || s == end ? -EINVAL : 0;
 }
 
-/* Copy a scalar (string contents, number or literal) into @out. */
+/* Copy a string's contents or a number into @out; true, false and null
+ * are not labels. */
 static int json_scalar(const char **p, const char *end, char *out,
 		       size_t out_size)
 {
@@ -141,7 +200,7 @@ static int json_scalar(const char **p, const char *end, char *out,
 		out[n] = '\0';
 		return (int)n;
 	}
-	while (s < end && (isalnum((unsigned char)*s) || strchr("+-.", *s)))
+	while (s < end && (isdigit((unsigned char)*s) || strchr("+-.eE", *s)))
 		s++;
 	n = s - *p;
 	if (n == 0 || n >= out_size)
@@ -184,32 +243,35 @@ static int json_field(const char *p, const char *end, const char *field,
 int layout_label(const struct layout *l, const char *data, size_t len,
 		 char *out, size_t out_size)
 {
-	const char *end = data + len;
 	struct layout_classname *cn;
+	char *start;
 	int n;
 
 	if (l->json_field) {
-		n = json_field(data, end, l->json_field, out, out_size);
+		n = json_field(data, data + len, l->json_field, out, out_size);
 	} else {
-		while (data < end && isspace((unsigned char)*data))
-			data++;
-		while (end > data && isspace((unsigned char)end[-1]))
-			end--;
-		n = end - data < (ptrdiff_t)out_size ? (int)(end - data) : -EINVAL;
+		n = len < out_size ? (int)len : -EINVAL;
 		if (n >= 0) {
 			memcpy(out, data, n);
 			out[n] = '\0';
 		}
 	}
-	if (n < 0)
+	if (n < 0 || memchr(out, '\0', n))
 		return -EINVAL;
+	for (start = out; isspace((unsigned char)*start); start++, n--)
+		;
+	while (n > 0 && isspace((unsigned char)start[n - 1]))
+		n--;
+	memmove(out, start, n);
+	out[n] = '\0';
 	HASH_FIND_STR(l->names, out, cn);
 	if (cn) {
 		n = snprintf(out, out_size, "%s", cn->name);
 		if (n < 0 || (size_t)n >= out_size)
 			return -EINVAL;
 	}
-	return valid_component(out, n) ? n : -EINVAL;
+	/* the control directory's name is never a class */
+	return valid_component(out, n) && strcmp(out, CONTROL_DIR_NAME) ? n : -EINVAL;
 }
 
 /* Add one "index name" line of a classnames file. */
@@ -285,6 +347,9 @@ int layout_init(struct layout *l, const char *kind, const char *label,
 		if (!l->json_field)
 			return -ENOMEM;
 	}
+	if (l->kind != LAYOUT_CLASSES && (label || classnames || unlabeled))
+		return log_error("label=, classnames= and unlabeled= only apply to "
+				 "layout=classes"), -EINVAL;
 	if (!unlabeled)
 		unlabeled = "_unlabeled";
 	if (strcmp(unlabeled, "skip")) {

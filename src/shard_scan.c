@@ -337,36 +337,50 @@ static int move_under(struct shard_scan *sc, const char *dir, size_t dlen,
 	return pool_add(sc, buf, *len, at);
 }
 
+/* Distinct keys among @n unlabeled members' keys (sorted here). */
+static uint64_t distinct_keys(struct shard_scan *sc, struct sample_label *keys,
+			      size_t n)
+{
+	uint64_t distinct = 0;
+
+	qsort_r(keys, n, sizeof(*keys), label_cmp, sc);
+	for (size_t i = 0; i < n; i++)
+		distinct += i == 0 || key_cmp(sc, keys[i - 1].key, keys[i - 1].key_len,
+					      keys[i].key, keys[i].key_len);
+	return distinct;
+}
+
 /* Second pass of the classes layout: every member under its label. */
 static int apply_labels(struct shard_scan *sc)
 {
-	size_t kept = 0;
-	uint32_t last_unlabeled = UINT32_MAX;
+	struct sample_label *unlabeled = malloc((sc->nr_members + 1) * sizeof(*unlabeled));
+	size_t kept = 0, nr_unlabeled = 0;
+	int rc = 0;
 
+	if (!unlabeled)
+		return -ENOMEM;
 	qsort_r(sc->labels, sc->nr_labels, sizeof(*sc->labels), label_cmp, sc);
-	for (size_t i = 0; i < sc->nr_members; i++) {
+	for (size_t i = 0; !rc && i < sc->nr_members; i++) {
 		struct raw_member rm = sc->members[i];
 		uint32_t klen = (uint32_t)layout_key_len(sc->strings + rm.path, rm.path_len);
 		const struct sample_label *l = label_find(sc, rm.path, klen);
 		const char *dir = l ? sc->strings + l->label : sc->layout->unlabeled;
-		int rc;
 
-		if (!l && (last_unlabeled == UINT32_MAX ||
-			   key_cmp(sc, last_unlabeled, klen, rm.path, klen))) {
-			sc->unlabeled++;
-			last_unlabeled = rm.path;
-		}
+		if (!l)
+			unlabeled[nr_unlabeled++] = (struct sample_label){
+				.key = rm.path, .key_len = klen };
 		if (!dir)
 			continue;
 		rc = move_under(sc, dir, l ? l->label_len : strlen(dir), &rm.path,
 				&rm.path_len);
-		if (rc == -ENOMEM)
-			return rc;
 		if (!rc)
 			sc->members[kept++] = rm;
+		rc = rc == -ENOMEM ? rc : 0;
 	}
 	sc->nr_members = kept;
-	return 0;
+	sc->unlabeled = distinct_keys(sc, unlabeled, nr_unlabeled);
+	free(unlabeled);
+	return rc;
 }
 
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,

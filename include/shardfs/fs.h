@@ -36,6 +36,9 @@
 
 /* Default shard readahead for forward-moving readers (-o readahead=). */
 #define SHARDFS_READAHEAD_DEFAULT (4u << 20)
+/* Readahead windows start on a page boundary. */
+#define SHARDFS_PAGE_SIZE 4096
+
 /* Read errors logged per shard; later ones are only counted. */
 #define SHARDFS_READ_ERRORS_LOGGED 10
 

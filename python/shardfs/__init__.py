@@ -1,0 +1,187 @@
+"""Python access to a shardfs mount's control files.
+
+A shardfs mount has a hidden directory `/.shardfs/` at its root: never
+listed by readdir, but reachable by name.  Two of its files say where
+every file of the mount lives in the shards:
+
+* `members`: one line per regular file,
+  `path\\tshard_index\\toffset\\tsize\\n`, where path is relative to the mount
+  root (raw bytes; a tab, newline or backslash in a name is written as
+  `\\t`, `\\n`, `\\\\`), shard_index is the 0-based shard number, offset the
+  byte offset of the file's data in that shard and size its length;
+* `shards`: one line per shard, `index\\tpath\\tsize\\tmembers...\\n`.
+
+Fields after the ones named here are ignored, so that shardfs can add
+columns without breaking readers.
+
+This module finds the mount above a path and parses those files; it uses
+the standard library only, so a data-loading process can import it
+without torch.  `shardfs.torch` builds the shard-aware sampler on it.
+
+    >>> import shardfs
+    >>> root = shardfs.find_mount_root("/mnt/imagenet/train")
+    >>> shardfs.locate(["/mnt/imagenet/train/n01440764/x.JPEG"], root)
+    [(0, 1536)]
+"""
+import os
+import re
+from typing import NamedTuple
+
+__all__ = ["CONTROL_DIR", "Member", "Shard", "NotOnShardfs", "find_mount_root",
+           "read_members", "read_shards", "locate", "unescape"]
+
+CONTROL_DIR = ".shardfs"
+MEMBERS_FILE = "members"
+SHARDS_FILE = "shards"
+
+
+class Member(NamedTuple):
+    """Where one regular file of the mount is stored."""
+    shard: int       # 0-based shard number
+    offset: int      # byte offset of the file's data in the shard
+    size: int        # bytes
+
+
+class Shard(NamedTuple):
+    """One line of `/.shardfs/shards`."""
+    index: int
+    path: bytes      # the shard file, as shardfs opened it
+    size: int        # bytes
+    members: int     # files served from it
+
+
+class NotOnShardfs(ValueError):
+    """The path is not inside a shardfs mount that has control files."""
+
+
+_ESCAPE = re.compile(rb"\\(.)", re.S)
+_UNESCAPED = {b"t": b"\t", b"n": b"\n", b"\\": b"\\"}
+
+
+def unescape(field):
+    """Undo the control files' escaping of one field (bytes): `\\t`, `\\n`
+    and `\\\\` become a tab, a newline and a backslash."""
+    if b"\\" not in field:
+        return field
+    return _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), m.group(0)), field)
+
+
+def _control_file(mountpoint, name):
+    return os.path.join(os.fsencode(mountpoint), os.fsencode(CONTROL_DIR),
+                        os.fsencode(name))
+
+
+def _has_control_files(directory):
+    return os.path.exists(_control_file(directory, MEMBERS_FILE))
+
+
+def find_mount_root(path):
+    """The shardfs mount root at or above PATH: the nearest directory that
+    has `.shardfs/members`.  Raises NotOnShardfs when there is none."""
+    start = os.path.abspath(path)
+    directory = start
+    while True:
+        if _has_control_files(directory):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            raise NotOnShardfs(
+                "%s is not inside a shardfs mount with control files (no "
+                "%s/%s above it); pass mountpoint= or upgrade shardfs"
+                % (start, CONTROL_DIR, MEMBERS_FILE))
+        directory = parent
+
+
+def _lines(mountpoint, name):
+    """The lines (bytes) of a control file, read in one pass."""
+    with open(_control_file(mountpoint, name), "rb") as f:
+        data = f.read()
+    return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
+
+
+def _fields(line, count):
+    """The first COUNT tab-separated fields of LINE (later fields, which
+    newer shardfs versions may add, are ignored)."""
+    fields = line.split(b"\t", count)
+    if len(fields) < count:
+        raise ValueError("malformed control-file line: %r" % (line,))
+    return fields[:count]
+
+
+def _member_table(mountpoint, wanted=None):
+    """{path: (shard, offset, size)} from one read of the members file,
+    kept to WANTED when given: the fast core of read_members() (plain
+    tuples; millions of lines go through this loop)."""
+    out = {}
+    for line in _lines(mountpoint, MEMBERS_FILE):
+        path, _, rest = line.partition(b"\t")
+        if b"\\" in path:
+            path = unescape(path)
+        if wanted is None or path in wanted:
+            try:
+                shard, offset, size = rest.split(b"\t", 3)[:3]
+                out[path] = (int(shard), int(offset), int(size))
+            except ValueError:
+                raise ValueError("malformed control-file line: %r" % (line,)) from None
+    return out
+
+
+def read_members(mountpoint, wanted=None):
+    """{path relative to the mount root (bytes): Member} from one read of
+    `/.shardfs/members`.  With WANTED (a set of such paths) only those are
+    kept, which saves time and memory on mounts with millions of files."""
+    return {path: Member(*fields)
+            for path, fields in _member_table(mountpoint, wanted).items()}
+
+
+def read_shards(mountpoint):
+    """[Shard] in shard order, from `/.shardfs/shards`."""
+    shards = []
+    for line in _lines(mountpoint, SHARDS_FILE):
+        index, path, size, members = _fields(line, 4)
+        shards.append(Shard(int(index), unescape(path), int(size), int(members)))
+    return shards
+
+
+def _relative(path, mountpoint):
+    return os.fsencode(os.path.relpath(os.path.abspath(path), mountpoint))
+
+
+def _relatives(paths, mountpoint):
+    """_relative() of every path; normalised absolute paths below
+    MOUNTPOINT (ImageFolder's, usually) take a fast path."""
+    prefix = mountpoint.rstrip("/") + "/"
+    cut = len(prefix)
+    return [os.fsencode(p[cut:])
+            if p.startswith(prefix) and "/." not in p and "//" not in p
+            else _relative(p, mountpoint) for p in paths]
+
+
+def locate(paths, mountpoint=None):
+    """[(shard, offset)] for each of PATHS (files inside the mount; str or
+    bytes, absolute or relative to the working directory), in order, from
+    one read of the members file.  MOUNTPOINT defaults to the mount above
+    the first path.  Paths that name a file through a symlink are resolved
+    (at the cost of a second read); a path that is still unknown raises
+    KeyError."""
+    paths = [os.fsdecode(p) for p in paths]
+    if not paths:
+        return []
+    if mountpoint is None:
+        mountpoint = find_mount_root(os.path.dirname(os.path.abspath(paths[0])))
+    mountpoint = os.path.abspath(os.fsdecode(mountpoint))
+    relative = _relatives(paths, mountpoint)
+    members = _member_table(mountpoint, wanted=set(relative))
+    missing = [i for i, rel in enumerate(relative) if rel not in members]
+    if missing:
+        real_mount = os.path.realpath(mountpoint)
+        for i in missing:
+            relative[i] = _relative(os.path.realpath(paths[i]), real_mount)
+        members.update(_member_table(mountpoint,
+                                     wanted={relative[i] for i in missing}))
+    unknown = [paths[i] for i in missing if relative[i] not in members]
+    if unknown:
+        raise KeyError("%d paths are not regular files listed in %s/%s/%s, "
+                       "e.g. %s" % (len(unknown), mountpoint, CONTROL_DIR,
+                                    MEMBERS_FILE, unknown[0]))
+    return [members[rel][:2] for rel in relative]
