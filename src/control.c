@@ -50,6 +50,11 @@ static void buf_printf(struct control_buf *b, const char *fmt, ...)
 	va_list ap;
 	int n;
 
+	if (!b->cap && !b->failed) {
+		b->data = malloc(4096);
+		b->cap = b->data ? 4096 : 0;
+		b->failed = !b->data;
+	}
 	for (;;) {
 		va_start(ap, fmt);
 		n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);

@@ -144,6 +144,11 @@ static int scan_all(struct builder *b)
 
 	if (n > b->set->nr - b->first_shard)
 		n = b->set->nr - b->first_shard;
+	if (n <= 1) {		/* a thread would only add its start-up cost */
+		scan_worker(b);
+		report_progress(b);
+		return 0;
+	}
 	threads = calloc(n, sizeof(*threads));
 	if (!threads)
 		return -ENOMEM;

@@ -175,6 +175,11 @@ static int member_names(struct shard_scan *sc, const struct tar_member *m,
 			  m->path, m->path_len);
 		return 1;
 	}
+	if (m->type == TAR_SYMLINK && memchr(m->link, '\0', m->link_len)) {
+		shard_scan_warn(sc, m->header_offset, "NUL byte in symlink target of",
+				m->path, m->path_len);
+		return 1;
+	}
 	if (m->type == TAR_SYMLINK)
 		return pool_add(sc, m->link, m->link_len, &rm->link) ?:
 		       (rm->link_len = (uint32_t)m->link_len, 0);
@@ -343,7 +348,8 @@ static uint64_t distinct_keys(struct shard_scan *sc, struct sample_label *keys,
 {
 	uint64_t distinct = 0;
 
-	qsort_r(keys, n, sizeof(*keys), label_cmp, sc);
+	if (n)
+		qsort_r(keys, n, sizeof(*keys), label_cmp, sc);
 	for (size_t i = 0; i < n; i++)
 		distinct += i == 0 || key_cmp(sc, keys[i - 1].key, keys[i - 1].key_len,
 					      keys[i].key, keys[i].key_len);
@@ -359,7 +365,8 @@ static int apply_labels(struct shard_scan *sc)
 
 	if (!unlabeled)
 		return -ENOMEM;
-	qsort_r(sc->labels, sc->nr_labels, sizeof(*sc->labels), label_cmp, sc);
+	if (sc->nr_labels)
+		qsort_r(sc->labels, sc->nr_labels, sizeof(*sc->labels), label_cmp, sc);
 	for (size_t i = 0; !rc && i < sc->nr_members; i++) {
 		struct raw_member rm = sc->members[i];
 		uint32_t klen = (uint32_t)layout_key_len(sc->strings + rm.path, rm.path_len);

@@ -1,0 +1,122 @@
+/*
+ * fuzz_tar.c - libFuzzer target for the tar scanner (tar_scan).
+ *
+ * The input is one archive.  It is copied into a memfd, because tar_scan
+ * reads with pread(2) exactly as it reads a shard, and scanned.  The
+ * member callback reads every byte that tar_scan hands out (names, link
+ * targets, sparse maps), so ASan catches pointers into freed or foreign
+ * memory, and checks the promises of tar.h that the read path relies on:
+ * a file's data, and each run of a sparse file, lie inside the archive,
+ * and sparse runs are in order and inside the file.  The warn callback
+ * reads its message.  The scan's result must be one of the documented
+ * ones, with a terminated message when it failed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fuzz_common.h"
+#include "shardfs/tar.h"
+
+/* The archive being scanned, for the callbacks. */
+struct scan_ctx {
+	uint64_t file_size;	/* bytes in the archive */
+};
+
+static int archive_fd = -1;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	fuzz_keep_stderr();
+	archive_fd = memfd_create("fuzz_tar", MFD_CLOEXEC);
+	if (archive_fd < 0) {
+		perror("fuzz_tar: memfd_create");
+		abort();
+	}
+	return 0;
+}
+
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+			       unsigned int seed)
+{
+	return fuzz_mutate(data, size, max_size, seed, false);
+}
+
+/* Runs of a sparse file: in order, inside the file and the archive. */
+static void check_extents(const struct scan_ctx *ctx, const struct tar_member *m)
+{
+	uint64_t end = 0;
+
+	for (size_t i = 0; i < m->nr_extents; i++) {
+		const struct tar_extent *e = &m->extents[i];
+
+		FUZZ_CHECK(e->logical >= end && e->length <= m->size &&
+			   e->logical <= m->size - e->length,
+			   "run %zu [%llu, +%llu) out of order or past the size %llu",
+			   i, (ull)e->logical, (ull)e->length, (ull)m->size);
+		FUZZ_CHECK(e->physical >= m->data_offset &&
+			   e->physical <= ctx->file_size &&
+			   e->length <= ctx->file_size - e->physical,
+			   "run %zu stored at [%llu, +%llu), archive is %llu bytes",
+			   i, (ull)e->physical, (ull)e->length, (ull)ctx->file_size);
+		end = e->logical + e->length;
+	}
+}
+
+static void check_member(const struct scan_ctx *ctx, const struct tar_member *m)
+{
+	FUZZ_CHECK(m->type <= TAR_SPECIAL, "type %d", (int)m->type);
+	FUZZ_CHECK(m->mode <= 07777, "mode %o", m->mode);
+	FUZZ_CHECK(m->mtime_nsec < 1000000000u, "mtime_nsec %u", m->mtime_nsec);
+	FUZZ_CHECK(m->header_offset % TAR_BLOCK_SIZE == 0 &&
+		   m->header_offset < m->data_offset &&
+		   m->data_offset <= ctx->file_size,
+		   "header at %llu, data at %llu, archive is %llu bytes",
+		   (ull)m->header_offset, (ull)m->data_offset, (ull)ctx->file_size);
+	if (m->type != TAR_FILE)
+		return;
+	if (m->sparse)
+		check_extents(ctx, m);
+	else
+		FUZZ_CHECK(m->size <= ctx->file_size - m->data_offset,
+			   "file data [%llu, +%llu) past the end of the archive (%llu bytes)",
+			   (ull)m->data_offset, (ull)m->size, (ull)ctx->file_size);
+}
+
+static int on_member(void *arg, const struct tar_member *m)
+{
+	fuzz_touch(m->path, m->path_len);
+	fuzz_touch(m->link, m->link_len);
+	fuzz_touch(m->extents, m->nr_extents * sizeof(*m->extents));
+	check_member(arg, m);
+	return 0;
+}
+
+static void on_warn(void *arg, uint64_t offset, const char *msg)
+{
+	const struct scan_ctx *ctx = arg;
+
+	fuzz_touch(msg, strlen(msg));
+	FUZZ_CHECK(offset < ctx->file_size, "warning at %llu of %llu: %s",
+		   (ull)offset, (ull)ctx->file_size, msg);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const struct tar_scan_ops ops = { on_member, on_warn };
+	struct scan_ctx ctx = { .file_size = size };
+	struct tar_error err;
+	int rc;
+
+	fuzz_set_file(archive_fd, data, size);
+	memset(&err, 0xa5, sizeof(err));	/* unterminated unless filled */
+	rc = tar_scan(archive_fd, size, &ops, &ctx, &err);
+	FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM,
+		   "tar_scan returned %d", rc);
+	if (rc == -EINVAL)
+		FUZZ_CHECK(memchr(err.msg, '\0', sizeof(err.msg)) && err.msg[0],
+			   "-EINVAL without a message");
+	return 0;
+}
