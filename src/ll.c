@@ -8,12 +8,13 @@
  * directory listings across opens (keep_cache, cache_readdir).  After the
  * first walk of a tree, the kernel answers stat() and readdir() itself.
  *
- * Read buffers are per thread and allocated on a thread's first read, so
- * the read path neither allocates nor takes a lock.
+ * Read buffers are per thread, allocated on a thread's first read and
+ * freed when it ends, so the read path neither allocates nor takes a lock.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <fuse_lowlevel.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,19 +219,46 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
+/*
+ * The calling worker thread's read buffer, allocated on its first read and
+ * freed by the key's destructor when libfuse ends the thread.
+ */
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+
+static void read_buf_key_create(void)
+{
+	if (pthread_key_create(&read_buf_key, free))
+		abort();	/* out of keys at start-up: nothing can work */
+}
+
+static char *read_buf(void)
+{
+	char *buf;
+
+	pthread_once(&read_buf_once, read_buf_key_create);
+	buf = pthread_getspecific(read_buf_key);
+	if (!buf && (buf = malloc(READ_BUF_SIZE)) &&
+	    pthread_setspecific(read_buf_key, buf)) {
+		free(buf);
+		buf = NULL;
+	}
+	return buf;
+}
+
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	static __thread char *buf;
 	struct shardfs *fs = fs_of(req);
 	uint64_t t0 = shardfs_now_ns();
+	char *buf = read_buf();
 	ssize_t n = -ENOMEM;
 
 	if (size > READ_BUF_SIZE) {	/* libfuse negotiates at most 256 pages */
 		log_error("read of %zu bytes exceeds the %d byte buffer", size,
 			  READ_BUF_SIZE);
 		n = -EIO;
-	} else if (buf || (buf = malloc(READ_BUF_SIZE))) {
+	} else if (buf) {
 		n = shardfs_read(fs, ino, fi->fh, buf, size, off);
 	}
 	shardfs_op_done(fs, SHARDFS_OP_READ, t0);

@@ -1,11 +1,53 @@
 #!/bin/sh
 # Set-up command 2 (and CI's): install dependencies, build, run every test.
-# Unit tests need nothing; integration tests mount real FUSE filesystems
-# and therefore need root and /dev/fuse.
+#
+#   1. the release build: unit tests and every integration test (these
+#      mount real FUSE filesystems, so they need root and /dev/fuse);
+#   2. an AddressSanitizer + UBSan build (clang): unit tests, and the
+#      integration tests of the core with the sanitized daemon, whose
+#      reports go to log files that must stay empty;
+#   3. valgrind memcheck over the unit tests;
+#   4. a short run of each libFuzzer target over its seeds and the saved
+#      regression inputs (long campaigns: docs/fuzzing.md).
+#
+# SHARDFS_TEST_QUICK=1 runs step 1 only.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
 "$top/scripts/install-deps.sh"
 [ -e /dev/fuse ] || modprobe fuse
-cmake -S "$top" -B "$top/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$top/build" -j"$(nproc)"
+
+echo "== release build: unit and integration tests"
+cmake -S "$top" -B "$top/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=ON >/dev/null
+cmake --build "$top/build" -j"$jobs"
 ctest --test-dir "$top/build" --output-on-failure -j2
+[ "${SHARDFS_TEST_QUICK:-0}" = 1 ] && exit 0
+
+echo "== AddressSanitizer + UBSan build: unit tests and core integration tests"
+asan="$top/build-asan"
+cmake -S "$top" -B "$asan" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+	-DSHARDFS_SANITIZE=ON -DBUILD_TESTING=ON >/dev/null
+cmake --build "$asan" -j"$jobs"
+reports="$asan/sanitizer-reports"
+rm -rf "$reports"
+mkdir -p "$reports"
+ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
+UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
+SHARDFS_STRESS_SECONDS=10 \
+	ctest --test-dir "$asan" --output-on-failure \
+	-R 'unit\.|core_|layouts|reliability|access_control|index_persist'
+if [ -n "$(ls -A "$reports")" ]; then
+	echo "sanitizer reports (from daemons or tests):" >&2
+	head -n 40 "$reports"/* >&2
+	exit 1
+fi
+
+echo "== valgrind memcheck: unit tests"
+for t in "$top"/build/tests/test_*; do
+	valgrind -q --error-exitcode=1 --leak-check=full \
+		--errors-for-leak-kinds=definite "$t" >/dev/null
+done
+echo "valgrind: $(ls "$top"/build/tests/test_* | wc -l) unit test programs clean"
+
+echo "== fuzz smoke"
+"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-60}"
