@@ -254,6 +254,23 @@ int index_file_write(const char *path, const struct shard_index *idx,
 	return 0;
 }
 
+int index_file_reseal(void *image, size_t len)
+{
+	struct index_file_header *h = image;
+
+	if (len < sizeof(*h))
+		return -EINVAL;
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		struct index_section_entry *e = &h->sections[s];
+
+		if (e->offset <= len && e->length <= len - e->offset)
+			e->xxh3 = XXH3_64bits((char *)image + e->offset, e->length);
+	}
+	h->header_xxh3 = 0;
+	h->header_xxh3 = XXH3_64bits(h, sizeof(*h));
+	return 0;
+}
+
 /* Check the header: magic, version, sizes and the section table. */
 static int check_header(const struct index_file_header *h, uint64_t size,
 			char *msg, size_t msg_len)

@@ -3,8 +3,8 @@
 #
 # usage: tests/fuzz-smoke.sh BUILD_DIR [SECONDS]
 #
-# Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar and
-# fuzz_index, then for each target:
+# Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
+# fuzz_index and fuzz_index_file, then for each target:
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
@@ -27,13 +27,25 @@ fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 	    "-dict=$repo/src/fuzz/tar.dict")
 
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
-if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index; then
+if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
+	fuzz_index_file shardfs-index; then
 	echo "fuzz-smoke: cannot build the fuzzers (is src/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
 rm -rf "$work"
 mkdir -p "$work"
 "$repo/src/fuzz/make-corpus.sh" "$work/seeds"
+
+# Seeds for fuzz_index_file: the index files shardfs-index writes for the
+# tar seeds that make valid shard sets, in two layouts.
+mkdir -p "$work/seeds/index_file"
+for tar in "$work"/seeds/tar/*; do
+	for layout in tree shards; do
+		"$build/shardfs-index" -o "quiet,index_mode=rebuild,layout=$layout" \
+			-o "index=$work/seeds/index_file/$(basename "$tar").$layout" \
+			"$tar" >/dev/null 2>&1 || true
+	done
+done
 
 # Run one regression input of @1 once; log to $work.
 run_regression() {
@@ -66,7 +78,7 @@ run_fuzzer() {
 }
 
 status=0
-for target in fuzz_tar fuzz_index; do
+for target in fuzz_tar fuzz_index fuzz_index_file; do
 	for input in "$repo"/tests/data/fuzz-regressions/"$target"-*; do
 		[ -e "$input" ] || continue
 		run_regression "$target" "$input" || status=1

@@ -89,6 +89,14 @@ int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len);
 
+/*
+ * Recompute the section and header checksums of the index file image of
+ * @len bytes at @image, in place, for sections that lie inside it.  For
+ * tests and fuzzing, which need files whose checksums are right but whose
+ * contents lie.  0, or -EINVAL when @len is shorter than a header.
+ */
+int index_file_reseal(void *image, size_t len);
+
 /* Fingerprint of an open shard: xxh3 of its first bytes.  0 or -EIO. */
 int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp);
 
