@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
+#include "shardfs/log.h"
 
 #define INDEX_BYTE_ORDER 0x01020304u
 #define SECTION_ALIGN 64
@@ -67,19 +67,6 @@ static const size_t section_record[NR_SECTIONS] = {
 	[SEC_EXTENTS] = sizeof(struct shard_extent),
 	[SEC_HARDLINKS] = sizeof(struct shard_hardlink),
 };
-
-static int fail(char *msg, size_t len, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *msg, size_t len, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-	return rc;
-}
 
 int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp)
 {
@@ -236,10 +223,10 @@ int index_file_write(const char *path, const struct shard_index *idx,
 	int fd, rc;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return fail(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
-		return fail(msg, msg_len, -errno, "%s: %s", tmp, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: %s", tmp, strerror(errno));
 	rc = write_file(fd, path, idx, set, options_hash);
 	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
 		rc = -errno;
@@ -248,7 +235,7 @@ int index_file_write(const char *path, const struct shard_index *idx,
 		rc = -errno;
 	if (rc) {
 		unlink(tmp);
-		return fail(msg, msg_len, rc, "%s: cannot write the index: %s",
+		return log_format(msg, msg_len, rc, "%s: cannot write the index: %s",
 			    path, strerror(-rc));
 	}
 	return 0;
@@ -279,14 +266,14 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 
 	copy.header_xxh3 = 0;
 	if (memcmp(h->magic, INDEX_FILE_MAGIC, 8))
-		return fail(msg, msg_len, -EINVAL, "offset 0: not a shardfs index (bad magic)");
+		return log_format(msg, msg_len, -EINVAL, "offset 0: not a shardfs index (bad magic)");
 	if (h->version != INDEX_FILE_VERSION || h->byte_order != INDEX_BYTE_ORDER)
-		return fail(msg, msg_len, -EINVAL, "offset 8: unsupported version %u or byte order",
+		return log_format(msg, msg_len, -EINVAL, "offset 8: unsupported version %u or byte order",
 			    h->version);
 	if (XXH3_64bits(&copy, sizeof(copy)) != h->header_xxh3)
-		return fail(msg, msg_len, -EINVAL, "offset 0: header checksum mismatch");
+		return log_format(msg, msg_len, -EINVAL, "offset 0: header checksum mismatch");
 	if (h->file_size != size)
-		return fail(msg, msg_len, -EINVAL, "offset 16: file is %llu bytes, header says %llu",
+		return log_format(msg, msg_len, -EINVAL, "offset 16: file is %llu bytes, header says %llu",
 			    (unsigned long long)size, (unsigned long long)h->file_size);
 	for (int s = 0; s < NR_SECTIONS; s++) {
 		const struct index_section_entry *e = &h->sections[s];
@@ -294,12 +281,12 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 		if (e->offset % SECTION_ALIGN || e->offset < sizeof(*h) ||
 		    e->offset > size || e->length > size - e->offset ||
 		    e->length % section_record[s])
-			return fail(msg, msg_len, -EINVAL, "section %d: bad offset or length", s);
+			return log_format(msg, msg_len, -EINVAL, "section %d: bad offset or length", s);
 	}
 	if (h->sections[SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
 	    h->sections[SEC_INODES].length / sizeof(struct shard_inode) != h->nr_inodes ||
 	    h->nr_inodes == 0)
-		return fail(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
+		return log_format(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
 	return 0;
 }
 
@@ -310,7 +297,7 @@ static int check_checksums(const struct index_file_header *h, const char *map,
 		const struct index_section_entry *e = &h->sections[s];
 
 		if (XXH3_64bits(map + e->offset, e->length) != e->xxh3)
-			return fail(msg, msg_len, -EINVAL,
+			return log_format(msg, msg_len, -EINVAL,
 				    "offset %llu: checksum mismatch in section %d",
 				    (unsigned long long)e->offset, s);
 	}
@@ -440,18 +427,18 @@ static int check_structure(const struct shard_index *idx,
 	uint64_t next_child = 1;
 
 	if (!S_ISDIR(idx->inodes[0].mode))
-		return fail(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
+		return log_format(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
 			    (unsigned long long)base);
 	for (uint32_t e = 0; e < idx->nr_inodes; e++)
 		if (!entry_ok(idx, e, sh, &next_child))
-			return fail(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
+			return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
 				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
 	if (next_child != idx->nr_inodes)
-		return fail(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
+		return log_format(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
 			    (unsigned long long)base,
 			    (unsigned long long)(idx->nr_inodes - next_child));
 	if (!hardlinks_ok(idx))
-		return fail(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
+		return log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
 			    SEC_HARDLINKS);
 	return 0;
 }
@@ -487,16 +474,16 @@ static int map_file(const char *path, char **map, uint64_t *size, char *msg,
 
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT
-		       : fail(msg, msg_len, -errno, "%s", strerror(errno));
+		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));
 	if (fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)) {
 		close(fd);
-		return fail(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
+		return log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
 	}
 	*size = (uint64_t)st.st_size;
 	*map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (*map == MAP_FAILED)
-		return fail(msg, msg_len, -errno, "mmap: %s", strerror(errno));
+		return log_format(msg, msg_len, -errno, "mmap: %s", strerror(errno));
 	return 0;
 }
 
@@ -520,7 +507,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 			if (!range_ok(sh->shards[i].name, sh->shards[i].name_len,
 				      h->sections[SEC_SHARD_NAMES].length) ||
 			    sh->shards[i].name_len == 0)
-				rc = fail(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
+				rc = log_format(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
 		rc = rc ?: check_structure(idx, sh, h->sections[SEC_INODES].offset,
 					   msg, msg_len);
 	}

@@ -268,13 +268,19 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, buf, n);
 }
 
-static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			size_t size)
+/*
+ * Answer getxattr (@name set) or listxattr: with @size 0 the length the
+ * caller needs, otherwise the bytes.
+ */
+static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		     size_t size)
 {
 	struct shardfs *fs = fs_of(req);
 	uint64_t t0 = shardfs_now_ns();
-	char val[XATTR_BUF_SIZE];
-	ssize_t n = shardfs_getxattr(fs, ino, name, val, size < sizeof(val) ? size : sizeof(val));
+	char buf[XATTR_BUF_SIZE];
+	size_t room = size < sizeof(buf) ? size : sizeof(buf);
+	ssize_t n = name ? shardfs_getxattr(fs, ino, name, buf, room)
+			 : shardfs_listxattr(fs, ino, buf, room);
 
 	shardfs_op_done(fs, SHARDFS_OP_XATTR, t0);
 	if (n < 0)
@@ -282,23 +288,18 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	else if (size == 0)
 		fuse_reply_xattr(req, n);
 	else
-		fuse_reply_buf(req, val, n);
+		fuse_reply_buf(req, buf, n);
+}
+
+static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	do_xattr(req, ino, name, size);
 }
 
 static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
-	char names[XATTR_BUF_SIZE];
-	ssize_t n = shardfs_listxattr(fs, ino, names, size < sizeof(names) ? size : sizeof(names));
-
-	shardfs_op_done(fs, SHARDFS_OP_XATTR, t0);
-	if (n < 0)
-		reply_err(req, (int)n);
-	else if (size == 0)
-		fuse_reply_xattr(req, n);
-	else
-		fuse_reply_buf(req, names, n);
+	do_xattr(req, ino, NULL, size);
 }
 
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino)

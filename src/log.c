@@ -43,6 +43,16 @@ int log_parse_level(const char *name, enum log_level *level)
 	return -EINVAL;
 }
 
+int log_format(char *buf, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 void log_use_syslog(void)
 {
 	openlog("shardfs", LOG_PID, LOG_DAEMON);

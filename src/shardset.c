@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,19 +24,6 @@
 
 /* Descriptors kept free for FUSE, logging and the C library. */
 #define SHARD_SET_SPARE_FDS 64
-
-static int set_msg(char *msg, size_t len, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int set_msg(char *msg, size_t len, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-	return rc;
-}
 
 static int set_add(struct shard_set *set, const char *path, size_t len)
 {
@@ -82,7 +68,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 
 	n = scandir(dir, &names, NULL, alphasort);
 	if (n < 0)
-		return set_msg(msg, msg_len, -errno, "%s: %s", dir, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: %s", dir, strerror(errno));
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
@@ -98,8 +84,8 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	}
 	free(names);
 	if (!rc && !found)
-		return set_msg(msg, msg_len, -ENOENT, "%s: directory holds no *.tar shards", dir);
-	return rc ? set_msg(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
+		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no *.tar shards", dir);
+	return rc ? log_format(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
 }
 
 static int add_glob(struct shard_set *set, const char *pattern, char *msg,
@@ -109,14 +95,14 @@ static int add_glob(struct shard_set *set, const char *pattern, char *msg,
 	int rc = glob(pattern, GLOB_ERR, NULL, &g);
 
 	if (rc == GLOB_NOMATCH)
-		return set_msg(msg, msg_len, -ENOENT, "%s: no shard matches the pattern", pattern);
+		return log_format(msg, msg_len, -ENOENT, "%s: no shard matches the pattern", pattern);
 	if (rc)
-		return set_msg(msg, msg_len, -EIO, "%s: cannot expand the pattern", pattern);
+		return log_format(msg, msg_len, -EIO, "%s: cannot expand the pattern", pattern);
 	qsort(g.gl_pathv, g.gl_pathc, sizeof(char *), cmp_str);
 	for (size_t i = 0; !rc && i < g.gl_pathc; i++)
 		rc = set_add(set, g.gl_pathv[i], strlen(g.gl_pathv[i]));
 	globfree(&g);
-	return rc ? set_msg(msg, msg_len, rc, "%s: %s", pattern, strerror(-rc)) : 0;
+	return rc ? log_format(msg, msg_len, rc, "%s: %s", pattern, strerror(-rc)) : 0;
 }
 
 /* A brace-free item: a directory, a glob or a plain path. */
@@ -131,7 +117,7 @@ static int add_item(struct shard_set *set, const char *item, char *msg,
 	if (strpbrk(item, "*?["))
 		return add_glob(set, item, msg, msg_len);
 	rc = set_add(set, item, strlen(item));
-	return rc ? set_msg(msg, msg_len, rc, "%s: %s", item, strerror(-rc)) : 0;
+	return rc ? log_format(msg, msg_len, rc, "%s: %s", item, strerror(-rc)) : 0;
 }
 
 /* Index of the '}' matching the '{' at @open, or 0 when unbalanced. */
@@ -250,16 +236,16 @@ static int expand(struct shard_set *set, const char *spec, char *msg,
 	int width, rc;
 
 	if (set->nr >= SHARD_SET_MAX_SHARDS)
-		return set_msg(msg, msg_len, -E2BIG, "more than %u shards", SHARD_SET_MAX_SHARDS);
+		return log_format(msg, msg_len, -E2BIG, "more than %u shards", SHARD_SET_MAX_SHARDS);
 	if (!brace)
 		return add_item(set, spec, msg, msg_len);
 	open = brace - spec;
 	close = brace_close(spec, open);
 	if (!close)
-		return set_msg(msg, msg_len, -EINVAL, "%s: unbalanced '{'", spec);
+		return log_format(msg, msg_len, -EINVAL, "%s: unbalanced '{'", spec);
 	rc = parse_range(spec + open + 1, close - open - 1, &lo, &hi, &width);
 	if (rc == -E2BIG)
-		return set_msg(msg, msg_len, rc, "%s: range of more than %u shards",
+		return log_format(msg, msg_len, rc, "%s: range of more than %u shards",
 			       spec, SHARD_SET_MAX_SHARDS);
 	if (!rc)
 		return expand_range(set, spec, open, close, lo, hi, width, msg,
@@ -276,7 +262,7 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 
 	*set = (struct shard_set){ 0 };
 	if (len == 0 || len > SHARD_SET_SPEC_MAX)
-		return set_msg(msg, msg_len, -EINVAL, "SHARDS argument is empty or too long");
+		return log_format(msg, msg_len, -EINVAL, "SHARDS argument is empty or too long");
 	item = malloc(len + 1);
 	if (!item)
 		return -ENOMEM;
@@ -292,7 +278,7 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 	}
 	free(item);
 	if (!rc && set->nr == 0)
-		rc = set_msg(msg, msg_len, -ENOENT, "%s: names no shards", spec);
+		rc = log_format(msg, msg_len, -ENOENT, "%s: names no shards", spec);
 	if (rc)
 		shard_set_release(set);
 	return rc;
@@ -304,13 +290,13 @@ static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl))
-		return set_msg(msg, msg_len, -errno, "getrlimit: %s", strerror(errno));
+		return log_format(msg, msg_len, -errno, "getrlimit: %s", strerror(errno));
 	if (rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	if ((uint64_t)nr + SHARD_SET_SPARE_FDS > rl.rlim_cur)
-		return set_msg(msg, msg_len, -EMFILE,
+		return log_format(msg, msg_len, -EMFILE,
 			       "%" PRIu32 " shards need more open files than the limit of %llu; "
 			       "raise it (ulimit -n, LimitNOFILE=) or use fewer, larger shards",
 			       nr, (unsigned long long)rl.rlim_cur);
@@ -324,17 +310,17 @@ static int shard_open(struct shard *s, char *msg, size_t msg_len)
 
 	s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
 	if (s->fd < 0)
-		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
 	/* absolute, because the daemon leaves its working directory */
 	abs = realpath(s->path, NULL);
 	if (!abs)
-		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
 	free(s->path);
 	s->path = abs;
 	if (fstat(s->fd, &st))
-		return set_msg(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return set_msg(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
+		return log_format(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
 	s->size = st.st_size;
 	s->mtime = st.st_mtim;
 	s->ctime = st.st_ctim;

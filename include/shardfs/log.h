@@ -13,6 +13,7 @@
 #define SHARDFS_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum log_level {
 	LOG_LEVEL_ERROR,	/* the operation or the mount failed */
@@ -35,6 +36,14 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void log_vmsg(enum log_level level, const char *fmt, va_list ap)
 	__attribute__((format(printf, 2, 0)));
+
+/*
+ * Format a message for the caller into @buf (@len bytes) and return @rc:
+ * for functions that report an error to a caller who decides whether and
+ * how to log it.
+ */
+int log_format(char *buf, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
