@@ -415,6 +415,8 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 		if (rc)
 			break;
 		node_of[e] = e ? *slot - 1 : 0;
+		if (in->flags & SHARD_INODE_SYNTHESIZED)
+			continue;	/* stays synthesized: its time is recomputed */
 		if (first == e)
 			rc = seed_member(sc, base, in, &sc->members[e]);
 		b->nodes[node_of[e]].member = &sc->members[first];
@@ -569,14 +571,18 @@ static uint64_t sparse_add(struct shard_index *idx, const struct shard_scan *sc,
 static void fill_dir(struct builder *b, struct shard_inode *in,
 		     const struct build_node *n, const struct child_lists *cl)
 {
-	const struct shard *s = &b->set->shards[n->shard];
 	uint32_t node = (uint32_t)(n - b->nodes);
 
-	in->mode = S_IFDIR | (n->member ? n->member->mode : 0755);
-	in->uid = n->member ? n->member->uid : s->uid;
-	in->gid = n->member ? n->member->gid : s->gid;
-	in->mtime_sec = n->member ? n->member->mtime_sec : s->mtime.tv_sec;
-	in->mtime_nsec = n->member ? n->member->mtime_nsec : 0;
+	in->mode = S_IFDIR | 0755;
+	in->flags |= SHARD_INODE_SYNTHESIZED;	/* times: see synthesized_times */
+	if (n->member) {
+		in->mode = S_IFDIR | n->member->mode;
+		in->flags &= ~SHARD_INODE_SYNTHESIZED;
+		in->uid = n->member->uid;
+		in->gid = n->member->gid;
+		in->mtime_sec = n->member->mtime_sec;
+		in->mtime_nsec = n->member->mtime_nsec;
+	}
 	in->nlink = 2;
 	in->size = n->nr_children;
 	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
@@ -616,6 +622,26 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 	}
 	b->counts.files += m->nlink == 1;
 	b->counts.bytes += m->nlink == 1 ? m->size : 0;
+}
+
+/*
+ * Phase 3d: a synthesized directory is as new as its newest entry.
+ * Children come after their parent, so one backward pass carries the
+ * newest time up through nested synthesized directories.
+ */
+static void synthesized_times(struct shard_index *idx)
+{
+	for (uint32_t e = idx->nr_inodes - 1; e > 0; e--) {
+		const struct shard_inode *in = &idx->inodes[e];
+		struct shard_inode *p = &idx->inodes[in->parent];
+
+		if ((p->flags & SHARD_INODE_SYNTHESIZED) &&
+		    (in->mtime_sec > p->mtime_sec ||
+		     (in->mtime_sec == p->mtime_sec && in->mtime_nsec > p->mtime_nsec))) {
+			p->mtime_sec = in->mtime_sec;
+			p->mtime_nsec = in->mtime_nsec;
+		}
+	}
 }
 
 /* Phase 3c: nlink of every file, and the inode later names share. */
@@ -669,6 +695,8 @@ static int layout(struct builder *b, struct shard_index *idx)
 			fill_leaf(b, idx, in, n);
 	}
 	rc = rc ?: link_groups(b, idx, order);
+	if (!rc)
+		synthesized_times(idx);
 	free(order);
 	free(cl.start);
 	free(cl.child);

@@ -133,7 +133,10 @@ static int shard_table(const char *path, const struct shard_set *set,
 		r->name_len = (uint32_t)strlen(name);
 		r->members = s->members;
 		r->digest = s->digest;
-		if (index_file_fingerprint(s->fd, s->size, &r->fingerprint))
+		r->fingerprint = s->fingerprint;
+		/* shards an index already covered are not read again */
+		if (!s->fingerprinted &&
+		    index_file_fingerprint(s->fd, s->size, &r->fingerprint))
 			return -EIO;
 		memcpy(*names + *names_len, name, r->name_len);
 		*names_len += r->name_len;

@@ -55,6 +55,25 @@ static int canonical_path(const char *path, char out[PATH_MAX])
 	return n < PATH_MAX ? 0 : -ENAMETOOLONG;
 }
 
+/* mkdir -p: create @path and its missing parents. */
+static void make_dirs(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return;
+	memcpy(buf, path, len + 1);
+	for (size_t i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i])
+			continue;
+		buf[i] = '\0';
+		mkdir(buf, 0755);	/* EEXIST is the common case */
+		buf[i] = path[i];
+	}
+}
+
+/* The cache directory for index files, created if missing. */
 static const char *cache_dir(char buf[PATH_MAX])
 {
 	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -65,6 +84,7 @@ static const char *cache_dir(char buf[PATH_MAX])
 		snprintf(buf, PATH_MAX, "/var/cache/shardfs");
 	else
 		snprintf(buf, PATH_MAX, "%s/.cache/shardfs", home);
+	make_dirs(buf);
 	return buf;
 }
 
@@ -144,6 +164,8 @@ static int64_t covered_shards(struct shard_set *set,
 	for (uint32_t i = 0; i < sh->nr; i++) {
 		set->shards[i].members = sh->shards[i].members;
 		set->shards[i].digest = sh->shards[i].digest;
+		set->shards[i].fingerprint = sh->shards[i].fingerprint;
+		set->shards[i].fingerprinted = true;
 	}
 	return sh->nr;
 }
@@ -187,8 +209,6 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
 	if (nr_paths > 1 && snprintf(dir, sizeof(dir), "%s", paths[0]) < (int)sizeof(dir) &&
 	    !access(dirname(dir), W_OK))
 		pick = 0;
-	if (pick == 1)
-		mkdir(cache_dir(dir), 0755);
 	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
 		log_warn("%s", msg);
 		return false;
@@ -226,7 +246,7 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 	char paths[2][PATH_MAX];
 	int64_t covered = -1;
 	bool rescanned = false;
-	int n = candidates(set, so, paths), rc;
+	int n = so->mode == INDEX_MODE_OFF ? 0 : candidates(set, so, paths), rc;
 
 	*res = (struct index_store_result){ .origin = INDEX_BUILT };
 	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&

@@ -48,6 +48,9 @@
 #define SHARD_INODE_SPARSE 0x1	/* data indexes sparse[], not the shard */
 #define SHARD_INODE_LINKED 0x2	/* a later name of a hard-link group: its
 				 * inode is in hardlinks[] */
+#define SHARD_INODE_SYNTHESIZED 0x4 /* a directory no member describes:
+				 * 0755, root-owned, as new as its newest
+				 * entry (so it depends on content only) */
 
 struct shard_inode {
 	uint64_t data;		/* file: data offset in the shard (sparse:

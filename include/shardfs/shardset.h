@@ -44,6 +44,9 @@ struct shard {
 	uint64_t members;	/* members found by the index build */
 	uint64_t digest;	/* of its headers (and labels): see
 				 * shard_scan.h; 0 until scanned */
+	uint64_t fingerprint;	/* of its first bytes (index_file.h), when
+				 * fingerprinted is set */
+	bool fingerprinted;	/* fingerprint is known (from an index) */
 	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
 	int stale_logged;	/* set once a read found the shard changed */
 	atomic_uint read_errors; /* failed reads, to rate-limit their logs */

@@ -1,0 +1,737 @@
+"""The persistent index, end to end: real shards, real mounts, shardfs-index.
+
+A mount with no index builds one and saves it next to the shards as
+.<first shard>.shardfs-index; later mounts map it and scan nothing.  What
+must hold:
+
+- a loaded index gives the identical tree, inode numbers included, as the
+  build that wrote it and as a fresh build;
+- it is used only while it describes the shards: a touched shard (new
+  times, same bytes) keeps it valid through the fingerprint; a truncated
+  shard, a shard rewritten with other bytes of the same size (mtime
+  restored), a removed shard make the mount rebuild; an appended shard is
+  scanned alone and merged ("extended");
+- a set moved or copied together with its index keeps using it;
+- where the shards' directory is read-only, the index goes to
+  $XDG_CACHE_HOME/shardfs;
+- index_mode=require|off|rebuild do what they say;
+- shardfs-index builds the same file, --check says whether it is valid,
+  --list agrees with the mount and its xattrs;
+- builders and mounts racing on one set all succeed, leave one valid index
+  and no temporary files.
+
+Which index a mount used is read from its -o loglevel=debug line
+"index file PATH: loaded|extended|built[, saved]".
+"""
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import threading
+
+import pytest
+
+import shardfs_testlib as lib
+
+INDEX_TOOL = lib.binary("shardfs-index")
+ORIGIN_RE = re.compile(r"index file (?P<path>.+): (?P<origin>loaded|extended|built)"
+                       r"(?P<saved>, saved)?\s*$", re.M)
+FIRST = "s-000.tar"
+
+
+@pytest.fixture(autouse=True)
+def _environment():
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse on this machine")
+    if os.geteuid() != 0:
+        pytest.skip("the integration tests mount filesystems: run as root")
+    for prog in (lib.SHARDFS, INDEX_TOOL):
+        if not os.access(prog, os.X_OK):
+            pytest.fail("%s not built (set SHARDFS_BUILD_DIR)" % prog, pytrace=False)
+    timer = threading.Timer(240, lib.abort_all_mounts)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        left = [mp for mp in lib.active_mounts() if lib.is_mounted(mp)]
+        for mp in lib.active_mounts():
+            lib.unmount(mp)
+    assert not left, "mounts left behind: %r" % left
+
+
+# ------------------------------------------------------------------ data
+
+
+def shard_members(i, n=12):
+    """Members of shard I: files in nested directories, one replacing a
+    file of shard 0, a symlink and a hard link, deterministic bytes."""
+    m = []
+    for j in range(n):
+        m.append(("d%d/sub%d/s%03d-%02d.bin" % (j % 3, j % 2, i, j),
+                  lib.deterministic_bytes(("persist", i, j), (i * 131 + j * 977) % 5000)))
+    m.append(("shared/over.txt", b"written by shard %d\n" % i))
+    m.append(("top-%03d.txt" % i, b"top %d\n" % i))
+    m.append({"name": "links/sym-%03d" % i, "type": tarfile.SYMTYPE,
+              "linkname": "../top-%03d.txt" % i})
+    m.append({"name": "links/hard-%03d" % i, "type": tarfile.LNKTYPE,
+              "linkname": "top-%03d.txt" % i})
+    return m
+
+
+def make_set(d, n=3, first=0):
+    os.makedirs(d, exist_ok=True)
+    paths = []
+    for i in range(first, first + n):
+        p = os.path.join(d, "s-%03d.tar" % i)
+        lib.tar_from_members(p, shard_members(i))
+        paths.append(p)
+    return paths
+
+
+def index_of(d):
+    return os.path.join(d, "." + FIRST + ".shardfs-index")
+
+
+def snapshot(mnt):
+    """rel path -> everything a user can see of it, inode number included."""
+    out = {}
+    root = os.fsencode(mnt)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if os.path.islink(full):
+                extra = os.readlink(full)
+            elif os.path.isdir(full):
+                extra = sorted(os.listdir(full))
+            else:
+                extra = lib.file_digest(full)
+            out[rel] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns,
+                        st.st_nlink, st.st_uid, st.st_gid, extra)
+    st = os.lstat(root)
+    out[b"."] = (st.st_ino, st.st_mode, st.st_nlink, sorted(os.listdir(root)))
+    return out
+
+
+def mount_snapshot(spec, mnt, *options, env=None):
+    """Mount SPEC with debug logging, snapshot it, unmount.  Returns
+    (snapshot, origin match, Result)."""
+    with lib.mounted(spec, mnt, "-o", "loglevel=debug", *options, env=env) as r:
+        snap = snapshot(mnt)
+    m = ORIGIN_RE.search(r.stderr)
+    assert m, "no 'index file' debug line in:\n%s" % r.stderr
+    return snap, m, r
+
+
+def expect_origin(m, origin, path=None, saved=None):
+    assert m.group("origin") == origin, m.group(0)
+    if path is not None:
+        assert m.group("path") == os.path.realpath(path), m.group(0)
+    if saved is not None:
+        assert bool(m.group("saved")) == saved, m.group(0)
+
+
+def fresh(spec, mnt, env=None):
+    """The tree a build without any index file gives."""
+    snap, m, _ = mount_snapshot(spec, mnt, "-o", "index_mode=off", env=env)
+    expect_origin(m, "built", saved=False)
+    return snap
+
+
+def run_index(*args, env=None, timeout=120):
+    return lib.run_cmd([INDEX_TOOL, *map(os.fspath, args)], env=env, timeout=timeout)
+
+
+def restore_times(path, st):
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+# ------------------------------------------------------ save, then load
+
+
+def test_first_mount_saves_second_loads(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    idx = index_of(d)
+
+    first, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", idx, saved=True)
+    assert os.path.getsize(idx) > 0
+    assert os.stat(idx).st_mode & 0o777 == 0o644
+    assert not [f for f in os.listdir(d) if ".tmp." in f]
+    index_stat = os.stat(idx)
+
+    second, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", idx, saved=False)
+    assert second == first
+    assert os.stat(idx).st_ino == index_stat.st_ino, "a valid index was rewritten"
+    assert os.stat(idx).st_mtime_ns == index_stat.st_mtime_ns
+    # and a build that ignores the file agrees with both
+    assert fresh(d, mnt) == first
+    # the summary line is the same whether built or loaded
+    s = lib.parse_summary(r.stderr)
+    assert s and s["shards"] == 3 and s["files"] == 3 * 13 + 1
+
+
+def test_explicit_index_path(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    elsewhere = tmp_path / "indexes"
+    elsewhere.mkdir()
+    idx = elsewhere / "set.idx"
+
+    first, m, _ = mount_snapshot(d, mnt, "-o", "index=%s" % idx)
+    expect_origin(m, "built", idx, saved=True)
+    assert not os.path.exists(index_of(d))
+    second, m, _ = mount_snapshot(d, mnt, "-o", "index=%s" % idx)
+    expect_origin(m, "loaded", idx)
+    assert second == first
+
+
+# ---------------------------------------------------------- staleness
+
+
+def test_touched_shard_still_valid(tmp_path):
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    first, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "built", saved=True)
+
+    os.utime(shards[1], ns=(lib.T0_NS + 10**12, lib.T0_NS + 10**12))  # mtime and ctime change
+    second, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", index_of(d))
+    assert second == first
+
+    subprocess.run(["touch", shards[0], shards[2]], check=True)
+    third, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", index_of(d))
+    assert third == first
+
+
+def test_synthesized_directories_after_touch_match_fresh_build(tmp_path):
+    """A directory no member names takes its attributes from the shard
+    that created it; after a touch (index still valid) the loaded tree must
+    still be what a fresh build of the same shards shows."""
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    os.utime(shards[0], ns=(lib.T0_NS + 10**12, lib.T0_NS + 10**12))
+    loaded, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+    assert loaded == fresh(d, mnt)
+
+
+def valid_shorter_cut(shard):
+    """A length that drops only trailing zero padding of SHARD: the end of
+    its last member's data plus the two end-of-archive blocks."""
+    with tarfile.open(shard) as t:
+        last = t.getmembers()[-1]
+    end = last.offset_data + (last.size + 511) // 512 * 512 + 1024
+    assert end < os.path.getsize(shard), "no padding to cut"
+    return end
+
+
+def test_truncated_shard_is_rescanned(tmp_path):
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    first, m, _ = mount_snapshot(d, mnt)
+    index_ino = os.stat(index_of(d)).st_ino
+
+    os.truncate(shards[1], valid_shorter_cut(shards[1]))
+    second, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", index_of(d), saved=True)
+    assert "changed since it was built" in r.stderr, r.stderr
+    assert os.stat(index_of(d)).st_ino != index_ino
+    assert second == first      # same members, same tree
+    third, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+
+
+def test_shard_truncated_mid_member_fails_instead_of_loading(tmp_path):
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    st = os.stat(shards[1])
+    with tarfile.open(shards[1]) as t:
+        third = t.getmembers()[2]
+    assert third.size > 100
+    os.truncate(shards[1], third.offset_data + 10)    # inside its data
+    restore_times(shards[1], st)
+    r, was_mounted, left = lib.run_shardfs_expect_failure(d, mnt)
+    assert r.returncode == 2, r
+    assert not was_mounted and not left
+    assert "s-001.tar" in r.stderr, r.stderr
+
+
+def test_same_size_rewrite_with_restored_mtime_is_detected(tmp_path):
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    st = os.stat(shards[1])
+
+    # other names and other bytes, padded to exactly the same size
+    other = tmp_path / "other.tar"
+    lib.tar_from_members(other, [("replaced/r%02d.bin" % j,
+                                  lib.deterministic_bytes(("other", j), 1000 + j))
+                                 for j in range(5)])
+    data = open(other, "rb").read()
+    assert len(data) <= st.st_size
+    with open(shards[1], "r+b") as f:
+        f.write(data + b"\0" * (st.st_size - len(data)))
+    restore_times(shards[1], st)
+    assert os.stat(shards[1]).st_size == st.st_size
+    assert os.stat(shards[1]).st_mtime_ns == st.st_mtime_ns
+
+    snap, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", saved=True)
+    assert b"replaced/r03.bin" in snap
+    assert not any(p.startswith(b"d0/sub1/s001") for p in snap)
+    with lib.mounted(d, mnt):
+        with open(os.path.join(mnt, "replaced/r03.bin"), "rb") as f:
+            assert f.read() == lib.deterministic_bytes(("other", 3), 1003)
+    assert snap == fresh(d, mnt)
+
+
+def test_same_bytes_rewritten_in_place_keeps_index(tmp_path):
+    """The fingerprint compares bytes, not times: a shard rewritten with
+    its own content (new mtime and ctime) keeps the index valid."""
+    d = tmp_path / "shards"
+    shards = make_set(d)
+    mnt = tmp_path / "mnt"
+    first, _, _ = mount_snapshot(d, mnt)
+    data = open(shards[2], "rb").read()
+    with open(shards[2], "wb") as f:
+        f.write(data)
+    snap, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+    assert snap == first
+
+
+def test_appended_shard_extends(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d, 2)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+
+    # the new shard replaces, adds next to, and links to earlier members
+    lib.tar_from_members(d / "s-002.tar", shard_members(2) + [
+        ("shared/over.txt", b"the newest shard wins\n"),
+        ("d0/sub0/s000-00.bin", b"replaced by shard 2\n"),
+        {"name": "links/hard-to-000", "type": tarfile.LNKTYPE,
+         "linkname": "top-000.txt"},
+        ("brand/new/dir/file.txt", b"new\n"),
+    ])
+    extended, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "extended", index_of(d), saved=True)
+    assert extended == fresh(d, mnt)
+    assert b"brand/new/dir/file.txt" in extended
+    # the extended index is saved and then simply loaded
+    again, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+    assert again == extended
+    # the hard link to a member of the base shards shares its inode
+    assert extended[b"links/hard-to-000"][0] == extended[b"top-000.txt"][0]
+    with lib.mounted(d, mnt):
+        assert open(os.path.join(mnt, "shared/over.txt"), "rb").read() == \
+            b"the newest shard wins\n"
+
+
+def test_appended_shard_is_the_only_one_scanned(tmp_path):
+    """Extending an index reads nothing from the shards it already covers:
+    strace shows shardfs-index reading the appended shard only (the others
+    are opened and fstat'ed, never read), and the result is the tree a
+    fresh build gives."""
+    d = tmp_path / "shards"
+    make_set(d, 2)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    make_set(d, 1, first=2)
+    log = tmp_path / "strace.log"
+    r = lib.run_cmd(["strace", "-f", "-y", "-e", "trace=pread64,read",
+                     "-o", str(log), INDEX_TOOL, "-o", "loglevel=debug", str(d)])
+    assert r.returncode == 0 and "extended" in r.stderr, r
+    reads = [l for l in open(log) if ".tar>" in l]
+    assert not [l for l in reads if "s-000.tar>" in l or "s-001.tar>" in l], reads
+    assert [l for l in reads if "s-002.tar>" in l]
+    snap, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+    assert snap == fresh(d, mnt)
+
+
+def test_removed_shard_is_rescanned(tmp_path):
+    d = tmp_path / "shards"
+    shards = make_set(d, 4)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+
+    os.unlink(shards[3])                      # the last one
+    snap, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", saved=True)
+    assert b"top-003.txt" not in snap
+    assert snap == fresh(d, mnt)
+
+    os.unlink(shards[1])                      # one in the middle
+    snap, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", saved=True)
+    assert b"top-001.txt" not in snap and b"top-002.txt" in snap
+    assert snap == fresh(d, mnt)
+
+
+def test_other_layout_keeps_its_own_index(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    tree, m, _ = mount_snapshot(d, mnt)
+    by_shard, m, _ = mount_snapshot(d, mnt, "-o", "layout=shards")
+    expect_origin(m, "built", saved=True)
+    assert m.group("path") != os.path.realpath(index_of(d))
+    assert by_shard != tree
+    again, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", index_of(d))
+    assert again == tree
+    again, m, _ = mount_snapshot(d, mnt, "-o", "layout=shards")
+    expect_origin(m, "loaded")
+    assert again == by_shard
+
+
+# ------------------------------------------------------- move and copy
+
+
+def test_moved_set_still_loads(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    first, _, _ = mount_snapshot(d, mnt)
+    moved = tmp_path / "elsewhere" / "moved"
+    moved.parent.mkdir()
+    os.rename(d, moved)
+    snap, m, _ = mount_snapshot(moved, mnt)
+    expect_origin(m, "loaded", index_of(moved))
+    assert snap == first
+
+
+def test_copied_set_loads_by_fingerprint(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    first, _, _ = mount_snapshot(d, mnt)
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", os.fspath(d), os.fspath(copy)], check=True)
+    assert os.stat(copy / FIRST).st_mtime_ns != os.stat(d / FIRST).st_mtime_ns
+    snap, m, _ = mount_snapshot(copy, mnt)
+    expect_origin(m, "loaded", index_of(copy))
+    assert snap == first
+    # both sets keep their own valid index
+    assert run_index(d, "--check").returncode == 0
+    assert run_index(copy, "--check").returncode == 0
+
+
+# ------------------------------------------- read-only shard directory
+
+
+@pytest.fixture
+def ro_bind(tmp_path):
+    """A read-only bind mount of tmp_path/src at tmp_path/ro."""
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    subprocess.run(["mount", "--bind", os.fspath(src), os.fspath(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", os.fspath(ro)], check=True)
+        yield src, ro
+    finally:
+        subprocess.run(["umount", os.fspath(ro)], check=True)
+
+
+def test_read_only_location_falls_back_to_cache(tmp_path, ro_bind):
+    src, ro = ro_bind
+    make_set(src)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = dict(os.environ, XDG_CACHE_HOME=os.fspath(cache))
+    mnt = tmp_path / "mnt"
+    with pytest.raises(OSError):
+        open(ro / "probe", "w")
+
+    first, m, _ = mount_snapshot(ro, mnt, env=env)
+    expect_origin(m, "built", saved=True)
+    saved = m.group("path")
+    assert os.path.dirname(saved) == os.path.realpath(cache / "shardfs"), saved
+    assert saved.endswith(".shardfs-index") and os.path.isfile(saved)
+    assert not os.path.exists(index_of(src))
+
+    second, m, _ = mount_snapshot(ro, mnt, env=env)
+    expect_origin(m, "loaded", saved)
+    assert second == first
+    # shardfs-index finds the same file
+    r = run_index(ro, "--check", env=env)
+    assert r.returncode == 0 and saved in r.stderr, r
+
+
+def test_read_only_location_uses_an_existing_cache_directory(tmp_path, ro_bind):
+    """As above, with $XDG_CACHE_HOME/shardfs made beforehand."""
+    src, ro = ro_bind
+    make_set(src)
+    cache = tmp_path / "cache"
+    (cache / "shardfs").mkdir(parents=True)
+    env = dict(os.environ, XDG_CACHE_HOME=os.fspath(cache))
+    mnt = tmp_path / "mnt"
+    first, m, r = mount_snapshot(ro, mnt, env=env)
+    expect_origin(m, "built", saved=True)
+    saved = m.group("path")
+    assert os.path.dirname(saved) == os.path.realpath(cache / "shardfs"), r.stderr
+    second, m, _ = mount_snapshot(ro, mnt, env=env)
+    expect_origin(m, "loaded", saved)
+    assert second == first
+
+
+def test_cache_directory_is_created_with_its_parents(tmp_path, ro_bind):
+    """$XDG_CACHE_HOME need not exist yet (XDG: create it when writing)."""
+    src, ro = ro_bind
+    make_set(src)
+    cache = tmp_path / "not" / "yet" / "cache"
+    env = dict(os.environ, XDG_CACHE_HOME=os.fspath(cache))
+    mnt = tmp_path / "mnt"
+    _, m, r = mount_snapshot(ro, mnt, env=env)
+    expect_origin(m, "built", saved=True)
+    assert os.path.dirname(m.group("path")) == os.path.realpath(cache / "shardfs"), r.stderr
+
+
+def test_unwritable_explicit_index_is_a_warning(tmp_path, ro_bind):
+    src, ro = ro_bind
+    make_set(src)
+    mnt = tmp_path / "mnt"
+    snap, m, r = mount_snapshot(ro, mnt, "-o", "index=%s" % (ro / "set.idx"))
+    expect_origin(m, "built", saved=False)
+    warning = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warning and os.fspath(ro / "set.idx") in warning[0], r.stderr
+    assert "Read-only file system" in warning[0], r.stderr
+    assert snap == fresh(ro, mnt)
+
+
+# ------------------------------------------------------------ index_mode
+
+
+def test_index_mode_require(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r, was_mounted, left = lib.run_shardfs_expect_failure(d, mnt, "-o", "index_mode=require")
+    assert r.returncode == 2, r
+    assert not was_mounted and not left
+    assert "no valid index" in r.stderr and os.path.realpath(index_of(d)) in r.stderr, r.stderr
+    assert not os.path.exists(index_of(d))
+
+    assert run_index(d).returncode == 0
+    snap, m, _ = mount_snapshot(d, mnt, "-o", "index_mode=require")
+    expect_origin(m, "loaded")
+
+    lib.tar_from_members(d / "s-003.tar", shard_members(3))   # now stale
+    r, _, _ = lib.run_shardfs_expect_failure(d, mnt, "-o", "index_mode=require")
+    assert r.returncode == 2 and "no valid index" in r.stderr, r
+
+
+def test_index_mode_off_writes_nothing(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = dict(os.environ, XDG_CACHE_HOME=os.fspath(cache))
+    mnt = tmp_path / "mnt"
+    before = sorted(os.listdir(d))
+    _, m, _ = mount_snapshot(d, mnt, "-o", "index_mode=off", env=env)
+    expect_origin(m, "built", saved=False)
+    assert m.group("path") == "none"
+    assert sorted(os.listdir(d)) == before
+    assert os.listdir(cache) == []
+    # and a valid index that exists is not read either
+    assert run_index(d).returncode == 0
+    _, m, _ = mount_snapshot(d, mnt, "-o", "index_mode=off", env=env)
+    expect_origin(m, "built", saved=False)
+
+
+def test_index_mode_rebuild(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    first, _, _ = mount_snapshot(d, mnt)
+    ino = os.stat(index_of(d)).st_ino
+    snap, m, _ = mount_snapshot(d, mnt, "-o", "index_mode=rebuild")
+    expect_origin(m, "built", index_of(d), saved=True)
+    assert os.stat(index_of(d)).st_ino != ino
+    assert snap == first
+    snap, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+
+
+def test_unknown_index_mode_is_a_usage_error(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d, 1)
+    (tmp_path / "mnt").mkdir()
+    r, was_mounted, _ = lib.run_shardfs_expect_failure(d, tmp_path / "mnt",
+                                                       "-o", "index_mode=sometimes")
+    assert r.returncode == 1 and "index_mode" in r.stderr, r
+    assert run_index(d, "-o", "index_mode=sometimes").returncode == 1
+
+
+# ---------------------------------------------------------- shardfs-index
+
+
+def test_index_tool_builds_what_a_mount_loads(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    r = run_index(d, "-j", "2")
+    assert r.returncode == 0, r
+    assert lib.parse_summary(r.stderr)["files"] == 3 * 13 + 1
+    snap, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", index_of(d))
+    assert snap == fresh(d, mnt)
+    # a second run finds it valid and rewrites nothing
+    ino = os.stat(index_of(d)).st_ino
+    r = run_index(d, "-o", "loglevel=debug")
+    assert r.returncode == 0 and ": loaded" in r.stderr, r
+    assert os.stat(index_of(d)).st_ino == ino
+
+
+def test_index_tool_check(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    idx = index_of(d)
+
+    r = run_index(d, "--check")
+    assert r.returncode == 2, r                       # missing
+    assert not os.path.exists(idx), "--check must build nothing"
+    assert run_index(d).returncode == 0
+    r = run_index(d, "--check")
+    assert r.returncode == 0, r                       # valid
+    assert os.path.realpath(idx) in r.stderr
+
+    lib.tar_from_members(d / "s-003.tar", shard_members(3))
+    assert run_index(d, "--check").returncode == 2    # stale: appended
+    os.unlink(d / "s-003.tar")
+    assert run_index(d, "--check").returncode == 0
+
+    # corrupt: one flipped byte in the inode section
+    data = bytearray(open(idx, "rb").read())
+    data[len(data) // 2] ^= 0x40
+    with open(idx, "wb") as f:
+        f.write(data)
+    r = run_index(d, "--check")
+    assert r.returncode == 2, r
+    assert os.path.realpath(idx) in r.stderr and "offset" in r.stderr, r.stderr
+    # a mount warns, naming the file, and rebuilds it
+    snap, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", idx, saved=True)
+    warn = [ln for ln in r.stderr.splitlines()
+            if os.path.realpath(idx) in ln and "rebuilt" in ln]
+    assert warn and "warning" in warn[0].lower(), r.stderr
+    assert run_index(d, "--check").returncode == 0
+
+    # corrupt: truncated, and not an index at all
+    os.truncate(idx, 100)
+    assert run_index(d, "--check").returncode == 2
+    with open(idx, "wb") as f:
+        f.write(b"not an index\n" * 100)
+    assert run_index(d, "--check").returncode == 2
+
+
+def parse_list(text):
+    rows = {}
+    for line in text.splitlines():
+        path, size, shard, offset = line.split("\t")
+        path = path.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
+        rows[path] = (int(size), int(shard), int(offset))
+    return rows
+
+
+def test_index_tool_list_matches_the_mount(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d)
+    lib.tar_from_members(d / "s-003.tar", [("odd\tname.txt", b"tab"),
+                                           ("back\\slash.txt", b"bs")])
+    mnt = tmp_path / "mnt"
+    r = run_index(d, "--list")
+    assert r.returncode == 0, r
+    rows = parse_list(r.stdout)
+    assert os.path.exists(index_of(d))               # --list builds if needed
+    assert parse_list(run_index(d, "--list").stdout) == rows   # and then loads
+
+    with lib.mounted(d, mnt):
+        files = {}
+        for dirpath, _, names in os.walk(mnt):
+            for n in names:
+                full = os.path.join(dirpath, n)
+                if os.path.isfile(full) and not os.path.islink(full):
+                    files[os.path.relpath(full, mnt)] = full
+        assert sorted(rows) == sorted(files)
+        for rel, full in files.items():
+            size, shard, offset = rows[rel]
+            assert os.path.getsize(full) == size, rel
+            assert int(os.getxattr(full, "user.shardfs.offset")) == offset, rel
+            assert int(os.getxattr(full, "user.shardfs.shard_index")) == shard, rel
+            with open(os.getxattr(full, "user.shardfs.shard"), "rb") as s:
+                s.seek(offset)
+                assert s.read(size) == open(full, "rb").read(), rel
+
+
+# ------------------------------------------------------------ concurrency
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_concurrent_builders_and_mounts(tmp_path, round_):
+    d = tmp_path / "shards"
+    d.mkdir()
+    for i in range(16):
+        lib.tar_from_members(d / ("s-%03d.tar" % i),
+                             [("d%d/s%03d-%03d.txt" % (j % 7, i, j), b"%d" % j)
+                              for j in range(400)])
+    ref = fresh(d, tmp_path / "ref")
+    mnts = [tmp_path / ("mnt%d" % k) for k in range(2)]
+    for mp in mnts:
+        mp.mkdir()
+        lib._register(mp)
+    procs = []
+    try:
+        outs = []
+        for k in range(4):
+            outs.append(open(tmp_path / ("index%d.err" % k), "wb+"))
+            procs.append(subprocess.Popen([INDEX_TOOL, "-j", "2", os.fspath(d)],
+                                          stdout=subprocess.DEVNULL, stderr=outs[-1]))
+        for k, mp in enumerate(mnts):
+            outs.append(open(tmp_path / ("mount%d.err" % k), "wb+"))
+            procs.append(subprocess.Popen([lib.SHARDFS, os.fspath(d), os.fspath(mp)],
+                                          stdout=subprocess.DEVNULL, stderr=outs[-1]))
+        rcs = [p.wait(timeout=120) for p in procs]
+        errs = []
+        for f in outs:
+            f.seek(0)
+            errs.append(f.read().decode())
+            f.close()
+        assert rcs == [0] * 6, list(zip(rcs, errs))
+        for mp in mnts:
+            assert lib.is_mounted(mp)
+            assert snapshot(mp) == ref
+    finally:
+        for mp in mnts:
+            lib.unmount(mp)
+    r = run_index(d, "--check")
+    assert r.returncode == 0, r
+    assert not [f for f in os.listdir(d) if ".tmp." in f], os.listdir(d)
+    assert [f for f in os.listdir(d) if not f.endswith(".tar")] == ["." + FIRST + ".shardfs-index"]
+    snap, m, _ = mount_snapshot(d, tmp_path / "after")
+    expect_origin(m, "loaded")
+    assert snap == ref

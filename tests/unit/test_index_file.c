@@ -1,0 +1,1189 @@
+/*
+ * test_index_file.c - the persistent index file (index_file.c): a round
+ * trip, and a loader that never trusts what it maps.
+ *
+ * The round trip writes a built index, loads it back and compares every
+ * array byte for byte, then serves the same shards from both (attributes,
+ * listings, lookups, link targets, reads, xattrs): a mount that loads an
+ * index must be indistinguishable from one that built it.
+ *
+ * Everything else feeds index_file_load() a damaged copy of that file.
+ * Accidental damage (magic, version, byte order, sizes, truncation, a
+ * flipped byte in any section) is caught by the header and checksums.
+ * Deliberate damage is the harder part: each "lie" below edits one field
+ * and then recomputes the section and header xxh3 (fixup()), so that only
+ * the structural checks stand between the file and a lookup or read that
+ * would run off an array.  Every case must return -EINVAL with a message
+ * naming an offset or a section, leave the index empty, and not crash;
+ * the suite also runs under valgrind (see the report in the test plan).
+ *
+ * The header layout is private to index_file.c; struct ifh mirrors it and
+ * test_round_trip checks the mirror against a written file, so a format
+ * change fails loudly here instead of corrupting the wrong bytes.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shardfs/index_file.h"
+#include "tarbuild.h"
+
+/* ---- the file format, as index_file.c lays it out ------------------- */
+
+enum {
+	SEC_SHARDS, SEC_SHARD_NAMES, SEC_INODES, SEC_NAMES, SEC_SPARSE,
+	SEC_EXTENTS, SEC_HARDLINKS, NR_SECTIONS
+};
+
+static const char *const section_names[NR_SECTIONS] = {
+	"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
+	"HARDLINKS",
+};
+
+/* Bytes of one record of each section (1: a byte pool). */
+static const size_t section_record[NR_SECTIONS] = {
+	sizeof(struct index_file_shard), 1, sizeof(struct shard_inode), 1,
+	sizeof(struct shard_sparse), sizeof(struct shard_extent),
+	sizeof(struct shard_hardlink),
+};
+
+struct ifh_section {
+	uint64_t offset, length, xxh3;
+};
+
+struct ifh {
+	char magic[8];
+	uint32_t version;
+	uint32_t byte_order;
+	uint64_t file_size;
+	uint64_t options_hash;
+	uint32_t nr_shards;
+	uint32_t nr_inodes;
+	struct shard_index_counts counts;
+	struct ifh_section sections[NR_SECTIONS];
+	uint64_t header_xxh3;
+};
+
+_Static_assert(sizeof(struct ifh) == 304, "header mirror out of date");
+
+#define BYTE_ORDER_MARK 0x01020304u
+#define OPTIONS_HASH 0x0123456789abcdefULL
+
+/* ---- fixture: shards with every kind of entry, and their index ------ */
+
+struct fx {
+	struct tb_env env;	/* the shards and the index built from them */
+	char path[PATH_MAX];	/* the index file written from env.fs */
+	char bad_path[PATH_MAX]; /* where damaged copies are written */
+	char *good;		/* bytes of the valid file */
+	size_t good_len;
+	char *buf;		/* the copy a case damages */
+	size_t len;		/* its length (a case may shorten it) */
+};
+
+static const struct tar_extent sparse_runs[] = {
+	{ 100, 50, 0 }, { 5000, 50, 0 }, { 9000, 1000, 0 }, { 12000, 0, 0 },
+};
+enum { SPARSE_SIZE = 12000 };
+
+static char *read_whole(const char *path, size_t *len)
+{
+	struct stat st;
+	char *data;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	data = malloc(st.st_size ? st.st_size : 1);
+	assert_non_null(data);
+	assert_int_equal(pread(fd, data, st.st_size, 0), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return data;
+}
+
+static void write_whole(const char *path, const char *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	if (len)
+		assert_int_equal(write(fd, data, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+static void make_shards(struct tb_env *e)
+{
+	char sparse_data[1100];
+	struct tb a = { 0 };
+
+	memset(sparse_data, 'S', sizeof(sparse_data));
+	tb_add(&a, "dir/", '5', NULL, 0);
+	tb_file(&a, "dir/a.txt", "alpha\n");
+	tb_file(&a, "dir/b.txt", "bravo, a little longer\n");
+	tb_file(&a, "dir/sub/deep.txt", "deep in a synthesized directory\n");
+	tb_link(&a, "link", '2', "dir/a.txt");
+	tb_link(&a, "hard1", '1', "dir/a.txt");
+	tb_link(&a, "hard2", '1', "dir/b.txt");
+	tb_link(&a, "hard3", '1', "dir/b.txt");
+	tb_old_sparse(&a, "holes", SPARSE_SIZE, sparse_runs, 4, sparse_data);
+	tb_env_shard(e, "00.tar", &a);
+
+	tb_file(&a, "dir/c.txt", "charlie from the second shard\n");
+	tb_file(&a, "dir/a.txt", "alpha, replaced by shard 01\n");
+	tb_file(&a, "z/zz.txt", "zulu\n");
+	tb_env_shard(e, "01.tar", &a);
+}
+
+static int fx_setup(void **state)
+{
+	struct tb_env *env;
+	struct fx *f = calloc(1, sizeof(*f));
+	char msg[512] = "";
+
+	if (!f || tb_env_setup((void **)&env))
+		return -1;
+	f->env = *env;
+	free(env);
+	make_shards(&f->env);
+	tb_env_build(&f->env);
+	snprintf(f->path, sizeof(f->path), "%s/.00.tar.shardfs-index", f->env.dir);
+	snprintf(f->bad_path, sizeof(f->bad_path), "%s/damaged.idx", f->env.dir);
+	if (index_file_write(f->path, &f->env.fs.idx, &f->env.fs.set, OPTIONS_HASH,
+			     msg, sizeof(msg)))
+		fail_msg("index_file_write: %s", msg);
+	f->good = read_whole(f->path, &f->good_len);
+	f->buf = malloc(f->good_len + 4096);
+	assert_non_null(f->buf);
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+	struct tb_env *env = malloc(sizeof(*env));
+
+	assert_non_null(env);
+	*env = f->env;
+	free(f->good);
+	free(f->buf);
+	free(f);
+	return tb_env_teardown((void **)&env);
+}
+
+#define FX_TEST(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+/* ---- editing the copy ----------------------------------------------- */
+
+static struct ifh *hdr(struct fx *f)
+{
+	return (struct ifh *)f->buf;
+}
+
+static void *section(struct fx *f, int s)
+{
+	return f->buf + hdr(f)->sections[s].offset;
+}
+
+static uint64_t count(struct fx *f, int s)
+{
+	return hdr(f)->sections[s].length / section_record[s];
+}
+
+static struct shard_inode *inode(struct fx *f, int64_t e)
+{
+	assert_true(e >= 0 && (uint64_t)e < count(f, SEC_INODES));
+	return (struct shard_inode *)section(f, SEC_INODES) + e;
+}
+
+static struct index_file_shard *shard_rec(struct fx *f, uint32_t i)
+{
+	return (struct index_file_shard *)section(f, SEC_SHARDS) + i;
+}
+
+static struct shard_sparse *sparse_map(struct fx *f, uint64_t i)
+{
+	return (struct shard_sparse *)section(f, SEC_SPARSE) + i;
+}
+
+static struct shard_extent *extent(struct fx *f, uint64_t i)
+{
+	return (struct shard_extent *)section(f, SEC_EXTENTS) + i;
+}
+
+static struct shard_hardlink *hardlink(struct fx *f, uint64_t i)
+{
+	return (struct shard_hardlink *)section(f, SEC_HARDLINKS) + i;
+}
+
+/* Entry number of @path in the fixture's index (must exist). */
+static uint32_t entry(struct fx *f, const char *path)
+{
+	int64_t e = tb_entry(&f->env.fs.idx, path);
+
+	if (e < 0)
+		fail_msg("'%s' not in the fixture", path);
+	return (uint32_t)e;
+}
+
+/* Start a case from the valid file. */
+static void reset(struct fx *f)
+{
+	memcpy(f->buf, f->good, f->good_len);
+	f->len = f->good_len;
+}
+
+/*
+ * Make the checksums agree with the edited bytes: every section that lies
+ * inside the buffer gets its xxh3 recomputed, then the header's.  A lie
+ * fixed up this way can only be caught by the structural checks.
+ */
+static void fixup(struct fx *f)
+{
+	struct ifh *h = hdr(f);
+
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		struct ifh_section *e = &h->sections[s];
+
+		if (e->offset <= f->len && e->length <= f->len - e->offset)
+			e->xxh3 = XXH3_64bits(f->buf + e->offset, e->length);
+	}
+	h->header_xxh3 = 0;
+	h->header_xxh3 = XXH3_64bits(h, sizeof(*h));
+}
+
+/* cmocka's fail_msg, reported at the caller's location. */
+#define FAIL_AT(file, line, ...) do { \
+		print_error(__VA_ARGS__); \
+		print_error("\n"); \
+		_fail(file, line); \
+	} while (0)
+
+/* Load @path; the index must come back empty with -EINVAL. */
+static void expect_rejected_file(const char *path, const char *what,
+				 const char *file, int line)
+{
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512];
+	int rc;
+
+	memset(&idx, 0, sizeof(idx));
+	memset(msg, 0, sizeof(msg));
+	rc = index_file_load(path, &idx, &sh, msg, sizeof(msg));
+	if (rc == 0)
+		shard_index_release(&idx);
+	if (rc != -EINVAL)
+		FAIL_AT(file, line, "%s: index_file_load returned %d, expected -EINVAL (msg '%s')",
+			  what, rc, msg);
+	if (!strstr(msg, "offset") && !strstr(msg, "section"))
+		FAIL_AT(file, line, "%s: message names no offset or section: '%s'",
+			  what, msg);
+	if (idx.map || idx.inodes || idx.nr_inodes || idx.names)
+		FAIL_AT(file, line, "%s: index not left empty after -EINVAL", what);
+}
+
+static void expect_rejected_at(struct fx *f, const char *what,
+			       const char *file, int line)
+{
+	write_whole(f->bad_path, f->buf, f->len);
+	expect_rejected_file(f->bad_path, what, file, line);
+}
+
+/* Write the edited copy as it is (checksums not fixed up): -EINVAL. */
+#define expect_rejected(f, what) expect_rejected_at(f, what, __FILE__, __LINE__)
+/* Fix the checksums up first: only the structural checks can object. */
+#define expect_lie_rejected(f, what) \
+	do { fixup(f); expect_rejected_at(f, what, __FILE__, __LINE__); } while (0)
+
+/* The edited copy must load (the control for the helpers above). */
+static void expect_loads(struct fx *f)
+{
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512] = "";
+
+	write_whole(f->bad_path, f->buf, f->len);
+	if (index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)))
+		fail_msg("an intact copy was rejected: %s", msg);
+	shard_index_release(&idx);
+}
+
+/* ---- round trip ----------------------------------------------------- */
+
+static void expect_same_bytes(const void *a, const void *b, size_t len,
+			      const char *what)
+{
+	if (len && memcmp(a, b, len))
+		fail_msg("%s differs after the round trip", what);
+}
+
+/* Every answer of @a (built) and @b (loaded) about entry @e is the same. */
+static void expect_same_entry(struct shardfs *a, struct shardfs *b, uint32_t e)
+{
+	static const char *const xattrs[] = {
+		"user.shardfs.shard", "user.shardfs.shard_index",
+		"user.shardfs.offset", "user.shardfs.key",
+	};
+	uint64_t ino = (uint64_t)e + 1;
+	struct stat sa, sb;
+	const struct shard_inode *in = &a->idx.inodes[e];
+	char pa[PATH_MAX], pb[PATH_MAX];
+
+	assert_int_equal(shardfs_getattr(a, ino, &sa), 0);
+	assert_int_equal(shardfs_getattr(b, ino, &sb), 0);
+	assert_memory_equal(&sa, &sb, sizeof(sa));
+	assert_int_equal(shardfs_entry_path(a, e, pa, sizeof(pa)),
+			 shardfs_entry_path(b, e, pb, sizeof(pb)));
+	assert_string_equal(pa, pb);
+	if (e)
+		assert_int_equal(tb_ino(b, pa), tb_ino(a, pa));
+	if (S_ISDIR(in->mode)) {
+		const char *na, *nb;
+		uint64_t ia, ib, pos = 0;
+		int ra, rb;
+
+		assert_int_equal(shardfs_parent(a, ino), shardfs_parent(b, ino));
+		do {
+			ra = shardfs_readdir_entry(a, ino, pos, &na, &ia);
+			rb = shardfs_readdir_entry(b, ino, pos, &nb, &ib);
+			assert_int_equal(ra, rb);
+			if (!ra) {
+				uint64_t la, lb;
+
+				assert_string_equal(na, nb);
+				assert_int_equal(ia, ib);
+				assert_int_equal(shardfs_lookup(a, ino, na, &la), 0);
+				assert_int_equal(shardfs_lookup(b, ino, nb, &lb), 0);
+				assert_int_equal(la, lb);
+			}
+			pos++;
+		} while (!ra);
+		assert_int_equal(pos, in->size + 1);
+	} else if (S_ISLNK(in->mode)) {
+		const char *ta, *tb;
+
+		assert_int_equal(shardfs_readlink(a, ino, &ta), 0);
+		assert_int_equal(shardfs_readlink(b, ino, &tb), 0);
+		assert_string_equal(ta, tb);
+	} else {
+		size_t size = (size_t)in->size;
+		char *ba = malloc(size + 1), *bb = malloc(size + 1);
+
+		assert_non_null(ba);
+		assert_non_null(bb);
+		assert_int_equal(shardfs_read(a, ino, 0, ba, size + 1, 0), (ssize_t)size);
+		assert_int_equal(shardfs_read(b, ino, 0, bb, size + 1, 0), (ssize_t)size);
+		assert_memory_equal(ba, bb, size ? size : 1);
+		free(ba);
+		free(bb);
+		for (size_t x = 0; x < sizeof(xattrs) / sizeof(*xattrs); x++) {
+			char va[PATH_MAX] = "", vb[PATH_MAX] = "";
+			ssize_t la = shardfs_getxattr(a, ino, xattrs[x], va, sizeof(va));
+			ssize_t lb = shardfs_getxattr(b, ino, xattrs[x], vb, sizeof(vb));
+
+			assert_int_equal(la, lb);
+			if (la > 0)
+				assert_memory_equal(va, vb, (size_t)la);
+		}
+	}
+}
+
+static void test_round_trip(void **state)
+{
+	struct fx *f = *state;
+	const struct shard_index *built = &f->env.fs.idx;
+	const struct shard_set *set = &f->env.fs.set;
+	const struct shard_index_build_options bo = { .threads = 1 };
+	const struct index_store_options so = {
+		.path = f->path, .mode = INDEX_MODE_REQUIRE,
+		.options_hash = OPTIONS_HASH,
+	};
+	struct shard_index idx;
+	struct index_file_shards sh;
+	struct shardfs loaded = { 0 };
+	const struct ifh *h = (const struct ifh *)f->good;
+	char msg[512] = "";
+
+	/* the fixture exercises every section */
+	assert_true(built->nr_sparse >= 1);
+	assert_true(built->nr_extents >= 2);
+	assert_true(built->nr_hardlinks >= 2);
+	assert_int_equal(set->nr, 2);
+
+	/* the header mirror agrees with the writer */
+	assert_memory_equal(h->magic, INDEX_FILE_MAGIC, 8);
+	assert_int_equal(h->version, INDEX_FILE_VERSION);
+	assert_int_equal(h->byte_order, BYTE_ORDER_MARK);
+	assert_int_equal(h->file_size, f->good_len);
+	assert_int_equal(h->options_hash, OPTIONS_HASH);
+	assert_int_equal(h->nr_shards, set->nr);
+	assert_int_equal(h->nr_inodes, built->nr_inodes);
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		assert_int_equal(h->sections[s].offset % 64, 0);
+		assert_true(h->sections[s].offset >= sizeof(*h));
+		assert_true(h->sections[s].offset + h->sections[s].length <= f->good_len);
+		assert_int_equal(h->sections[s].xxh3,
+				 XXH3_64bits(f->good + h->sections[s].offset,
+					     h->sections[s].length));
+	}
+
+	/* the arrays come back byte for byte */
+	assert_int_equal(index_file_load(f->path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_non_null(idx.map);
+	assert_int_equal(idx.map_len, f->good_len);
+	assert_int_equal(idx.nr_inodes, built->nr_inodes);
+	assert_int_equal(idx.names_len, built->names_len);
+	assert_int_equal(idx.nr_sparse, built->nr_sparse);
+	assert_int_equal(idx.nr_extents, built->nr_extents);
+	assert_int_equal(idx.nr_hardlinks, built->nr_hardlinks);
+	expect_same_bytes(idx.inodes, built->inodes,
+			  built->nr_inodes * sizeof(*built->inodes), "inodes");
+	expect_same_bytes(idx.names, built->names, built->names_len, "names");
+	expect_same_bytes(idx.sparse, built->sparse,
+			  built->nr_sparse * sizeof(*built->sparse), "sparse");
+	expect_same_bytes(idx.extents, built->extents,
+			  built->nr_extents * sizeof(*built->extents), "extents");
+	expect_same_bytes(idx.hardlinks, built->hardlinks,
+			  built->nr_hardlinks * sizeof(*built->hardlinks), "hardlinks");
+	expect_same_bytes(&idx.counts, &built->counts, sizeof(idx.counts), "counts");
+
+	/* the shard table identifies the shards, relative to the index */
+	assert_int_equal(sh.nr, set->nr);
+	assert_int_equal(sh.options_hash, OPTIONS_HASH);
+	for (uint32_t i = 0; i < sh.nr; i++) {
+		const struct index_file_shard *r = &sh.shards[i];
+		const struct shard *s = &set->shards[i];
+		const char *base = strrchr(s->path, '/') + 1;
+		uint64_t fp;
+
+		assert_int_equal(r->flags, 0);
+		assert_int_equal(r->name_len, strlen(base));
+		assert_memory_equal(sh.names + r->name, base, r->name_len);
+		assert_int_equal(r->size, s->size);
+		assert_int_equal(r->mtime_sec, s->mtime.tv_sec);
+		assert_int_equal(r->mtime_nsec, s->mtime.tv_nsec);
+		assert_int_equal(r->ctime_sec, s->ctime.tv_sec);
+		assert_int_equal(r->ctime_nsec, s->ctime.tv_nsec);
+		assert_int_equal(r->members, s->members);
+		assert_int_equal(index_file_fingerprint(s->fd, s->size, &fp), 0);
+		assert_int_equal(r->fingerprint, fp);
+	}
+	shard_index_release(&idx);
+	assert_null(idx.map);
+
+	/* a shardfs that loads the file answers exactly like the builder */
+	assert_int_equal(shardfs_init(&loaded, f->env.dir, &bo, &so), 0);
+	assert_int_equal(loaded.index_file.origin, INDEX_LOADED);
+	assert_false(loaded.index_file.saved);
+	assert_non_null(loaded.idx.map);
+	assert_int_equal(loaded.idx.nr_inodes, built->nr_inodes);
+	for (uint32_t e = 0; e < built->nr_inodes; e++)
+		expect_same_entry(&f->env.fs, &loaded, e);
+	assert_int_equal(tb_ino(&loaded, "dir/a.txt"), tb_ino(&f->env.fs, "dir/a.txt"));
+	assert_int_equal(tb_stat(&loaded, "hard2").st_ino, tb_stat(&loaded, "dir/b.txt").st_ino);
+	assert_int_equal(tb_stat(&loaded, "holes").st_size, SPARSE_SIZE);
+	shardfs_release(&loaded);
+}
+
+/* Writing twice gives the same bytes: nothing uninitialised is saved. */
+static void test_write_is_deterministic(void **state)
+{
+	struct fx *f = *state;
+	char again[PATH_MAX], msg[512] = "";
+	size_t len;
+	char *bytes;
+
+	snprintf(again, sizeof(again), "%s/again.idx", f->env.dir);
+	assert_int_equal(index_file_write(again, &f->env.fs.idx, &f->env.fs.set,
+					  OPTIONS_HASH, msg, sizeof(msg)), 0);
+	bytes = read_whole(again, &len);
+	assert_int_equal(len, f->good_len);
+	assert_memory_equal(bytes, f->good, len);
+	free(bytes);
+}
+
+/* An index outside the shards' directory records absolute shard paths. */
+static void test_shards_elsewhere_are_absolute(void **state)
+{
+	struct fx *f = *state;
+	char *other = tb_tmpdir(), path[PATH_MAX], msg[512] = "";
+	struct shard_index idx;
+	struct index_file_shards sh;
+
+	snprintf(path, sizeof(path), "%s/set.idx", other);
+	assert_int_equal(index_file_write(path, &f->env.fs.idx, &f->env.fs.set, 0,
+					  msg, sizeof(msg)), 0);
+	assert_int_equal(index_file_load(path, &idx, &sh, msg, sizeof(msg)), 0);
+	for (uint32_t i = 0; i < sh.nr; i++) {
+		const char *want = f->env.fs.set.shards[i].path;
+
+		assert_int_equal(sh.shards[i].flags, INDEX_SHARD_ABSOLUTE);
+		assert_int_equal(sh.shards[i].name_len, strlen(want));
+		assert_memory_equal(sh.names + sh.shards[i].name, want, strlen(want));
+	}
+	shard_index_release(&idx);
+	tb_rmtree(other);
+}
+
+/* Atomic writes leave no temporary file, on success or on failure. */
+static void test_write_leaves_no_temporary(void **state)
+{
+	struct fx *f = *state;
+	char path[PATH_MAX], msg[512] = "";
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "%s/no/such/dir/set.idx", f->env.dir);
+	assert_int_equal(index_file_write(path, &f->env.fs.idx, &f->env.fs.set, 0,
+					  msg, sizeof(msg)), -ENOENT);
+	assert_non_null(strstr(msg, "no/such/dir"));
+	dir = opendir(f->env.dir);
+	assert_non_null(dir);
+	while ((d = readdir(dir)))
+		if (strstr(d->d_name, ".tmp."))
+			fail_msg("temporary file %s left behind", d->d_name);
+	closedir(dir);
+}
+
+static void test_missing_file_is_enoent(void **state)
+{
+	struct fx *f = *state;
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char path[PATH_MAX], msg[64];
+
+	snprintf(path, sizeof(path), "%s/absent.idx", f->env.dir);
+	assert_int_equal(index_file_load(path, &idx, &sh, msg, sizeof(msg)), -ENOENT);
+}
+
+/* The helpers themselves: an intact copy loads, fixup() changes nothing. */
+static void test_intact_copy_and_fixup_load(void **state)
+{
+	struct fx *f = *state;
+
+	reset(f);
+	expect_loads(f);
+	fixup(f);
+	assert_memory_equal(f->buf, f->good, f->good_len);
+	expect_loads(f);
+}
+
+/* ---- accidental damage: header, sizes, checksums -------------------- */
+
+static void test_bad_magic_version_byte_order(void **state)
+{
+	struct fx *f = *state;
+
+	reset(f);
+	f->buf[0] ^= 0x20;
+	expect_rejected(f, "magic, lower-case S");
+	reset(f);
+	memcpy(hdr(f)->magic, "SHARDIDY", 8);
+	expect_lie_rejected(f, "magic, checksum fixed up");
+	reset(f);
+	memset(f->buf, 0, 8);
+	expect_rejected(f, "magic zeroed");
+
+	reset(f);
+	hdr(f)->version = INDEX_FILE_VERSION + 1;
+	expect_lie_rejected(f, "a future version");
+	reset(f);
+	hdr(f)->version = 0;
+	expect_lie_rejected(f, "version 0");
+
+	reset(f);
+	hdr(f)->byte_order = __builtin_bswap32(BYTE_ORDER_MARK);
+	expect_lie_rejected(f, "the other byte order");
+	reset(f);
+	hdr(f)->byte_order = 0;
+	expect_rejected(f, "byte order zeroed");
+}
+
+static void test_bad_header_checksum(void **state)
+{
+	struct fx *f = *state;
+
+	for (size_t off = 8; off < sizeof(struct ifh); off += 8) {
+		char what[64];
+
+		reset(f);
+		f->buf[off] ^= 1;
+		snprintf(what, sizeof(what), "header byte %zu flipped", off);
+		expect_rejected(f, what);
+	}
+}
+
+static void test_bad_file_size(void **state)
+{
+	struct fx *f = *state;
+
+	reset(f);
+	hdr(f)->file_size += 64;
+	expect_lie_rejected(f, "header says 64 bytes more");
+	reset(f);
+	hdr(f)->file_size -= 64;
+	expect_lie_rejected(f, "header says 64 bytes less");
+	reset(f);
+	memset(f->buf + f->len, 0, 64);
+	f->len += 64;
+	expect_rejected(f, "64 bytes appended");
+}
+
+static void test_truncated_file(void **state)
+{
+	struct fx *f = *state;
+	const size_t cuts[] = {
+		0, 1, 8, 16, sizeof(struct ifh) - 1, sizeof(struct ifh),
+		sizeof(struct ifh) + 1, 0 /* half */, 0 /* all but one byte */,
+		0 /* all but the last section */,
+	};
+
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(*cuts); i++) {
+		char what[64];
+
+		reset(f);
+		f->len = i == 7 ? f->good_len / 2 : i == 8 ? f->good_len - 1 :
+			 i == 9 ? hdr(f)->sections[SEC_HARDLINKS].offset : cuts[i];
+		snprintf(what, sizeof(what), "truncated to %zu of %zu bytes", f->len,
+			 f->good_len);
+		expect_rejected(f, what);
+	}
+}
+
+static void test_bad_section_table(void **state)
+{
+	struct fx *f = *state;
+
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		struct ifh_section *e;
+		char what[128];
+
+#define SECTION_CASE(desc, edit) do { \
+		reset(f); \
+		e = &hdr(f)->sections[s]; \
+		edit; \
+		snprintf(what, sizeof(what), "section %s: %s", section_names[s], desc); \
+		expect_lie_rejected(f, what); \
+	} while (0)
+
+		SECTION_CASE("offset misaligned", e->offset += 8);
+		SECTION_CASE("offset misaligned by one", e->offset += 1);
+		SECTION_CASE("offset inside the header", e->offset = 0);
+		SECTION_CASE("offset at the end of the file", e->offset = f->good_len);
+		SECTION_CASE("offset past the end", e->offset = f->good_len + 64);
+		SECTION_CASE("offset near 2^64", e->offset = UINT64_MAX & ~(uint64_t)63);
+		SECTION_CASE("length past the end", e->length = f->good_len);
+		SECTION_CASE("length wraps around", e->length = UINT64_MAX - e->offset + 65);
+		SECTION_CASE("length 2^64 - 1", e->length = UINT64_MAX);
+		if (section_record[s] > 1)
+			SECTION_CASE("length not a whole number of records",
+				     e->length -= 1);
+#undef SECTION_CASE
+	}
+
+	reset(f);
+	hdr(f)->nr_inodes++;
+	expect_lie_rejected(f, "nr_inodes one more than the section holds");
+	reset(f);
+	hdr(f)->nr_inodes--;
+	expect_lie_rejected(f, "nr_inodes one less than the section holds");
+	reset(f);
+	hdr(f)->nr_shards++;
+	expect_lie_rejected(f, "nr_shards one more than the section holds");
+	reset(f);
+	hdr(f)->nr_inodes = 0;
+	hdr(f)->sections[SEC_INODES].length = 0;
+	expect_lie_rejected(f, "no entries at all (not even the root)");
+}
+
+static void test_bad_section_checksums(void **state)
+{
+	struct fx *f = *state;
+
+	for (int s = 0; s < NR_SECTIONS; s++) {
+		const struct ifh_section *e = &((struct ifh *)f->good)->sections[s];
+		const uint64_t where[] = { 0, e->length / 2, e->length - 1 };
+		char what[128];
+
+		assert_true(e->length > 0);	/* the fixture fills every section */
+		for (size_t w = 0; w < 3; w++) {
+			reset(f);
+			f->buf[e->offset + where[w]] ^= 0x01;
+			snprintf(what, sizeof(what), "section %s: byte %llu flipped",
+				 section_names[s], (unsigned long long)where[w]);
+			expect_rejected(f, what);
+		}
+		reset(f);
+		hdr(f)->sections[s].xxh3 ^= 1;
+		snprintf(what, sizeof(what), "section %s: stored xxh3 wrong (header fixed up)",
+			 section_names[s]);
+		hdr(f)->header_xxh3 = 0;
+		hdr(f)->header_xxh3 = XXH3_64bits(hdr(f), sizeof(struct ifh));
+		expect_rejected(f, what);
+	}
+}
+
+/* ---- deliberate lies with valid checksums --------------------------- */
+
+static void test_lie_child_range(void **state)
+{
+	struct fx *f = *state;
+	uint32_t dir = entry(f, "dir"), n = ((struct ifh *)f->good)->nr_inodes;
+
+	reset(f);
+	inode(f, 0)->size = n;
+	expect_lie_rejected(f, "root claims as many children as there are entries");
+	reset(f);
+	inode(f, dir)->size += 1;
+	expect_lie_rejected(f, "dir claims one child more");
+	reset(f);
+	inode(f, dir)->data = n - 1;
+	expect_lie_rejected(f, "dir's children start at the last entry");
+	reset(f);
+	inode(f, dir)->data = n;
+	inode(f, dir)->size = 1;
+	expect_lie_rejected(f, "dir's children start past the last entry");
+	reset(f);
+	inode(f, dir)->data = UINT64_MAX;
+	expect_lie_rejected(f, "dir's children start at 2^64 - 1");
+	reset(f);
+	inode(f, dir)->size = UINT64_MAX;
+	expect_lie_rejected(f, "dir claims 2^64 - 1 children");
+	reset(f);
+	inode(f, 0)->data = 0;
+	expect_lie_rejected(f, "root's children start at the root");
+	reset(f);
+	inode(f, dir)->data = dir;
+	expect_lie_rejected(f, "dir is its own first child");
+	reset(f);
+	inode(f, dir)->data = 1;
+	expect_lie_rejected(f, "dir's children start before it");
+}
+
+static void test_lie_child_not_pointing_back(void **state)
+{
+	struct fx *f = *state;
+	uint32_t dir = entry(f, "dir"), a = entry(f, "dir/a.txt");
+	uint32_t sub = entry(f, "dir/sub"), deep = entry(f, "dir/sub/deep.txt");
+
+	reset(f);
+	inode(f, a)->parent = 0;
+	expect_lie_rejected(f, "dir/a.txt says its parent is the root");
+	reset(f);
+	inode(f, deep)->parent = dir;
+	expect_lie_rejected(f, "dir/sub/deep.txt says its parent is dir");
+	reset(f);
+	inode(f, sub)->parent = entry(f, "z");
+	expect_lie_rejected(f, "dir/sub says its parent is z");
+}
+
+/*
+ * The other half of "children point back": every entry but the root lies
+ * in its parent's child range.  dir lists one child less, so its last
+ * child (dir/sub) is an orphan: its parent field names dir, dir does not
+ * list it.
+ */
+static void test_lie_orphan_entry(void **state)
+{
+	struct fx *f = *state;
+	uint32_t dir = entry(f, "dir");
+
+	reset(f);
+	inode(f, dir)->size -= 1;
+	inode(f, dir)->nlink -= 1;
+	expect_lie_rejected(f, "dir lists one child less than point to it");
+}
+
+static void swap_names(struct fx *f, uint32_t a, uint32_t b)
+{
+	struct shard_inode *x = inode(f, a), *y = inode(f, b);
+	uint64_t name = x->name;
+	uint16_t len = x->name_len;
+
+	x->name = y->name;
+	x->name_len = y->name_len;
+	y->name = name;
+	y->name_len = len;
+}
+
+static void test_lie_unsorted_children(void **state)
+{
+	struct fx *f = *state;
+	uint32_t a = entry(f, "dir/a.txt"), b = entry(f, "dir/b.txt");
+	uint32_t first = (uint32_t)inode((reset(f), f), 0)->data;
+
+	reset(f);
+	swap_names(f, a, b);
+	expect_lie_rejected(f, "dir/a.txt and dir/b.txt swap names");
+	reset(f);
+	swap_names(f, first, first + 1);
+	expect_lie_rejected(f, "the root's first two children swap names");
+	reset(f);
+	inode(f, b)->name = inode(f, a)->name;
+	inode(f, b)->name_len = inode(f, a)->name_len;
+	expect_lie_rejected(f, "dir holds a.txt twice");
+	reset(f);
+	/* the control: "a.txt" shortened to "a" is still in order */
+	inode(f, a)->name_len = 1;
+	f->buf[hdr(f)->sections[SEC_NAMES].offset + inode(f, a)->name + 1] = '\0';
+	fixup(f);
+	expect_loads(f);
+}
+
+static void test_lie_names(void **state)
+{
+	struct fx *f = *state;
+	uint32_t a = entry(f, "dir/a.txt"), sub = entry(f, "dir/sub");
+	uint32_t link = entry(f, "link");
+	char *names;
+
+#define NAMES() (f->buf + hdr(f)->sections[SEC_NAMES].offset)
+	reset(f);
+	names = NAMES();
+	names[inode(f, a)->name + inode(f, a)->name_len] = 'x';
+	expect_lie_rejected(f, "dir/a.txt's name not NUL-terminated");
+	reset(f);
+	names = NAMES();
+	names[hdr(f)->sections[SEC_NAMES].length - 1] = 'x';
+	expect_lie_rejected(f, "the last name of the pool not NUL-terminated");
+	reset(f);
+	inode(f, a)->name_len += 1;
+	expect_lie_rejected(f, "dir/a.txt's name_len covers its NUL");
+	reset(f);
+	names = NAMES();
+	names[inode(f, a)->name + 1] = '\0';
+	expect_lie_rejected(f, "dir/a.txt's name holds a NUL");
+	reset(f);
+	names = NAMES();
+	names[inode(f, sub)->name + 1] = '/';
+	expect_lie_rejected(f, "dir/sub renamed s/b");
+	reset(f);
+	names = NAMES();
+	names[inode(f, a)->name] = '/';
+	expect_lie_rejected(f, "dir/a.txt renamed /.txt");
+	reset(f);
+	inode(f, a)->name_len = 0;
+	inode(f, a)->name = inode(f, 0)->name;	/* the root's empty name */
+	expect_lie_rejected(f, "dir/a.txt has an empty name");
+	reset(f);
+	inode(f, a)->name = hdr(f)->sections[SEC_NAMES].length;
+	expect_lie_rejected(f, "dir/a.txt's name starts at the end of the pool");
+	reset(f);
+	inode(f, 0)->name = hdr(f)->sections[SEC_NAMES].length + 10;
+	expect_lie_rejected(f, "the root's name outside the pool");
+	reset(f);
+	inode(f, link)->data = hdr(f)->sections[SEC_NAMES].length;
+	expect_lie_rejected(f, "symlink target starts at the end of the pool");
+	reset(f);
+	inode(f, link)->size += 1;
+	expect_lie_rejected(f, "symlink target length covers its NUL");
+	reset(f);
+	inode(f, link)->size = UINT64_MAX;
+	expect_lie_rejected(f, "symlink target length 2^64 - 1");
+#undef NAMES
+}
+
+/*
+ * Names far outside the pool: every check that reads a name must bound it
+ * first, whichever entry's check gets to it first (a directory's check
+ * looks at its children's names before their own entries are checked).
+ */
+static void test_lie_name_far_outside_the_pool(void **state)
+{
+	struct fx *f = *state;
+	const char *const victims[] = { "dir/a.txt", "dir/b.txt", "dir/sub", "z",
+					"link" };
+
+	for (size_t v = 0; v < sizeof(victims) / sizeof(*victims); v++) {
+		char what[128];
+
+		reset(f);
+		inode(f, entry(f, victims[v]))->name = 1ULL << 40;
+		snprintf(what, sizeof(what), "%s's name at 2^40", victims[v]);
+		expect_lie_rejected(f, what);
+		reset(f);
+		inode(f, entry(f, victims[v]))->name = UINT64_MAX - 3;
+		snprintf(what, sizeof(what), "%s's name at 2^64 - 4", victims[v]);
+		expect_lie_rejected(f, what);
+		reset(f);
+		inode(f, entry(f, victims[v]))->name = hdr(f)->sections[SEC_NAMES].length - 2;
+		inode(f, entry(f, victims[v]))->name_len = 65535;
+		snprintf(what, sizeof(what), "%s's name runs 64 KiB past the pool", victims[v]);
+		expect_lie_rejected(f, what);
+	}
+}
+
+static void test_lie_parents(void **state)
+{
+	struct fx *f = *state;
+	uint32_t a = entry(f, "dir/a.txt"), dir = entry(f, "dir");
+	uint32_t hard1 = entry(f, "hard1"), n = ((struct ifh *)f->good)->nr_inodes;
+
+	reset(f);
+	inode(f, a)->parent = a;
+	expect_lie_rejected(f, "dir/a.txt is its own parent");
+	reset(f);
+	inode(f, dir)->parent = a;
+	expect_lie_rejected(f, "dir's parent comes after it");
+	reset(f);
+	inode(f, a)->parent = n;
+	expect_lie_rejected(f, "dir/a.txt's parent past the last entry");
+	reset(f);
+	inode(f, a)->parent = UINT32_MAX;
+	expect_lie_rejected(f, "dir/a.txt's parent is 2^32 - 1");
+	reset(f);
+	inode(f, 0)->parent = 1;
+	expect_lie_rejected(f, "the root has a parent");
+	reset(f);
+	inode(f, a)->parent = hard1;
+	expect_lie_rejected(f, "dir/a.txt's parent is a file");
+	reset(f);
+	inode(f, 0)->mode = S_IFREG | 0644;
+	expect_lie_rejected(f, "the root is a file");
+}
+
+static void test_lie_modes_and_flags(void **state)
+{
+	struct fx *f = *state;
+	uint32_t a = entry(f, "dir/a.txt"), dir = entry(f, "dir");
+	uint32_t sub = entry(f, "dir/sub");
+
+	reset(f);
+	inode(f, a)->mode = S_IFCHR | 0644;
+	expect_lie_rejected(f, "a character device");
+	reset(f);
+	inode(f, a)->mode = 0644;
+	expect_lie_rejected(f, "no file type at all");
+	reset(f);
+	inode(f, sub)->mode = S_IFREG | 0644;
+	expect_lie_rejected(f, "dir/sub turned into a file (its child's parent is not a directory)");
+	reset(f);
+	inode(f, dir)->flags |= SHARD_INODE_LINKED;
+	expect_lie_rejected(f, "a directory flagged as a later hard-link name");
+	reset(f);
+	inode(f, a)->mode = S_IFDIR | 0755;
+	inode(f, a)->size = 1;
+	inode(f, a)->data = 1;
+	expect_lie_rejected(f, "a file turned into a directory whose child comes first");
+}
+
+static void test_lie_file_data(void **state)
+{
+	struct fx *f = *state;
+	uint32_t a = entry(f, "dir/a.txt"), b = entry(f, "dir/b.txt");
+	uint64_t shard_size;
+
+	reset(f);
+	shard_size = shard_rec(f, inode(f, b)->shard)->size;
+	inode(f, b)->data = shard_size - inode(f, b)->size + 1;
+	expect_lie_rejected(f, "dir/b.txt's data ends one byte past its shard");
+	reset(f);
+	inode(f, b)->data = shard_size;
+	expect_lie_rejected(f, "dir/b.txt's data starts at its shard's end");
+	reset(f);
+	inode(f, b)->size = shard_size;
+	expect_lie_rejected(f, "dir/b.txt as big as its shard");
+	reset(f);
+	inode(f, b)->data = UINT64_MAX - 2;
+	expect_lie_rejected(f, "dir/b.txt's data at 2^64 - 3 (offset + size wraps)");
+	reset(f);
+	inode(f, b)->size = UINT64_MAX;
+	expect_lie_rejected(f, "dir/b.txt of 2^64 - 1 bytes");
+	reset(f);
+	shard_rec(f, inode(f, b)->shard)->size = inode(f, b)->data + inode(f, b)->size - 1;
+	expect_lie_rejected(f, "the shard record says the shard ends inside dir/b.txt");
+	reset(f);
+	inode(f, a)->shard = hdr(f)->nr_shards;
+	expect_lie_rejected(f, "dir/a.txt in a shard past the table");
+	reset(f);
+	inode(f, a)->shard = UINT32_MAX;
+	expect_lie_rejected(f, "dir/a.txt in shard 2^32 - 1");
+}
+
+static void test_lie_sparse(void **state)
+{
+	struct fx *f = *state;
+	uint32_t holes = entry(f, "holes");
+	struct shard_sparse *sp;
+	uint64_t nr_sparse, nr_extents, shard_size;
+
+	reset(f);
+	assert_true(inode(f, holes)->flags & SHARD_INODE_SPARSE);
+	nr_sparse = count(f, SEC_SPARSE);
+	nr_extents = count(f, SEC_EXTENTS);
+	sp = sparse_map(f, inode(f, holes)->data);
+	assert_true(sp->count >= 2);
+	shard_size = shard_rec(f, inode(f, holes)->shard)->size;
+
+	reset(f);
+	inode(f, holes)->data = nr_sparse;
+	expect_lie_rejected(f, "sparse map index one past the table");
+	reset(f);
+	inode(f, holes)->data = UINT64_MAX;
+	expect_lie_rejected(f, "sparse map index 2^64 - 1");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	sp->count += 1;
+	expect_lie_rejected(f, "sparse map runs past the extent table");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	sp->first = nr_extents;
+	expect_lie_rejected(f, "sparse map starts past the extent table");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	sp->first = UINT64_MAX;
+	expect_lie_rejected(f, "sparse map starts at 2^64 - 1");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	sp->count = UINT64_MAX;
+	expect_lie_rejected(f, "sparse map of 2^64 - 1 runs");
+
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	{
+		struct shard_extent *x = extent(f, sp->first);
+		struct shard_extent t = x[0];
+
+		x[0] = x[1];
+		x[1] = t;
+	}
+	expect_lie_rejected(f, "first two runs out of order");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first + 1)->logical = extent(f, sp->first)->logical;
+	expect_lie_rejected(f, "second run overlaps the first");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first)->physical = shard_size;
+	expect_lie_rejected(f, "a run's data starts at the end of its shard");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first)->physical = shard_size - extent(f, sp->first)->length + 1;
+	expect_lie_rejected(f, "a run's data ends one byte past its shard");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first + sp->count - 1)->logical = SPARSE_SIZE;
+	extent(f, sp->first + sp->count - 1)->length = 1;
+	expect_lie_rejected(f, "the last run ends past the file's size");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first)->length = UINT64_MAX;
+	expect_lie_rejected(f, "a run of 2^64 - 1 bytes");
+	reset(f);
+	sp = sparse_map(f, inode(f, holes)->data);
+	extent(f, sp->first)->logical = UINT64_MAX;
+	expect_lie_rejected(f, "a run at 2^64 - 1");
+}
+
+static void test_lie_hardlinks(void **state)
+{
+	struct fx *f = *state;
+	uint32_t dir = entry(f, "dir"), c = entry(f, "dir/c.txt");
+	uint64_t nr;
+	uint32_t n = ((struct ifh *)f->good)->nr_inodes;
+
+	reset(f);
+	nr = count(f, SEC_HARDLINKS);
+	assert_true(nr >= 2);
+
+	reset(f);
+	hardlink(f, 0)->entry = n;
+	expect_lie_rejected(f, "hard link entry past the last entry");
+	reset(f);
+	hardlink(f, 0)->first = n;
+	expect_lie_rejected(f, "hard link group's first entry past the last entry");
+	reset(f);
+	hardlink(f, 0)->first = dir;
+	expect_lie_rejected(f, "hard link group's first entry is a directory");
+	reset(f);
+	hardlink(f, 0)->first = hardlink(f, 1)->entry;
+	expect_lie_rejected(f, "hard link group's first entry is itself a later name");
+	reset(f);
+	{
+		struct shard_hardlink t = *hardlink(f, 0);
+
+		*hardlink(f, 0) = *hardlink(f, 1);
+		*hardlink(f, 1) = t;
+	}
+	expect_lie_rejected(f, "hard link table not sorted by entry");
+	reset(f);
+	*hardlink(f, 1) = *hardlink(f, 0);
+	expect_lie_rejected(f, "hard link table holds an entry twice");
+	reset(f);
+	inode(f, hardlink(f, 0)->entry)->flags &= ~SHARD_INODE_LINKED;
+	expect_lie_rejected(f, "a table entry not flagged as a later name");
+	reset(f);
+	assert_false(inode(f, c)->flags & SHARD_INODE_LINKED);
+	inode(f, c)->flags |= SHARD_INODE_LINKED;
+	expect_lie_rejected(f, "an entry flagged as a later name the table lacks");
+	reset(f);
+	hdr(f)->sections[SEC_HARDLINKS].length -= sizeof(struct shard_hardlink);
+	expect_lie_rejected(f, "hard link table one entry short");
+}
+
+static void test_lie_shard_table(void **state)
+{
+	struct fx *f = *state;
+	uint64_t pool;
+
+	reset(f);
+	pool = hdr(f)->sections[SEC_SHARD_NAMES].length;
+	for (uint32_t i = 0; i < 2; i++) {
+		char what[128];
+
+#define SHARD_CASE(desc, edit) do { \
+		reset(f); \
+		edit; \
+		snprintf(what, sizeof(what), "shard %u: %s", i, desc); \
+		expect_lie_rejected(f, what); \
+	} while (0)
+
+		SHARD_CASE("name starts past its section", shard_rec(f, i)->name = pool + 1);
+		SHARD_CASE("name runs past its section",
+			   shard_rec(f, i)->name_len = (uint32_t)(pool - shard_rec(f, i)->name + 1));
+		SHARD_CASE("name at 2^64 - 1", shard_rec(f, i)->name = UINT64_MAX);
+		SHARD_CASE("name 2^32 - 1 bytes long", shard_rec(f, i)->name_len = UINT32_MAX);
+		SHARD_CASE("empty name", shard_rec(f, i)->name_len = 0);
+#undef SHARD_CASE
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		FX_TEST(test_round_trip),
+		FX_TEST(test_write_is_deterministic),
+		FX_TEST(test_shards_elsewhere_are_absolute),
+		FX_TEST(test_write_leaves_no_temporary),
+		FX_TEST(test_missing_file_is_enoent),
+		FX_TEST(test_intact_copy_and_fixup_load),
+		FX_TEST(test_bad_magic_version_byte_order),
+		FX_TEST(test_bad_header_checksum),
+		FX_TEST(test_bad_file_size),
+		FX_TEST(test_truncated_file),
+		FX_TEST(test_bad_section_table),
+		FX_TEST(test_bad_section_checksums),
+		FX_TEST(test_lie_child_range),
+		FX_TEST(test_lie_child_not_pointing_back),
+		FX_TEST(test_lie_orphan_entry),
+		FX_TEST(test_lie_unsorted_children),
+		FX_TEST(test_lie_names),
+		FX_TEST(test_lie_name_far_outside_the_pool),
+		FX_TEST(test_lie_parents),
+		FX_TEST(test_lie_modes_and_flags),
+		FX_TEST(test_lie_file_data),
+		FX_TEST(test_lie_sparse),
+		FX_TEST(test_lie_hardlinks),
+		FX_TEST(test_lie_shard_table),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
