@@ -1,0 +1,159 @@
+"""The measured workloads.  Each takes a root directory (the loose tree or
+a shardfs mount) or the shard files, does one complete pass and returns a
+Result; none of them drops caches or knows which system it runs on, so
+every system is measured by exactly the same code.
+"""
+import dataclasses
+import os
+import subprocess
+import tarfile
+import threading
+import zlib
+
+from system import timed
+
+
+@dataclasses.dataclass
+class Result:
+    seconds: float
+    files: int = 0
+    nbytes: int = 0
+    note: str = ""
+    cpu_seconds: float = None      # where known: CPU time the step cost
+
+    @property
+    def files_per_s(self):
+        return self.files / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_per_s(self):
+        return self.nbytes / 1e6 / self.seconds if self.seconds else 0.0
+
+
+class VerifyError(AssertionError):
+    pass
+
+
+def walk_stat(root):
+    """os.walk the tree and os.stat every file, as a crawler or a data
+    set indexer does.  Counts files and directories."""
+    def walk():
+        files = dirs = 0
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirs += len(dirnames)
+            for name in filenames:
+                os.stat(os.path.join(dirpath, name))
+            files += len(filenames)
+        return files, dirs
+    seconds, (files, dirs) = timed(walk)
+    return Result(seconds, files=files, note="%d files, %d dirs" % (files, dirs))
+
+
+def image_folder(root):
+    """Construct torchvision's ImageFolder(root) (it lists the tree)."""
+    from torchvision.datasets import ImageFolder
+    seconds, ds = timed(ImageFolder, root)
+    return Result(seconds, files=len(ds.samples),
+                  note="%d images, %d classes" % (len(ds.samples), len(ds.classes)))
+
+
+def _read(path):
+    with open(path, "rb", buffering=0) as f:
+        return f.read()
+
+
+def _read_list(root, names, expected, totals, lock):
+    """Read names under root and add files, bytes, bad checksums and the
+    first error to totals."""
+    files = nbytes = bad = 0
+    error = None
+    try:
+        for name in names:
+            data = _read(os.path.join(root, name))
+            files += 1
+            nbytes += len(data)
+            if expected is not None:
+                member = expected[name]
+                if len(data) != member.size or zlib.crc32(data) != member.crc:
+                    bad += 1
+    except OSError as e:
+        error = e
+    with lock:
+        totals["files"] += files
+        totals["bytes"] += nbytes
+        totals["bad"] += bad
+        totals["error"] = totals["error"] or error
+
+
+def read_files(root, names, threads=1, expected=None):
+    """Read every file of names (relative to root) completely, in that
+    order; with threads > 1, thread i reads names[i::threads] so the
+    overall order stays close to the given one.  With expected (name ->
+    Member) every file's size and CRC-32 are checked."""
+    totals = {"files": 0, "bytes": 0, "bad": 0, "error": None}
+    lock = threading.Lock()
+    workers = [threading.Thread(target=_read_list,
+                                args=(root, names[i::threads], expected,
+                                      totals, lock))
+               for i in range(threads)]
+
+    def run():
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    seconds, _ = timed(run)
+    if totals["error"]:
+        raise VerifyError("read %d of %d files, then: %s"
+                          % (totals["files"], len(names), totals["error"]))
+    if totals["bad"]:
+        raise VerifyError("%d of %d files read back with a wrong size or CRC"
+                          % (totals["bad"], totals["files"]))
+    note = "every byte verified (CRC-32)" if expected is not None else ""
+    return Result(seconds, files=totals["files"], nbytes=totals["bytes"],
+                  note=note)
+
+
+def dataloader_epoch(root, workers=2, batch_size=64, seed=0):
+    """One shuffled epoch of a typical training input pipeline: ImageFolder,
+    PIL decode, Resize((64, 64)) + ToTensor, DataLoader(num_workers=2).
+    The ImageFolder is built before the clock starts."""
+    import torch
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    transform = transforms.Compose([transforms.Resize((64, 64)),
+                                    transforms.ToTensor()])
+    ds = ImageFolder(root, transform=transform)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+        generator=torch.Generator().manual_seed(seed))
+
+    def epoch():
+        return sum(len(labels) for _, labels in loader)
+    seconds, images = timed(epoch)
+    return Result(seconds, files=images,
+                  note="%d images, batch %d, %d workers" % (images, batch_size, workers))
+
+
+def cat_shards(shards, total_bytes):
+    """`cat` every shard to /dev/null: the sequential-read limit."""
+    seconds, _ = timed(subprocess.run, ["cat", *shards],
+                       stdout=subprocess.DEVNULL, check=True)
+    return Result(seconds, files=len(shards), nbytes=total_bytes,
+                  note="%d shards" % len(shards))
+
+
+def tar_stream(shards):
+    """Stream every shard with tarfile ('r|') reading each member, as a
+    WebDataset loader does."""
+    def stream():
+        files = nbytes = 0
+        for path in shards:
+            with tarfile.open(path, "r|") as tar:
+                for member in tar:
+                    if member.isfile():
+                        nbytes += len(tar.extractfile(member).read())
+                        files += 1
+        return files, nbytes
+    seconds, (files, nbytes) = timed(stream)
+    return Result(seconds, files=files, nbytes=nbytes)
