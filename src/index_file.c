@@ -482,6 +482,13 @@ static int map_file(const char *path, char **map, uint64_t *size, char *msg,
 		close(fd);
 		return log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
 	}
+	/* The mapping is used in place after the checks: nobody but us (or
+	 * root) may be able to change it under the mount. */
+	if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022)) {
+		close(fd);
+		return log_format(msg, msg_len, -EPERM, "not trusted: owned by uid %u "
+				  "or writable by others", (unsigned)st.st_uid);
+	}
 	*size = (uint64_t)st.st_size;
 	*map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);

@@ -27,7 +27,10 @@
  *
  * Writing is atomic: a temporary file in the same directory is renamed
  * over the index, so concurrent builders never leave a torn file and
- * readers keep the mapping they have.
+ * readers keep the mapping they have.  The mapping is used in place after
+ * it was checked, so an index file is only loaded when no one else can
+ * write it (owned by the caller or root, not group- or world-writable),
+ * and must never be modified in place while mounted: replace it by rename.
  *
  * Thread-safety: loading and writing happen before the mount, single
  * threaded.

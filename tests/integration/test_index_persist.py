@@ -735,3 +735,18 @@ def test_concurrent_builders_and_mounts(tmp_path, round_):
     snap, m, _ = mount_snapshot(d, tmp_path / "after")
     expect_origin(m, "loaded")
     assert snap == ref
+
+
+def test_index_writable_by_others_is_not_trusted(tmp_path):
+    """The mapping is used in place, so an index others could change under
+    the mount is rebuilt (and replaced by a private one), never loaded."""
+    d = tmp_path / "shards"
+    make_set(d, 2)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    os.chmod(index_of(d), 0o666)
+    snap, m, r = mount_snapshot(d, mnt)
+    assert "not trusted" in r.stderr, r.stderr
+    expect_origin(m, "built", saved=True)
+    assert os.stat(index_of(d)).st_mode & 0o777 == 0o644
+    assert snap == fresh(d, mnt)
