@@ -364,7 +364,12 @@ class Bench:
             rows.append(("mount with a valid index, caches dropped (index read from disk)",
                          "**%.2f s**" % m.seconds))
         self.section("%s members in %s shards (%d directories)"
-                     % (human(a.members), human(a.shards), a.dirs), rows)
+                     % (human(a.members), human(a.shards), a.dirs), rows,
+                     "The daemon maps the index file: its RSS counts the pages of "
+                     "that mapping it has touched (\"file\": shared with the page "
+                     "cache, reclaimable, dropped again after loading), \"anon\" "
+                     "is its own heap. A mount that builds instead holds the "
+                     "index on its heap.")
         self.remove(d)
 
     # -- part 2: one directory of FLAT entries
@@ -517,7 +522,8 @@ class Bench:
                 "- load average at the start: %.2f%s" % (
                     self.load, "" if getattr(self, "quiet", True) else
                     " (the machine did not get quiet: figures may be skewed)"),
-                "- total run time: %.0f s" % (time.time() - T0), ""]
+                "- total run time: %.0f s (of which %.0f s waiting for a quiet machine)"
+                % (time.time() - T0, getattr(self, "waited", 0)), ""]
         if self.generated:
             head[-1:-1] = ["- data generation (scale_gen.c): " + "; ".join(self.generated)]
         text = "\n".join(head + self.md) + "\n"
@@ -619,8 +625,10 @@ def main():
     bench = Bench(a)
     os.makedirs(bench.work, exist_ok=True)
     bench.prepare()
+    start = time.time()
     if a.max_load is not None:
         bench.quiet = system.wait_until_quiet(a.max_load, a.wait, log)
+    bench.waited = time.time() - start
     bench.load = system.load_average()
     try:
         if "big" in a.parts:
