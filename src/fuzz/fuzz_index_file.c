@@ -28,6 +28,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	fuzz_keep_stderr();
 	image_fd = memfd_create("fuzz-index", MFD_CLOEXEC);
 	FUZZ_CHECK(image_fd >= 0, "memfd_create: %s", strerror(errno));
+	/* a memfd is 0777: the loader would not trust it (index_file.h) */
+	FUZZ_CHECK(!fchmod(image_fd, 0600), "fchmod: %s", strerror(errno));
 	return 0;
 }
 
