@@ -114,6 +114,6 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # tests/integration/test_package.py checks that this list names the
 # package of every shared library the packaged programs load.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6, fuse3, libfuse3-3 (>= 3.14), libarchive13, libxxhash0")
+    "libc6, fuse3, libfuse3-3 (>= 3.14), libarchive13, libxxhash0, liburing2")
 
 include(CPack)

@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
 	build-essential cmake pkg-config clang libclang-rt-14-dev \
-	libfuse3-dev fuse3 libarchive-dev libarchive-tools libxxhash-dev \
+	libfuse3-dev fuse3 libarchive-dev libarchive-tools libxxhash-dev liburing-dev \
 	uthash-dev libcmocka-dev valgrind strace attr tar python3 \
 	python3-pytest python3-yaml python3-pil python3-torch \
 	python3-torchvision groff-base man-db shellcheck btrfs-progs dmsetup \

@@ -1,12 +1,23 @@
 /*
  * control.c - content of the files in /.shardfs/.
  *
- * Each file has a renderer that appends the next part of its content to a
- * buffer, starting at a cursor it owns (for `members`, an entry number).
- * A stream keeps one rendered chunk; a reader moving forward gets the next
- * chunk rendered, a reader seeking backwards restarts from the top.  The
- * kernel reads these files with direct I/O (their size is unknown until
- * rendered), so reads arrive in order and each chunk is rendered once.
+ * The mount keeps nothing per open file: FUSE_CAP_NO_OPEN_SUPPORT spares
+ * two requests per file opened (ll.c), so a READ names only an inode and
+ * an offset, and comes through the page cache.  Content is built for that:
+ *
+ *  - stats, shards and metrics change while mounted.  control_lookup()
+ *    renders a snapshot whole; its size and mtime are the file's
+ *    attributes.  The glue gives these entries and attributes no cache
+ *    time, so every open(2) looks the name up (a new snapshot) and every
+ *    read(2) fetches the attributes; FUSE_CAP_AUTO_INVAL_DATA then drops
+ *    cached pages as soon as the mtime moves.
+ *
+ *  - members is fixed for the life of the mount and can be large (10 M
+ *    files make ~700 MB of text).  Its bytes are a function of the
+ *    offset: members_at[] records where the line of every
+ *    CONTROL_MEMBERS_STRIDE-th entry starts, and a read renders lines
+ *    from the checkpoint below it.  The first getattr or read walks the
+ *    index once to size the file.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,9 +31,10 @@
 #include "shardfs/control.h"
 #include "shardfs/fs.h"
 
-/* A renderer stops appending once the chunk holds this many bytes. */
-#define CONTROL_CHUNK (256u * 1024)
+/* Longest members line: a path with every byte escaped, three numbers. */
+#define MEMBERS_LINE_MAX (2 * PATH_MAX + 3 * 21 + 1)
 
+/* A growing buffer a snapshot is rendered into. */
 struct control_buf {
 	char *data;		/* rendered bytes */
 	size_t len;		/* bytes used */
@@ -30,17 +42,9 @@ struct control_buf {
 	bool failed;		/* an allocation failed: content is cut */
 };
 
-/* Appends content from *cursor on; returns true once everything is out. */
-typedef bool (*control_render_fn)(const struct shardfs *fs,
-				  struct control_buf *b, uint64_t *cursor);
-
-struct control_stream {
-	control_render_fn render;	/* the file's renderer */
-	uint64_t cursor;		/* renderer position */
-	bool done;			/* the renderer has finished */
-	uint64_t chunk_off;		/* file offset of chunk.data[0] */
-	struct control_buf chunk;	/* the current rendered chunk */
-};
+/* Renders the whole content of a changing file. */
+typedef void (*control_render_fn)(const struct shardfs *fs,
+				  struct control_buf *b);
 
 static void buf_printf(struct control_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -104,8 +108,7 @@ static void render_stats_ops(const struct shardfs *fs, struct control_buf *b)
 	buf_printf(b, "  },\n");
 }
 
-static bool render_stats(const struct shardfs *fs, struct control_buf *b,
-			 uint64_t *cursor)
+static void render_stats(const struct shardfs *fs, struct control_buf *b)
 {
 	const struct shard_index_counts *c = &fs->idx.counts;
 	const struct shardfs_counters *k = &fs->counters;
@@ -127,65 +130,30 @@ static bool render_stats(const struct shardfs *fs, struct control_buf *b,
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
-		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu}\n}\n",
+		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu},\n"
+		   "  \"io_uring_requests\": %llu\n}\n",
 		   counter(&k->read_bytes), br, counter(&k->backing_bytes),
 		   br ? (double)counter(&k->backing_bytes) / br : 0.0,
 		   counter(&k->errors), (unsigned long long)fs->opt.readahead,
-		   counter(&k->readahead_hits), counter(&k->readahead_misses));
-	return true;
+		   counter(&k->readahead_hits), counter(&k->readahead_misses),
+		   counter(&k->uring_requests));
 }
 
-static bool render_shards(const struct shardfs *fs, struct control_buf *b,
-			  uint64_t *cursor)
+static void render_shards(const struct shardfs *fs, struct control_buf *b)
 {
-	for (; *cursor < fs->set.nr && b->len < CONTROL_CHUNK; (*cursor)++) {
-		const struct shard *s = &fs->set.shards[*cursor];
+	for (uint32_t i = 0; i < fs->set.nr; i++) {
+		const struct shard *s = &fs->set.shards[i];
 		unsigned long long lo = counter(&s->served_lo);
 		unsigned long long hi = counter(&s->served_hi);
 
-		buf_printf(b, "%llu\t%s\t%llu\t%llu\t", (unsigned long long)*cursor,
-			   s->path, (unsigned long long)s->size,
+		buf_printf(b, "%u\t%s\t%llu\t%llu\t", i, s->path,
+			   (unsigned long long)s->size,
 			   (unsigned long long)s->members);
 		if (lo == ~0ull)
 			buf_printf(b, "-\t-\n");
 		else
 			buf_printf(b, "%llu\t%llu\n", lo, hi - 1);
 	}
-	return *cursor >= fs->set.nr;
-}
-
-/* Append @s with tab, newline and backslash escaped. */
-static void buf_escaped(struct control_buf *b, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\t')
-			buf_printf(b, "\\t");
-		else if (*s == '\n')
-			buf_printf(b, "\\n");
-		else if (*s == '\\')
-			buf_printf(b, "\\\\");
-		else
-			buf_printf(b, "%c", *s);
-	}
-}
-
-static bool render_members(const struct shardfs *fs, struct control_buf *b,
-			   uint64_t *cursor)
-{
-	char path[PATH_MAX];
-
-	for (; *cursor < fs->idx.nr_inodes && b->len < CONTROL_CHUNK; (*cursor)++) {
-		const struct shard_inode *in = &fs->idx.inodes[*cursor];
-
-		if (!S_ISREG(in->mode) ||
-		    shardfs_entry_path(fs, (uint32_t)*cursor, path, sizeof(path)) < 0)
-			continue;
-		buf_escaped(b, path);
-		buf_printf(b, "\t%u\t%llu\t%llu\n", in->shard,
-			   (unsigned long long)shardfs_data_offset(&fs->idx, in),
-			   (unsigned long long)in->size);
-	}
-	return *cursor >= fs->idx.nr_inodes;
 }
 
 static void metric(struct control_buf *b, const char *name, const char *type,
@@ -195,8 +163,7 @@ static void metric(struct control_buf *b, const char *name, const char *type,
 		   name, help, name, type, name, value);
 }
 
-static bool render_metrics(const struct shardfs *fs, struct control_buf *b,
-			   uint64_t *cursor)
+static void render_metrics(const struct shardfs *fs, struct control_buf *b)
 {
 	const struct shardfs_counters *k = &fs->counters;
 	const struct shard_index_counts *c = &fs->idx.counts;
@@ -215,24 +182,203 @@ static bool render_metrics(const struct shardfs *fs, struct control_buf *b,
 	       counter(&k->readahead_hits));
 	metric(b, "readahead_misses_total", "counter", "Forward reads past the prefetched range.",
 	       counter(&k->readahead_misses));
+	metric(b, "io_uring_requests_total", "counter",
+	       "Requests that came over io_uring rather than /dev/fuse.",
+	       counter(&k->uring_requests));
 	metric(b, "files", "gauge", "Regular files served.", c->files);
 	metric(b, "dirs", "gauge", "Directories served.", c->dirs);
 	metric(b, "bytes", "gauge", "Bytes in regular files.", c->bytes);
 	metric(b, "shards", "gauge", "Shards mounted.", fs->set.nr - c->bad_shards);
 	metric(b, "index_build_seconds", "gauge", "Seconds the index took to build.",
 	       fs->build_seconds);
-	return true;
 }
 
 static const struct {
 	const char *name;		/* file name in /.shardfs */
-	control_render_fn render;	/* its content */
+	control_render_fn render;	/* its content; NULL for members */
 } control_files[CONTROL_NR_NODES] = {
 	[CONTROL_STATS] = { "stats", render_stats },
 	[CONTROL_SHARDS] = { "shards", render_shards },
-	[CONTROL_MEMBERS] = { "members", render_members },
+	[CONTROL_MEMBERS] = { "members", NULL },
 	[CONTROL_METRICS] = { "metrics", render_metrics },
 };
+
+void control_init(struct control_state *st)
+{
+	*st = (struct control_state){ 0 };
+	pthread_mutex_init(&st->lock, NULL);
+	clock_gettime(CLOCK_REALTIME, &st->mounted);
+}
+
+void control_release(struct control_state *st)
+{
+	for (int n = 0; n < CONTROL_NR_NODES; n++)
+		free(st->snap[n].data);
+	free(st->members_at);
+	pthread_mutex_destroy(&st->lock);
+}
+
+/* Now, or just after @prev: every snapshot must change the mtime. */
+static struct timespec next_mtime(struct timespec prev)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (now.tv_sec > prev.tv_sec ||
+	    (now.tv_sec == prev.tv_sec && now.tv_nsec > prev.tv_nsec))
+		return now;
+	if (++prev.tv_nsec == 1000000000) {
+		prev.tv_sec++;
+		prev.tv_nsec = 0;
+	}
+	return prev;
+}
+
+/* Render a new snapshot of changing file @node.  0 or -ENOMEM. */
+static int snapshot_take(struct shardfs *fs, enum control_node node)
+{
+	struct control_state *st = &fs->control;
+	struct control_buf b = { 0 };
+	struct control_snapshot *snap = &st->snap[node];
+	char *old;
+
+	control_files[node].render(fs, &b);
+	if (b.failed) {
+		free(b.data);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&st->lock);
+	old = snap->data;
+	snap->data = b.data;
+	snap->len = b.len;
+	snap->mtime = next_mtime(snap->mtime);
+	pthread_mutex_unlock(&st->lock);
+	free(old);
+	return 0;
+}
+
+/* Escape tab, newline and backslash of @s into @out; returns the length. */
+static size_t escape_path(const char *s, char *out)
+{
+	size_t n = 0;
+
+	for (; *s; s++) {
+		char c = *s == '\t' ? 't' : *s == '\n' ? 'n' : *s;
+
+		if (c != *s || c == '\\')
+			out[n++] = '\\';
+		out[n++] = c;
+	}
+	return n;
+}
+
+/*
+ * The members line of entry @e into @line (MEMBERS_LINE_MAX bytes);
+ * returns its length, 0 when @e has no line (not a regular file, or a
+ * path too long to name).
+ */
+static size_t members_line(const struct shardfs *fs, uint32_t e, char *line)
+{
+	const struct shard_inode *in = &fs->idx.inodes[e];
+	char path[PATH_MAX];
+	size_t n;
+
+	if (!S_ISREG(in->mode) || shardfs_entry_path(fs, e, path, sizeof(path)) < 0)
+		return 0;
+	n = escape_path(path, line);
+	n += snprintf(line + n, MEMBERS_LINE_MAX - n, "\t%u\t%llu\t%llu\n",
+		      in->shard,
+		      (unsigned long long)shardfs_data_offset(&fs->idx, in),
+		      (unsigned long long)in->size);
+	return n;
+}
+
+/* Checkpoints of a members file over @nr entries (nr >= 1: the root). */
+static size_t members_checkpoints(uint32_t nr)
+{
+	return ((size_t)nr + CONTROL_MEMBERS_STRIDE - 1) / CONTROL_MEMBERS_STRIDE;
+}
+
+/* Size members and record its checkpoints, once.  0 or -ENOMEM. */
+static int members_index(struct shardfs *fs)
+{
+	struct control_state *st = &fs->control;
+	uint32_t nr = fs->idx.nr_inodes;
+	char line[MEMBERS_LINE_MAX];
+	uint64_t pos = 0, *at;
+	int rc = 0;
+
+	if (atomic_load_explicit(&st->members_ready, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&st->lock);
+	if (st->members_ready)
+		goto out_unlock;
+	at = malloc(members_checkpoints(nr) * sizeof(*at));
+	rc = -ENOMEM;
+	if (!at)
+		goto out_unlock;
+	for (uint32_t e = 0; e < nr; e++) {
+		if (e % CONTROL_MEMBERS_STRIDE == 0)
+			at[e / CONTROL_MEMBERS_STRIDE] = pos;
+		pos += members_line(fs, e, line);
+	}
+	st->members_at = at;
+	st->members_size = pos;
+	atomic_store_explicit(&st->members_ready, true, memory_order_release);
+	rc = 0;
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return rc;
+}
+
+/* The last checkpoint at or before offset @off (binary search). */
+static uint32_t members_checkpoint(const struct control_state *st, uint32_t nr,
+				   uint64_t off)
+{
+	uint32_t lo = 0, hi = (uint32_t)members_checkpoints(nr) - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (st->members_at[mid] <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+static ssize_t members_read(struct shardfs *fs, char *buf, size_t size,
+			    uint64_t off)
+{
+	const struct control_state *st = &fs->control;
+	uint32_t nr = fs->idx.nr_inodes, e;
+	char line[MEMBERS_LINE_MAX];
+	size_t done = 0;
+	uint64_t pos;
+	int rc = members_index(fs);
+
+	if (rc)
+		return rc;
+	if (off >= st->members_size)
+		return 0;
+	e = members_checkpoint(st, nr, off) * CONTROL_MEMBERS_STRIDE;
+	for (pos = st->members_at[e / CONTROL_MEMBERS_STRIDE];
+	     e < nr && done < size; e++) {
+		size_t len = members_line(fs, e, line);
+		uint64_t want = off + done;
+
+		if (pos + len > want) {
+			size_t from = want - pos, n = len - from;
+
+			n = n < size - done ? n : size - done;
+			memcpy(buf + done, line + from, n);
+			done += n;
+		}
+		pos += len;
+	}
+	return (ssize_t)done;
+}
 
 uint64_t control_ino(const struct shardfs *fs, enum control_node node)
 {
@@ -246,13 +392,18 @@ int control_node_of(const struct shardfs *fs, uint64_t ino)
 	return ino >= first && ino < first + CONTROL_NR_NODES ? (int)(ino - first) : -1;
 }
 
-int control_lookup(const struct shardfs *fs, const char *name, uint64_t *ino)
+bool control_changes(int node)
+{
+	return node > CONTROL_DIR && control_files[node].render;
+}
+
+int control_lookup(struct shardfs *fs, const char *name, uint64_t *ino)
 {
 	for (int n = CONTROL_DIR + 1; n < CONTROL_NR_NODES; n++) {
-		if (!strcmp(name, control_files[n].name)) {
-			*ino = control_ino(fs, n);
-			return 0;
-		}
+		if (strcmp(name, control_files[n].name))
+			continue;
+		*ino = control_ino(fs, n);
+		return control_files[n].render ? snapshot_take(fs, n) : 0;
 	}
 	return -ENOENT;
 }
@@ -267,66 +418,59 @@ int control_readdir_entry(const struct shardfs *fs, uint64_t pos,
 	return 0;
 }
 
-void control_getattr(const struct shardfs *fs, enum control_node node,
-		     struct stat *st)
+/* Size and mtime of changing file @node, taking a first snapshot if needed. */
+static int snapshot_attrs(struct shardfs *fs, enum control_node node,
+			  struct stat *st)
 {
+	struct control_state *cs = &fs->control;
+	bool none;
+	int rc;
+
+	pthread_mutex_lock(&cs->lock);
+	none = !cs->snap[node].data;
+	pthread_mutex_unlock(&cs->lock);
+	if (none && (rc = snapshot_take(fs, node)))
+		return rc;
+	pthread_mutex_lock(&cs->lock);
+	st->st_size = (off_t)cs->snap[node].len;
+	st->st_mtim = cs->snap[node].mtime;
+	pthread_mutex_unlock(&cs->lock);
+	return 0;
+}
+
+int control_getattr(struct shardfs *fs, enum control_node node, struct stat *st)
+{
+	int rc = 0;
+
 	memset(st, 0, sizeof(*st));
 	st->st_ino = control_ino(fs, node);
 	st->st_mode = node == CONTROL_DIR ? S_IFDIR | 0555 : S_IFREG | 0444;
 	st->st_nlink = node == CONTROL_DIR ? 2 : 1;
-	st->st_blksize = CONTROL_CHUNK;
-	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+	st->st_blksize = SHARDFS_BLKSIZE;
+	st->st_mtim = fs->control.mounted;
+	if (control_files[node].render)
+		rc = snapshot_attrs(fs, node, st);
+	else if (node == CONTROL_MEMBERS && !(rc = members_index(fs)))
+		st->st_size = (off_t)fs->control.members_size;
+	st->st_blocks = (st->st_size + 511) / 512;
 	st->st_atim = st->st_ctim = st->st_mtim;
+	return rc;
 }
 
-int control_open(struct shardfs *fs, enum control_node node,
-		 struct control_stream **out)
-{
-	struct control_stream *cs = calloc(1, sizeof(*cs));
-
-	if (!cs)
-		return -ENOMEM;
-	cs->render = control_files[node].render;
-	*out = cs;
-	return 0;
-}
-
-/* Render the chunk after the current one (or the first, after a rewind). */
-static int next_chunk(const struct shardfs *fs, struct control_stream *cs)
-{
-	cs->chunk_off += cs->chunk.len;
-	cs->chunk.len = 0;
-	cs->done = cs->render(fs, &cs->chunk, &cs->cursor);
-	return cs->chunk.failed ? -ENOMEM : 0;
-}
-
-ssize_t control_read(struct shardfs *fs, struct control_stream *cs, char *buf,
+ssize_t control_read(struct shardfs *fs, enum control_node node, char *buf,
 		     size_t size, uint64_t off)
 {
-	size_t n;
-	int rc;
+	struct control_state *st = &fs->control;
+	const struct control_snapshot *snap = &st->snap[node];
+	size_t n = 0;
 
-	if (off < cs->chunk_off) {
-		cs->chunk_off = cs->cursor = 0;
-		cs->chunk.len = 0;
-		cs->done = false;
+	if (!control_files[node].render)
+		return members_read(fs, buf, size, off);
+	pthread_mutex_lock(&st->lock);
+	if (off < snap->len) {
+		n = snap->len - off < size ? snap->len - off : size;
+		memcpy(buf, snap->data + off, n);
 	}
-	while (off >= cs->chunk_off + cs->chunk.len) {
-		if (cs->done)
-			return 0;
-		rc = next_chunk(fs, cs);
-		if (rc)
-			return rc;
-	}
-	n = cs->chunk_off + cs->chunk.len - off;
-	n = n < size ? n : size;
-	memcpy(buf, cs->chunk.data + (off - cs->chunk_off), n);
+	pthread_mutex_unlock(&st->lock);
 	return (ssize_t)n;
-}
-
-void control_close(struct control_stream *cs)
-{
-	if (cs)
-		free(cs->chunk.data);
-	free(cs);
 }

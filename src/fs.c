@@ -35,7 +35,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	int rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	fs->mounted_at = t0;
+	shardfs_init_built(fs);
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
 	fs->set.skip_bad = opt->skip_bad_shards;
 	if (!rc)
@@ -53,24 +53,30 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 
 out_release_set:
 	shard_set_release(&fs->set);
+	control_release(&fs->control);
 	return rc;
+}
+
+void shardfs_init_built(struct shardfs *fs)
+{
+	clock_gettime(CLOCK_MONOTONIC, &fs->mounted_at);
+	control_init(&fs->control);
 }
 
 void shardfs_release(struct shardfs *fs)
 {
+	control_release(&fs->control);
 	shard_index_release(&fs->idx);
 	shard_set_release(&fs->set);
 }
 
-int shardfs_getattr(const struct shardfs *fs, uint64_t ino, struct stat *st)
+int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	int node = control_node_of(fs, ino);
 
-	if (node >= 0) {
-		control_getattr(fs, node, st);
-		return 0;
-	}
+	if (node >= 0)
+		return control_getattr(fs, node, st);
 	if (!in)
 		return -ENOENT;
 	memset(st, 0, sizeof(*st));
@@ -89,7 +95,7 @@ int shardfs_getattr(const struct shardfs *fs, uint64_t ino, struct stat *st)
 	return 0;
 }
 
-int shardfs_lookup(const struct shardfs *fs, uint64_t parent, const char *name,
+int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 		   uint64_t *ino)
 {
 	size_t len = strlen(name);
@@ -151,34 +157,9 @@ int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target
 	return 0;
 }
 
-bool shardfs_is_generated(const struct shardfs *fs, uint64_t ino)
+bool shardfs_changes(const struct shardfs *fs, uint64_t ino)
 {
-	return control_node_of(fs, ino) > CONTROL_DIR;
-}
-
-int shardfs_open(struct shardfs *fs, uint64_t ino, uint64_t *fh)
-{
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
-	int node = control_node_of(fs, ino);
-	struct control_stream *cs;
-	int rc;
-
-	*fh = 0;
-	if (node == CONTROL_DIR)
-		return -EISDIR;
-	if (node > CONTROL_DIR) {
-		rc = control_open(fs, node, &cs);
-		*fh = (uintptr_t)cs;
-		return rc;
-	}
-	if (!in)
-		return -ENOENT;
-	return S_ISDIR(in->mode) ? -EISDIR : 0;
-}
-
-void shardfs_close(struct shardfs *fs, uint64_t fh)
-{
-	control_close((struct control_stream *)(uintptr_t)fh);
+	return control_changes(control_node_of(fs, ino));
 }
 
 /* Log once that @shard no longer matches the index, and why. */
@@ -360,15 +341,17 @@ static ssize_t read_sparse(struct shardfs *fs, const struct shard_inode *in,
 	return (ssize_t)size;
 }
 
-ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, uint64_t fh, char *buf,
-		     size_t size, uint64_t off)
+ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
+		     uint64_t off)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	int node = control_node_of(fs, ino);
 	ssize_t rc;
 
-	if (fh)
-		return control_read(fs, (struct control_stream *)(uintptr_t)fh,
-				    buf, size, off);
+	if (node == CONTROL_DIR)
+		return -EISDIR;
+	if (node > CONTROL_DIR)
+		return control_read(fs, node, buf, size, off);
 	if (!in)
 		return -ENOENT;
 	if (!S_ISREG(in->mode))

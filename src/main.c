@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "lifecycle.h"
+#include "ll_uring.h"
 #include "shardfs/fs.h"
 #include "shardfs/ll.h"
 #include "shardfs/log.h"
@@ -43,6 +44,7 @@ struct mount_cli {
 	char *readahead;	/* -o readahead=SIZE */
 	int notify_fd;		/* -o notify_fd=N, -1 when unset */
 	unsigned idle_timeout;	/* -o idle_timeout=SECONDS, 0: never */
+	unsigned uring_threads;	/* -o io_uring_threads=N, 0: /dev/fuse only */
 	char *mountpoint;	/* the MOUNTPOINT argument, as given */
 };
 
@@ -56,6 +58,7 @@ static const struct fuse_opt mount_opts[] = {
 	MOUNT_OPT("readahead=%s", readahead, 0),
 	MOUNT_OPT("notify_fd=%d", notify_fd, 0),
 	MOUNT_OPT("idle_timeout=%u", idle_timeout, 0),
+	MOUNT_OPT("io_uring_threads=%u", uring_threads, 0),
 	FUSE_OPT_END
 };
 
@@ -76,9 +79,13 @@ static void usage(const char *prog)
 	       "    -o notify_fd=N         write READY=1 to fd N once mounted\n"
 	       "                           (NOTIFY_SOCKET is honoured as well)\n"
 	       "    -o idle_timeout=SECS   unmount after SECS without requests\n"
+	       "    -o io_uring_threads=N  threads per CPU serving requests over\n"
+	       "                           io_uring when the kernel offers it\n"
+	       "                           (default %d; 0: /dev/fuse only)\n"
 	       "%s\n"
 	       "exit status: 0 mounted, 1 usage error, 2 bad shard set,\n"
-	       "3 mountpoint or FUSE error\n\n", prog, cli_index_help);
+	       "3 mountpoint or FUSE error\n\n", prog, LL_URING_THREADS_DEFAULT,
+	       cli_index_help);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }
@@ -165,6 +172,9 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt)
 {
 	uint32_t umask = 0;
 
+	if (m->uring_threads > LL_URING_THREADS_MAX)
+		return log_error("io_uring_threads=%u: at most %d", m->uring_threads,
+				 LL_URING_THREADS_MAX), -EINVAL;
 	opt->readahead = SHARDFS_READAHEAD_DEFAULT;
 	if (m->readahead && parse_size(m->readahead, &opt->readahead))
 		return log_error("bad readahead size '%s'", m->readahead), -EINVAL;
@@ -219,7 +229,8 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *o)
 static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opts *o,
 			   const struct mount_cli *m, struct shardfs *fs)
 {
-	struct fuse_session *se = shardfs_session_new(args, fs);
+	struct ll_session ls = { .fs = fs };
+	struct fuse_session *se = shardfs_session_new(args, &ls);
 	struct idle_timer *idle = NULL;
 	int rc = EXIT_MOUNT;
 
@@ -229,6 +240,9 @@ static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opt
 		goto out_destroy;
 	if (fuse_session_mount(se, o->mountpoint))
 		goto out_remove_handlers;
+	/* one thread serves everything with -s: that is what -s asks for */
+	if (m->uring_threads && !o->singlethread)
+		ll_uring_attach(&ls, se, m->uring_threads);
 	lifecycle_set_readahead(o->mountpoint, SHARDFS_KERNEL_READAHEAD_KIB);
 	if (!o->foreground)
 		log_use_syslog();
@@ -239,6 +253,7 @@ static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opt
 	/* a signal ends the loop with the signal number: a clean exit */
 	rc = serve(se, o) < 0 ? EXIT_MOUNT : EXIT_OK;
 	lifecycle_idle_stop(idle);
+	ll_uring_free(ls.uring);
 	fuse_session_unmount(se);
 out_remove_handlers:
 	fuse_remove_signal_handlers(se);
@@ -284,7 +299,8 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct cli_index cli = { 0 };
-	struct mount_cli m = { .notify_fd = -1 };
+	struct mount_cli m = { .notify_fd = -1,
+			       .uring_threads = LL_URING_THREADS_DEFAULT };
 	struct fuse_cmdline_opts o = { 0 };
 	struct cli_config cfg = { 0 };
 	struct shardfs fs = { 0 };

@@ -1,6 +1,6 @@
 /*
  * control.h - the hidden /.shardfs/ directory: live statistics and the
- * shard and member tables, generated on open.
+ * shard and member tables.
  *
  *   /.shardfs/stats     JSON: counts, index cost, per-operation counters
  *                       and latency, shard I/O, readahead, errors
@@ -9,27 +9,44 @@
  *   /.shardfs/members   one line per regular file: path, shard index,
  *                       data offset, size (tab-separated; tab, newline
  *                       and backslash in paths escaped as \t \n \\)
- *   /.shardfs/metrics   the same figures in Prometheus text format
+ *   /.shardfs/metrics   the same figures as stats, in Prometheus text
  *
  * The directory is reachable by name but never listed in the root, so
  * ImageFolder and os.walk never take it for a class.  Its inodes follow
- * the index's entries.  Content is rendered in chunks as the reader
- * advances, so reading `members` of a 10-million-file set costs memory
- * for one chunk, not for the whole table.
+ * the index's entries.
  *
- * Thread-safety: a stream belongs to one open file; the renderers only
- * read the index and relaxed-atomic counters.
+ * The mount keeps no state per open file (ll.c), so a read of a control
+ * file names only the inode and an offset.  stats, shards and metrics are
+ * therefore served from a snapshot that control_lookup() takes: every
+ * open(2) looks the name up again (the glue gives these entries no cache
+ * time), and a snapshot's new mtime makes the kernel drop the pages of
+ * the previous one.  A reader that opens, reads and closes sees one
+ * consistent snapshot, unless another process opens the same file while
+ * it reads one larger than a single read(2).  members never changes: its
+ * bytes are computed from the offset, with memory for one checkpoint per
+ * CONTROL_MEMBERS_STRIDE entries rather than for the whole table.
+ *
+ * Thread-safety: every function may be called from any number of
+ * threads; a snapshot is swapped and copied under the state's lock, which
+ * the read path of members' files never takes.
  */
 #ifndef SHARDFS_CONTROL_H
 #define SHARDFS_CONTROL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 struct shardfs;
 
 #define CONTROL_DIR_NAME ".shardfs"
+
+/* Entries of `members` between two checkpoints of its line offsets. */
+#define CONTROL_MEMBERS_STRIDE 1024u
 
 enum control_node {
 	CONTROL_DIR,		/* /.shardfs itself */
@@ -40,32 +57,63 @@ enum control_node {
 	CONTROL_NR_NODES
 };
 
+/* The rendered content of a changing file, as of its last lookup. */
+struct control_snapshot {
+	char *data;		/* the bytes, NULL before the first */
+	size_t len;		/* their count */
+	struct timespec mtime;	/* when taken; strictly increasing */
+};
+
+/* What the control files keep between requests. */
+struct control_state {
+	pthread_mutex_t lock;	/* guards snap[] and the members build */
+	struct control_snapshot snap[CONTROL_NR_NODES]; /* changing files */
+	atomic_bool members_ready; /* set (release) once the fields below
+				    * are final; they are then read unlocked */
+	uint64_t *members_at;	/* [i]: offset of the line of entry
+				 * i * CONTROL_MEMBERS_STRIDE or, when that
+				 * has none, of the next line */
+	uint64_t members_size;	/* length of members */
+	struct timespec mounted; /* mtime of the directory and members */
+};
+
+/* Set up @st (empty: content is rendered when first asked for). */
+void control_init(struct control_state *st);
+
+/* Free the snapshots and checkpoints. */
+void control_release(struct control_state *st);
+
 /* Inode number of @node: the first numbers after the index's entries. */
 uint64_t control_ino(const struct shardfs *fs, enum control_node node);
 
 /* The node behind @ino, or -1 when @ino is not a control inode. */
 int control_node_of(const struct shardfs *fs, uint64_t ino);
 
-/* Look up @name inside /.shardfs.  0 or -ENOENT. */
-int control_lookup(const struct shardfs *fs, const char *name, uint64_t *ino);
+/* True when @node (or -1: not a control inode) is served from snapshots. */
+bool control_changes(int node);
+
+/*
+ * Look up @name inside /.shardfs; a changing file gets a new snapshot.
+ * 0, -ENOENT, or -ENOMEM when the snapshot cannot be rendered.
+ */
+int control_lookup(struct shardfs *fs, const char *name, uint64_t *ino);
 
 /* The @pos-th file of /.shardfs.  0 or -ENOENT past the end. */
 int control_readdir_entry(const struct shardfs *fs, uint64_t pos,
 			  const char **name, uint64_t *ino);
 
-void control_getattr(const struct shardfs *fs, enum control_node node,
-		     struct stat *st);
+/*
+ * Attributes of @node: the size and mtime of its current content (a
+ * changing file never looked up gets its first snapshot).  0 or -ENOMEM.
+ */
+int control_getattr(struct shardfs *fs, enum control_node node,
+		    struct stat *st);
 
-struct control_stream;
-
-/* Start reading generated file @node.  0 or -ENOMEM. */
-int control_open(struct shardfs *fs, enum control_node node,
-		 struct control_stream **out);
-
-/* Bytes of the content at @off (possibly fewer than @size; 0 at end). */
-ssize_t control_read(struct shardfs *fs, struct control_stream *cs, char *buf,
+/*
+ * Up to @size bytes of @node's content at @off (fewer only at the end).
+ * Returns the count, 0 past the end, or -ENOMEM.
+ */
+ssize_t control_read(struct shardfs *fs, enum control_node node, char *buf,
 		     size_t size, uint64_t off);
-
-void control_close(struct control_stream *cs);
 
 #endif

@@ -9,10 +9,14 @@
  * Inode numbers are index entry numbers + 1 (see index.h).  The names of
  * a hard-link group all report the inode of the group's first entry.
  *
+ * Nothing is kept per open file: a read names the inode and the offset,
+ * so the FUSE glue can tell the kernel not to send OPEN and RELEASE at
+ * all.  The files of /.shardfs/ are built for that (control.h).
+ *
  * Thread-safety: after shardfs_init() every function may be called from
- * any number of threads.  Reads take no lock and allocate nothing: they
- * pread(2) from the shard descriptors straight into the caller's buffer.
- * Counters are updated with relaxed atomics.
+ * any number of threads.  Reads of members take no lock and allocate
+ * nothing: they pread(2) from the shard descriptors straight into the
+ * caller's buffer.  Counters are updated with relaxed atomics.
  */
 #ifndef SHARDFS_FS_H
 #define SHARDFS_FS_H
@@ -24,6 +28,7 @@
 #include <sys/statvfs.h>
 #include <sys/types.h>
 
+#include "shardfs/control.h"
 #include "shardfs/index.h"
 #include "shardfs/index_store.h"
 #include "shardfs/shardset.h"
@@ -85,6 +90,7 @@ struct shardfs_counters {
 	atomic_ullong errors;		/* requests answered with EIO */
 	atomic_ullong readahead_hits;	/* reads inside a prefetched range */
 	atomic_ullong readahead_misses;	/* forward reads past it */
+	atomic_ullong uring_requests;	/* requests that came over io_uring */
 };
 
 struct shardfs {
@@ -95,6 +101,7 @@ struct shardfs {
 	double build_seconds;		/* time the index build took */
 	struct index_store_result index_file; /* where the index came from */
 	struct timespec mounted_at;	/* CLOCK_MONOTONIC at shardfs_init */
+	struct control_state control;	/* the /.shardfs/ files' content */
 };
 
 /*
@@ -110,14 +117,25 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 /* Close the shards and free the index. */
 void shardfs_release(struct shardfs *fs);
 
-/* Fill @st for inode @ino.  Returns 0 or -ENOENT. */
-int shardfs_getattr(const struct shardfs *fs, uint64_t ino, struct stat *st);
+/*
+ * Set up what shardfs_init() would around an index built by the caller
+ * (tests and fuzzers build @fs->set and @fs->idx themselves).
+ */
+void shardfs_init_built(struct shardfs *fs);
+
+/*
+ * Fill @st for inode @ino.  Returns 0, -ENOENT, or -ENOMEM when a
+ * /.shardfs/ file cannot be rendered.
+ */
+int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st);
 
 /*
  * Look @name up in directory @parent; on success store the child's inode
- * in *ino.  Returns 0, -ENOENT, -ENOTDIR or -ENAMETOOLONG.
+ * in *ino.  Returns 0, -ENOENT, -ENOTDIR, -ENAMETOOLONG or -ENOMEM (as
+ * shardfs_getattr).  Looking up a changing /.shardfs/ file takes a new
+ * snapshot of it (control.h).
  */
-int shardfs_lookup(const struct shardfs *fs, uint64_t parent, const char *name,
+int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 		   uint64_t *ino);
 
 /*
@@ -134,29 +152,21 @@ uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir);
 int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target);
 
 /*
- * Open @ino for reading.  *fh receives 0 for a member, or a handle on the
- * generated content of a /.shardfs/ file, which must be read through
- * shardfs_read() with that handle (without page cache: its size is not
- * known in advance) and released with shardfs_close().  Returns 0,
- * -ENOENT, -EISDIR or -ENOMEM.
+ * True when the content of @ino changes while mounted (a /.shardfs/ file
+ * served from snapshots): the kernel must not cache its entry or
+ * attributes (control.h).
  */
-int shardfs_open(struct shardfs *fs, uint64_t ino, uint64_t *fh);
-
-/* True when @ino is generated content (see shardfs_open). */
-bool shardfs_is_generated(const struct shardfs *fs, uint64_t ino);
-
-void shardfs_close(struct shardfs *fs, uint64_t fh);
+bool shardfs_changes(const struct shardfs *fs, uint64_t ino);
 
 /*
  * Read up to @size bytes of @ino at @off into @buf.  Returns the number of
- * bytes read (0 at or past the end), or -EIO when the shard cannot deliver
- * them (I/O error, or a shard shorter than it was at mount: truncated or
- * replaced); the shard is then logged once.  Members are always read in
- * full (short only at the end of the file); generated files may return
- * less.
+ * bytes read (fewer than @size only at the end of the file, 0 at or past
+ * it), -EISDIR, -ENOENT, -ENOMEM (a /.shardfs/ file), or -EIO when the
+ * shard cannot deliver them (I/O error, or a shard shorter than it was at
+ * mount: truncated or replaced); the shard is then logged once.
  */
-ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, uint64_t fh, char *buf,
-		     size_t size, uint64_t off);
+ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
+		     uint64_t off);
 
 /*
  * Extended attributes of members: user.shardfs.shard (shard path),

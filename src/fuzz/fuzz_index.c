@@ -119,7 +119,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
 }
 
 /* A name listed in @dir is well formed and found again by lookup. */
-static void check_child(const struct shardfs *fs, uint64_t dir,
+static void check_child(struct shardfs *fs, uint64_t dir,
 			const char *name, uint64_t ino)
 {
 	size_t len = strlen(name);
@@ -139,7 +139,7 @@ static void check_child(const struct shardfs *fs, uint64_t dir,
 }
 
 /* Every child is listed once, in name order, and found by lookup. */
-static void walk_dir(const struct shardfs *fs, uint64_t dir)
+static void walk_dir(struct shardfs *fs, uint64_t dir)
 {
 	const char *name, *prev = NULL;
 	uint64_t pos, ino;
@@ -185,7 +185,7 @@ static void read_at(struct shardfs *fs, uint64_t ino, uint64_t off)
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	uint64_t left = off < in->size ? in->size - off : 0;
 	size_t expect = left < READ_SIZE ? (size_t)left : READ_SIZE;
-	ssize_t n = shardfs_read(fs, ino, 0, got, READ_SIZE, off);
+	ssize_t n = shardfs_read(fs, ino, got, READ_SIZE, off);
 
 	FUZZ_CHECK(n >= 0 && (size_t)n == expect,
 		   "read of file %llu (%llu bytes, shard %u) at %llu: %zd, wanted %zu",
@@ -222,9 +222,7 @@ static void walk_xattrs(const struct shardfs *fs, uint64_t ino)
 static void walk_file(struct shardfs *fs, uint64_t ino)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
-	uint64_t fh;
 
-	FUZZ_CHECK(!shardfs_open(fs, ino, &fh) && !fh, "open of file %llu", (ull)ino);
 	walk_xattrs(fs, ino);
 	read_at(fs, ino, 0);
 	read_at(fs, ino, in->size > READ_SIZE / 2 ? in->size - READ_SIZE / 2 : 0);
@@ -240,20 +238,21 @@ static void walk_file(struct shardfs *fs, uint64_t ino)
 	}
 }
 
-/* Read generated file @ino to its end, in order as the kernel does. */
-static void read_generated(struct shardfs *fs, uint64_t ino)
+/*
+ * Read generated file @ino to its end, as the kernel does, and check that
+ * it is as long as its attributes say.
+ */
+static void read_generated(struct shardfs *fs, uint64_t ino, off_t size)
 {
 	static char buf[READ_SIZE];
-	uint64_t fh, off = 0;
+	uint64_t off = 0;
 	ssize_t n;
 
-	FUZZ_CHECK(!shardfs_open(fs, ino, &fh) && fh, "open of control file %llu",
-		   (ull)ino);
-	while ((n = shardfs_read(fs, ino, fh, buf, sizeof(buf), off)) > 0)
+	while ((n = shardfs_read(fs, ino, buf, sizeof(buf), off)) > 0)
 		off += (uint64_t)n;
-	FUZZ_CHECK(n == 0, "read of control file %llu at %llu: %zd", (ull)ino,
-		   (ull)off, n);
-	shardfs_close(fs, fh);
+	FUZZ_CHECK(n == 0 && off == (uint64_t)size,
+		   "read of control file %llu ended at %llu of %lld: %zd",
+		   (ull)ino, (ull)off, (long long)size, n);
 }
 
 /* Every file of /.shardfs renders, members and shards included. */
@@ -266,9 +265,10 @@ static void walk_control(struct shardfs *fs)
 	FUZZ_CHECK(!shardfs_lookup(fs, SHARDFS_ROOT_INO, CONTROL_DIR_NAME, &dir),
 		   "no %s in the root", CONTROL_DIR_NAME);
 	for (pos = 0; !shardfs_readdir_entry(fs, dir, pos, &name, &ino); pos++) {
-		FUZZ_CHECK(!shardfs_getattr(fs, ino, &st) && S_ISREG(st.st_mode),
+		FUZZ_CHECK(!shardfs_lookup(fs, dir, name, &ino) &&
+			   !shardfs_getattr(fs, ino, &st) && S_ISREG(st.st_mode),
 			   "%s/%s is not a file", CONTROL_DIR_NAME, name);
-		read_generated(fs, ino);
+		read_generated(fs, ino, st.st_size);
 	}
 }
 
@@ -332,6 +332,7 @@ static void build_and_walk(unsigned int nr, const struct layout *layout,
 	struct shardfs fs = { .opt.readahead = SHARDFS_READAHEAD_DEFAULT };
 	int rc;
 
+	shardfs_init_built(&fs);
 	open_shards(&fs.set, nr, skip_bad_shards);
 	rc = shard_index_build(&fs.idx, &fs.set, &opt);
 	FUZZ_CHECK(rc == 0 || (rc == -EINVAL && !skip_bad_shards),

@@ -931,6 +931,24 @@ def read_member(path, chunk=1 << 20):
         os.close(fd)
 
 
+def stat_errno(path):
+    """The errno os.stat(PATH) fails with, None when it works."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+def listdir_errno(path):
+    """The errno os.listdir(PATH) fails with, 0 when it works."""
+    try:
+        os.listdir(path)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
 def wait_until(pred, timeout, step=0.05):
     """Poll PRED until it is true (returns True) or TIMEOUT s pass."""
     deadline = time.time() + timeout

@@ -483,11 +483,12 @@ void tb_env_build(struct tb_env *e)
 
 	assert_false(e->built);
 	e->fs = (struct shardfs){ 0 };
+	shardfs_init_built(&e->fs);
 	e->built = true;	/* releasing an empty shardfs is harmless */
 	tb_build(&e->fs.set, &e->fs.idx, e->dir, &opt);
 }
 
-uint64_t tb_ino(const struct shardfs *fs, const char *path)
+uint64_t tb_ino(struct shardfs *fs, const char *path)
 {
 	uint64_t ino = SHARDFS_ROOT_INO;
 	char *copy = strdup(path), *save = NULL;
@@ -501,7 +502,7 @@ uint64_t tb_ino(const struct shardfs *fs, const char *path)
 	return ino;
 }
 
-struct stat tb_stat(const struct shardfs *fs, const char *path)
+struct stat tb_stat(struct shardfs *fs, const char *path)
 {
 	uint64_t ino = tb_ino(fs, path);
 	struct stat st;

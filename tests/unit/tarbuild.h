@@ -201,9 +201,9 @@ void tb_env_shard(struct tb_env *e, const char *name, struct tb *a);
 /* Expand, open and index every *.tar in e->dir (must succeed). */
 void tb_env_build(struct tb_env *e);
 /* Inode of @path ("" is the root) by shardfs_lookup; 0 when absent. */
-uint64_t tb_ino(const struct shardfs *fs, const char *path);
+uint64_t tb_ino(struct shardfs *fs, const char *path);
 /* shardfs_getattr of @path, which must exist. */
-struct stat tb_stat(const struct shardfs *fs, const char *path);
+struct stat tb_stat(struct shardfs *fs, const char *path);
 /* Entry of @path by shard_index_lookup, or -ENOENT / -ENOTDIR. */
 int64_t tb_entry(const struct shard_index *idx, const char *path);
 

@@ -33,7 +33,7 @@ static void expect_read(struct tb_env *e, const char *path, uint64_t off,
 		expect = size;
 	assert_non_null(buf);
 	memset(buf, 0x5a, size + 1);
-	n = shardfs_read(&e->fs, tb_ino(&e->fs, path), 0, buf, size, off);
+	n = shardfs_read(&e->fs, tb_ino(&e->fs, path), buf, size, off);
 	if (n != (ssize_t)expect)
 		fail_msg("read of %zu at %llu from '%s' returned %zd, expected %zu",
 			 size, (unsigned long long)off, path, n, expect);
@@ -114,7 +114,7 @@ static void test_unknown_inodes_and_wrong_types(void **state)
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
 	const char *s;
-	uint64_t ino, fh = 1;
+	uint64_t ino;
 	struct stat st;
 	char buf[8];
 
@@ -126,11 +126,12 @@ static void test_unknown_inodes_and_wrong_types(void **state)
 
 	assert_int_equal(shardfs_getattr(&e->fs, 0, &st), -ENOENT);
 	assert_int_equal(shardfs_getattr(&e->fs, UINT32_MAX, &st), -ENOENT);
-	assert_int_equal(shardfs_open(&e->fs, tb_ino(&e->fs, "dir"), &fh), -EISDIR);
-	assert_int_equal(shardfs_open(&e->fs, tb_ino(&e->fs, "file"), &fh), 0);
-	assert_int_equal(fh, 0);			/* members need no handle */
-	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "dir"), 0, buf, 8, 0),
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "dir"), buf, 8, 0),
 			 -EISDIR);
+	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs, CONTROL_DIR),
+				      buf, 8, 0), -EISDIR);
+	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs, CONTROL_DIR) +
+				      CONTROL_NR_NODES, buf, 8, 0), -ENOENT);
 	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "sym"), &s), 0);
 	assert_string_equal(s, "some/where");
 	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "file"), &s), -EINVAL);
@@ -264,11 +265,11 @@ static void test_read_after_truncation_is_eio(void **state)
 	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
 	assert_int_equal(truncate(path, (off_t)(late + TAR_BLOCK_SIZE + 5000)), 0);
 
-	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), 0, buf,
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), buf,
 				      sizeof(buf), 0), -EIO);
-	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), 0, buf,
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "late"), buf,
 				      2000, 4000), -EIO);	/* spans the cut */
-	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "sparse"), 0, buf,
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "sparse"), buf,
 				      1000, 0), -EIO);
 	assert_int_equal(atomic_load(&e->fs.counters.errors), 3);
 	assert_int_equal(e->fs.set.shards[0].stale_logged, 1);

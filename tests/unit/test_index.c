@@ -46,7 +46,7 @@ static void check_tree(const struct shard_index *idx)
 }
 
 /* Expect directory @path to list exactly @names, each found by lookup. */
-static void expect_listing(const struct shardfs *fs, const char *path,
+static void expect_listing(struct shardfs *fs, const char *path,
 			   const char *const *names)
 {
 	uint64_t dir = tb_ino(fs, path), ino, found, pos;
@@ -77,7 +77,7 @@ static const struct shard_inode *entry_at(const struct tb_env *e, const char *pa
 /* Read all of file @path into @buf (NUL-terminated); return its length. */
 static size_t read_all(struct tb_env *e, const char *path, char *buf, size_t size)
 {
-	ssize_t n = shardfs_read(&e->fs, tb_ino(&e->fs, path), 0, buf, size - 1, 0);
+	ssize_t n = shardfs_read(&e->fs, tb_ino(&e->fs, path), buf, size - 1, 0);
 
 	assert_true(n >= 0);
 	buf[n] = '\0';

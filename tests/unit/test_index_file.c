@@ -379,8 +379,8 @@ static void expect_same_entry(struct shardfs *a, struct shardfs *b, uint32_t e)
 
 		assert_non_null(ba);
 		assert_non_null(bb);
-		assert_int_equal(shardfs_read(a, ino, 0, ba, size + 1, 0), (ssize_t)size);
-		assert_int_equal(shardfs_read(b, ino, 0, bb, size + 1, 0), (ssize_t)size);
+		assert_int_equal(shardfs_read(a, ino, ba, size + 1, 0), (ssize_t)size);
+		assert_int_equal(shardfs_read(b, ino, bb, size + 1, 0), (ssize_t)size);
 		assert_memory_equal(ba, bb, size ? size : 1);
 		free(ba);
 		free(bb);
