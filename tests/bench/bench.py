@@ -87,6 +87,9 @@ def parse_args(argv=None):
                    "shardfs daemon and DataLoader workers inherit it)")
     p.add_argument("--no-strace", action="store_true",
                    help="skip the strace system-call counts")
+    p.add_argument("--io-uring", choices=("on", "off", "keep"), default="on",
+                   help="set the fuse module's enable_uring for the run (default "
+                   "on: shardfs then serves requests over io_uring), put back after")
     p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
                    help="add the result section to docs/benchmarks.md (or PATH)")
     args = p.parse_args(argv)
@@ -159,8 +162,9 @@ class Tree:
 class Bench:
     """One run: the data set, the recorded results and the steps."""
 
-    def __init__(self, args, ds):
+    def __init__(self, args, ds, io_uring):
         self.args, self.ds = args, ds
+        self.io_uring = io_uring   # the fuse module's enable_uring, as run
         self.results = {}          # key -> system -> Result as dict
         self.errors = []
         self.daemon = {}
@@ -225,13 +229,18 @@ def measure_trees(bench, trees):
 
 
 def measure_limit(bench):
-    """(3): cat, then a tarfile stream, over every shard, cold and warm."""
+    """(3): cat, then a tarfile stream, over every shard, cold and warm;
+    and the headers alone read at the disk's random-read rate, cold, with
+    as many threads as a mount scans with (one per CPU)."""
     ds = bench.ds
     for temp in ("cold", "warm"):
         bench.step("cat_" + temp, "limit", temp == "cold", wl.cat_shards,
                    ds.shards, ds.shard_bytes)
     for temp in ("cold", "warm"):
         bench.step("tar_" + temp, "limit", temp == "cold", wl.tar_stream, ds.shards)
+    blocks, members = wl.header_blocks(ds.shards)
+    bench.step("headers_cold", "limit", True, wl.read_header_blocks, blocks,
+               members, os.cpu_count())
 
 
 def _children_cpu_seconds():
@@ -347,7 +356,8 @@ def save(bench, started):
     run = {
         "date": started.isoformat(timespec="seconds"),
         "command": command_line(),
-        "machine": system.machine_info(bench.args.workdir),
+        "machine": dict(system.machine_info(bench.args.workdir),
+                        fuse_io_uring=bench.io_uring),
         "shardfs": report.describe_binary(bench.args.shardfs, REPO),
         "dataset": {"name": ds.params.name, "samples": ds.params.samples,
                     "classes": ds.class_count, "shards": len(ds.shards),
@@ -401,7 +411,15 @@ def main():
     if args.max_load:
         system.wait_until_quiet(args.max_load, 900, log)
     params = dataset.Params(args.samples, args.shard_samples, args.classes)
-    bench = Bench(args, dataset.ensure(params, args.workdir, log))
+    with system.fuse_io_uring(args.io_uring) as io_uring:
+        bench = Bench(args, dataset.ensure(params, args.workdir, log), io_uring)
+        measure(bench, systems)
+    print(save(bench, started))
+    return 1 if bench.errors else 0
+
+
+def measure(bench, systems):
+    """Every measurement of the run, in order: the limit, then the trees."""
     if "limit" in systems:
         log("measuring the limit (cat, tarfile)")
         measure_limit(bench)
@@ -412,8 +430,6 @@ def main():
             trees.append(stack.enter_context(shardfs_tree(bench)))
         log("measuring " + " and ".join(t.name for t in trees))
         measure_trees(bench, trees)
-    print(save(bench, started))
-    return 1 if bench.errors else 0
 
 
 if __name__ == "__main__":

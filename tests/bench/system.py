@@ -22,6 +22,29 @@ def drop_caches():
         f.write("3\n")
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+@contextlib.contextmanager
+def fuse_io_uring(mode):
+    """For the block, set the fuse module's enable_uring ("on", "off";
+    "keep" leaves it alone), then put back what it was.  Yields what the
+    run had: "on", "off", or "not in this kernel"."""
+    if not os.path.exists(ENABLE_URING):
+        yield "not in this kernel"
+        return
+    with open(ENABLE_URING) as f:
+        before = f.read().strip()
+    want = {"on": "Y", "off": "N"}.get(mode, before)
+    with open(ENABLE_URING, "w") as f:
+        f.write(want)
+    try:
+        yield "on" if want == "Y" else "off"
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before)
+
+
 def check_can_drop_caches():
     if os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         raise SystemExit("bench: cold measurements need root "

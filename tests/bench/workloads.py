@@ -4,6 +4,7 @@ Result; none of them drops caches or knows which system it runs on, so
 every system is measured by exactly the same code.
 """
 import dataclasses
+import mmap
 import os
 import subprocess
 import tarfile
@@ -85,17 +86,10 @@ def _read_list(root, names, expected, totals, lock):
         totals["error"] = totals["error"] or error
 
 
-def read_files(root, names, threads=1, expected=None):
-    """Read every file of names (relative to root) completely, in that
-    order; with threads > 1, thread i reads names[i::threads] so the
-    overall order stays close to the given one.  With expected (name ->
-    Member) every file's size and CRC-32 are checked."""
-    totals = {"files": 0, "bytes": 0, "bad": 0, "error": None}
-    lock = threading.Lock()
-    workers = [threading.Thread(target=_read_list,
-                                args=(root, names[i::threads], expected,
-                                      totals, lock))
-               for i in range(threads)]
+def _in_threads(target, shares):
+    """Run target(share) in a thread per share, all at once; return the
+    wall time until the last one ends."""
+    workers = [threading.Thread(target=target, args=(share,)) for share in shares]
 
     def run():
         for w in workers:
@@ -103,6 +97,18 @@ def read_files(root, names, threads=1, expected=None):
         for w in workers:
             w.join()
     seconds, _ = timed(run)
+    return seconds
+
+
+def read_files(root, names, threads=1, expected=None):
+    """Read every file of names (relative to root) completely, in that
+    order; with threads > 1, thread i reads names[i::threads] so the
+    overall order stays close to the given one.  With expected (name ->
+    Member) every file's size and CRC-32 are checked."""
+    totals = {"files": 0, "bytes": 0, "bad": 0, "error": None}
+    lock = threading.Lock()
+    seconds = _in_threads(lambda share: _read_list(root, share, expected, totals, lock),
+                          [names[i::threads] for i in range(threads)])
     if totals["error"]:
         raise VerifyError("read %d of %d files, then: %s"
                           % (totals["files"], len(names), totals["error"]))
@@ -141,6 +147,61 @@ def cat_shards(shards, total_bytes):
                        stdout=subprocess.DEVNULL, check=True)
     return Result(seconds, files=len(shards), nbytes=total_bytes,
                   note="%d shards" % len(shards))
+
+
+# Unit of the header reads: the page, as a scanner reading headers sees it.
+BLOCK = 4096
+
+
+def header_blocks(shards):
+    """Per shard, the offsets of the BLOCK-aligned blocks that hold its tar
+    headers (PAX and ustar), in order, as tarfile lists them, and the
+    number of members."""
+    out, members = [], 0
+    for path in shards:
+        blocks = []
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                members += 1
+                for b in range(m.offset // BLOCK * BLOCK, m.offset_data, BLOCK):
+                    if not blocks or blocks[-1] != b:
+                        blocks.append(b)
+        out.append((path, blocks))
+    return out, members
+
+
+def _read_blocks(jobs, totals, lock):
+    buf = mmap.mmap(-1, BLOCK)          # page-aligned, as O_DIRECT wants
+    n, error = 0, None
+    try:
+        for path, blocks in jobs:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            try:
+                for b in blocks:
+                    os.preadv(fd, [buf], b)
+                    n += 1
+            finally:
+                os.close(fd)
+    except OSError as e:
+        error = e
+    with lock:
+        totals["blocks"] += n
+        totals["error"] = totals["error"] or error
+
+
+def read_header_blocks(shard_blocks, members, threads):
+    """Read the blocks holding every tar header with O_DIRECT, each thread
+    its share of the shards in order, as a header scan with as many
+    threads would: the time the disk needs to deliver the headers at its
+    random-read rate, the floor of a cold mount without an index."""
+    totals, lock = {"blocks": 0, "error": None}, threading.Lock()
+    seconds = _in_threads(lambda share: _read_blocks(share, totals, lock),
+                          [shard_blocks[i::threads] for i in range(threads)])
+    if totals["error"]:
+        raise VerifyError("header blocks: %s" % totals["error"])
+    return Result(seconds, files=members, nbytes=totals["blocks"] * BLOCK,
+                  note="%d headers in %d blocks, %d threads"
+                  % (members, totals["blocks"], threads))
 
 
 def tar_stream(shards):
