@@ -201,14 +201,20 @@ static void atomic_max(atomic_ullong *v, unsigned long long x)
 /*
  * Prefetch the shard ahead of a reader that walks it forward, so that the
  * next members are in the page cache before they are asked for (kernel
- * readahead works per open file and stops at each member's end).  Racy by
- * design: the fields are hints, a lost update costs one extra fadvise.
+ * readahead works per open file and stops at each member's end).  A
+ * window opens only after SHARDFS_READAHEAD_STREAK forward reads in a
+ * row: a shuffled reader lands just past the previous read of a shard
+ * now and then, and each of those used to prefetch a whole window for
+ * nothing (1,551 windows, 6 GB, in one shuffled pass over 4.9 GB).  Racy
+ * by design: the fields are hints, a lost update costs one fadvise more
+ * or less.
  */
 static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 			    uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
-	bool inside;
+	bool inside, forward;
+	unsigned streak;
 
 	if (!ra)
 		return;
@@ -219,8 +225,13 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 	if (inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
 					  memory_order_relaxed);
-	if (off < prev || off - prev > SHARDFS_READAHEAD_GAP ||
-	    (inside && end + ra / 2 <= ra_end))
+	forward = off >= prev && off - prev <= SHARDFS_READAHEAD_GAP;
+	streak = forward ? atomic_fetch_add_explicit(&s->forward, 1,
+						     memory_order_relaxed) + 1 : 0;
+	if (!forward)
+		atomic_store_explicit(&s->forward, 0, memory_order_relaxed);
+	if (!forward || (inside && end + ra / 2 <= ra_end) ||
+	    (!inside && streak < SHARDFS_READAHEAD_STREAK))
 		return;
 	if (!inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_misses, 1,
@@ -232,7 +243,15 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 	posix_fadvise(s->fd, (off_t)start, (off_t)ra, POSIX_FADV_WILLNEED);
 }
 
-/* Account a successful backing read of [off, off + len) in @s. */
+/*
+ * Account a successful backing read of [off, off + len) in @s, read ahead
+ * of it, and drop the shard's pages it consumed: the kernel keeps the
+ * file's data in the mount's own page cache, across opens, so a second
+ * copy under the shard only doubles the memory the data takes, and the
+ * time spent finding that memory.  Measured, cold read of 4.9 GB in
+ * shard order: 571-685 MB/s keeping both copies, 931-967 MB/s keeping
+ * one, with half the daemon's CPU time.
+ */
 static void shard_served(struct shardfs *fs, struct shard *s, uint64_t off,
 			 uint64_t len)
 {
@@ -241,6 +260,8 @@ static void shard_served(struct shardfs *fs, struct shard *s, uint64_t off,
 	atomic_min(&s->served_lo, off);
 	atomic_max(&s->served_hi, off + len);
 	shard_readahead(fs, s, off, off + len);
+	if (len)	/* a length of 0 would mean: to the end of the shard */
+		posix_fadvise(s->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 }
 
 /* Log a failed read of @s, the first SHARDFS_READ_ERRORS_LOGGED only. */

@@ -56,8 +56,8 @@ struct fuse_uring_ent_in_out {
 	uint64_t flags;		/* none defined */
 	uint64_t commit_id;	/* the request's unique, for the commit */
 	uint32_t payload_sz;	/* payload bytes, in either direction */
-	uint32_t padding;
-	uint64_t reserved;
+	uint32_t padding;	/* zero */
+	uint64_t reserved;	/* zero */
 };
 
 struct fuse_uring_req_header {
@@ -75,9 +75,12 @@ struct fuse_uring_cmd_req {
 	uint64_t flags;		/* none defined */
 	uint64_t commit_id;	/* the request replied to */
 	uint16_t qid;		/* the queue (CPU) */
-	uint8_t padding[6];
+	uint8_t padding[6];	/* zero */
 };
 #endif
+
+_Static_assert(sizeof(struct fuse_uring_req_header) == 288, "the 7.42 header");
+_Static_assert(sizeof(struct fuse_uring_cmd_req) == 24, "the 7.42 command");
 
 /* FUSE_OVER_IO_URING, bit 41 of the INIT flags, as it sits in flags2. */
 #define INIT_FLAGS2_OVER_IO_URING (1u << (41 - 32))
@@ -87,14 +90,15 @@ struct fuse_uring_cmd_req {
 
 /* Submission entries per ring: the entry's command and the stop poll. */
 #define RING_DEPTH 4
+/* Bytes of command data in a 128-byte submission entry. */
+#define SQE128_CMD_BYTES 80
+_Static_assert(sizeof(struct fuse_uring_cmd_req) <= SQE128_CMD_BYTES, "fits");
 
 /* CPU list of the kernel's queues: one per possible CPU. */
 #define POSSIBLE_CPUS "/sys/devices/system/cpu/possible"
 
 /* What a completion is for. */
 enum { TAG_CMD = 1, TAG_STOP = 2 };
-
-struct ll_uring;
 
 /* One ring thread: its io_uring and the entry it registered. */
 struct uring_worker {
@@ -169,7 +173,7 @@ static void queue_cmd(struct uring_worker *w, uint32_t op, uint64_t commit_id)
 
 	assert(sqe);	/* RING_DEPTH covers everything in flight */
 	io_uring_prep_rw(IORING_OP_URING_CMD, sqe, w->u->fd, w->iov, 2, 0);
-	memset(sqe->cmd, 0, 80);	/* the SQE128 command area */
+	memset(sqe->cmd, 0, SQE128_CMD_BYTES);
 	sqe->cmd_op = op;
 	req = (struct fuse_uring_cmd_req *)sqe->cmd;
 	req->qid = (uint16_t)w->qid;

@@ -4,12 +4,13 @@
  * Linux 6.14 and later can hand FUSE requests to the daemon through
  * io_uring instead of read(2) and writev(2) on /dev/fuse (when the fuse
  * module's enable_uring parameter is set).  A request then goes to the
- * queue of the CPU its caller runs on, and a thread pinned to that CPU
- * serves it: caller and server take turns on one CPU instead of waking
- * each other across CPUs.  That is the whole gain, and it is large on
- * virtual machines, where waking an idle CPU costs the hypervisor's
- * round trip: a request answered from memory took 28 us over /dev/fuse
- * and 4 us with both threads on one CPU, on the 2-CPU development VM.
+ * queue of the CPU its caller runs on, and a thread pinned to that CPU,
+ * at SCHED_IDLE, serves it: caller and server take turns on one CPU
+ * instead of waking each other across CPUs.  That is the whole gain, and
+ * it is large on virtual machines, where waking an idle CPU costs the
+ * hypervisor's round trip: on the 2-CPU development VM a request answered
+ * from memory took 25-40 us over /dev/fuse and 4.6 us over io_uring (why
+ * SCHED_IDLE: see worker_main() in ll_uring.c).
  *
  * libfuse 3.14 knows nothing of it, so ll_uring sits under libfuse: it
  * installs custom I/O functions on the session, watches INIT go by to

@@ -51,6 +51,9 @@
  * a reader that skips the other members of a sample is still sequential. */
 #define SHARDFS_READAHEAD_GAP (1u << 20)
 
+/* Forward reads in a row before a readahead window opens (see fs.c). */
+#define SHARDFS_READAHEAD_STREAK 3
+
 /* Mount-wide options that change answers or I/O, not the index. */
 struct shardfs_options {
 	bool set_uid;		/* report uid instead of the tar's owner */

@@ -53,6 +53,7 @@ struct shard {
 	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
 	atomic_ullong served_hi; /* end of the highest range read */
 	atomic_ullong last_end;	/* end of the latest read, for readahead */
+	atomic_uint forward;	/* reads in a row that moved forward */
 	atomic_ullong ra_start;	/* start of the range last prefetched */
 	atomic_ullong ra_end;	/* end of the range last prefetched */
 };

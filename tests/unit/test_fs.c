@@ -10,9 +10,13 @@
  * shard truncated under the index, which must give EIO rather than
  * whatever the short pread left in the buffer.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "shardfs/control.h"
@@ -165,6 +169,116 @@ static void test_read_plain_file(void **state)
 	expect_read(e, "small", 0, 100, "s", 1);
 	assert_int_equal(atomic_load(&e->fs.counters.read_bytes), 3000 + 1000 + 10 + 1);
 	assert_int_equal(atomic_load(&e->fs.counters.errors), 0);
+}
+
+/* Pages of [off, off + len) of @fd's file that are in the page cache. */
+static size_t resident_pages(int fd, uint64_t off, uint64_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t start = off / page * page;
+	size_t n = (off + len - start + page - 1) / page, count = 0;
+	unsigned char *vec = malloc(n);
+	void *map = mmap(NULL, off + len - start, PROT_READ, MAP_SHARED, fd, start);
+
+	assert_non_null(vec);
+	assert_true(map != MAP_FAILED);
+	assert_int_equal(mincore(map, off + len - start, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		count += vec[i] & 1;
+	munmap(map, off + len - start);
+	free(vec);
+	return count;
+}
+
+/*
+ * A member read leaves its data in the page cache once: the mount's copy
+ * (the kernel keeps it across opens), not also the shard's.
+ */
+static void test_read_drops_the_shard_pages_it_consumed(void **state)
+{
+	enum { SIZE = 16 << 20 };
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char *content = malloc(SIZE), *buf = malloc(SIZE), path[4096];
+	const struct shard_inode *in;
+	struct statfs sfs;
+	uint64_t data;
+	int fd;
+
+	assert_non_null(content);
+	assert_non_null(buf);
+	memset(content, 'c', SIZE);
+	tb_file(&a, "small", "s");
+	tb_add(&a, "big", '0', content, SIZE);
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	in = shard_index_get(&e->fs.idx, tb_ino(&e->fs, "big"));
+	data = shardfs_data_offset(&e->fs.idx, in);
+	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fstatfs(fd, &sfs), 0);
+	if (sfs.f_type == TMPFS_MAGIC) {	/* tmpfs pages are the file */
+		close(fd);
+		free(content);
+		free(buf);
+		skip();
+	}
+	assert_int_equal(fdatasync(fd), 0);	/* clean pages can be dropped */
+	assert_int_equal(pread(fd, buf, SIZE, 0), SIZE);
+	assert_int_equal(resident_pages(fd, 0, 4096), 1);
+	assert_true(resident_pages(fd, data, SIZE) >= SIZE / 4096);
+
+	/* the mount's page cache keeps the data: the shard's copy goes */
+	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "big"), buf, SIZE, 0),
+			 SIZE);
+	assert_memory_equal(buf, content, SIZE);
+	/* all but the folios (up to 2 MiB) at the edges, shared with others */
+	assert_true(resident_pages(fd, data, SIZE) <= SIZE / 4096 / 4);
+	assert_int_equal(resident_pages(fd, 0, 4096), 1);	/* the headers stay */
+	close(fd);
+	free(content);
+	free(buf);
+}
+
+/* Read member "m<i>" whole; its content is its name. */
+static void read_member_i(struct tb_env *e, int i)
+{
+	char name[16], buf[64];
+
+	snprintf(name, sizeof(name), "m%02d", i);
+	expect_read(e, name, 0, sizeof(buf), name, strlen(name));
+}
+
+static void test_readahead_only_for_forward_streaks(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char name[16];
+
+	for (int i = 0; i < 32; i++) {
+		snprintf(name, sizeof(name), "m%02d", i);
+		tb_file(&a, name, name);
+	}
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	e->fs.opt.readahead = 64 * 1024;
+
+	/* backwards: never forward, never prefetched */
+	for (int i = 31; i >= 16; i--)
+		read_member_i(e, i);
+	assert_int_equal(atomic_load(&e->fs.counters.readahead_misses), 0);
+	/* back to the start (not forward), then forward: a window opens at
+	 * the third forward read in a row, and serves the reads after it */
+	for (int i = 0; i < 3; i++)
+		read_member_i(e, i);
+	assert_int_equal(atomic_load(&e->fs.counters.readahead_misses), 0);
+	read_member_i(e, 3);
+	assert_int_equal(atomic_load(&e->fs.counters.readahead_misses), 1);
+	for (int i = 4; i < 16; i++)
+		read_member_i(e, i);
+	assert_int_equal(atomic_load(&e->fs.counters.readahead_misses), 1);
+	assert_int_equal(atomic_load(&e->fs.counters.readahead_hits), 12);
 }
 
 /* The logical content of a sparse file: zeros with @runs of @data. */
@@ -341,6 +455,8 @@ int main(void)
 		TB_ENV_TEST(test_getattr_overrides),
 		TB_ENV_TEST(test_unknown_inodes_and_wrong_types),
 		TB_ENV_TEST(test_read_plain_file),
+		TB_ENV_TEST(test_read_drops_the_shard_pages_it_consumed),
+		TB_ENV_TEST(test_readahead_only_for_forward_streaks),
 		TB_ENV_TEST(test_read_old_gnu_sparse_file),
 		TB_ENV_TEST(test_read_sparse_1_0_file),
 		TB_ENV_TEST(test_read_all_hole_sparse_file),
