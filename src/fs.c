@@ -213,8 +213,8 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 			    uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
+	unsigned streak = 0;
 	bool inside, forward;
-	unsigned streak;
 
 	if (!ra)
 		return;
@@ -226,9 +226,10 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
 					  memory_order_relaxed);
 	forward = off >= prev && off - prev <= SHARDFS_READAHEAD_GAP;
-	streak = forward ? atomic_fetch_add_explicit(&s->forward, 1,
-						     memory_order_relaxed) + 1 : 0;
-	if (!forward)
+	if (forward)
+		streak = atomic_fetch_add_explicit(&s->forward, 1,
+						   memory_order_relaxed) + 1;
+	else
 		atomic_store_explicit(&s->forward, 0, memory_order_relaxed);
 	if (!forward || (inside && end + ra / 2 <= ra_end) ||
 	    (!inside && streak < SHARDFS_READAHEAD_STREAK))
