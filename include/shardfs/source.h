@@ -1,0 +1,109 @@
+/*
+ * source.h - where a shard's bytes come from.
+ *
+ * Every reader of shard bytes (the tar scanner, label reads, the index
+ * fingerprint, the read path of a mount) goes through a struct
+ * shard_source, never a file descriptor: a local file read with pread(2)
+ * is one kind of source; a remote object read with ranged GETs and a
+ * compressed stream decoded at random offsets are others, and a
+ * decoding source can sit on top of a remote one.  Adding a kind of
+ * storage or encoding is one new implementation of the operations below;
+ * nothing above this header changes.
+ *
+ * Offsets and sizes are those of the tar stream the source serves (for a
+ * compressed shard: of the decompressed stream).
+ *
+ * Thread-safety: once opened, read(), advise() and current_size() may be
+ * called from any number of threads at once; implementations must not
+ * serialise reads of one source behind a lock held across storage I/O
+ * where they can avoid it, and must not allocate on the read path.
+ * close() is called once, after every other call has returned.
+ */
+#ifndef SHARDFS_SOURCE_H
+#define SHARDFS_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+struct shard_source;
+
+/* What advise() says about a range. */
+enum shard_source_advice {
+	SHARD_SOURCE_WILLNEED,	/* will be read soon: start fetching it */
+	SHARD_SOURCE_DONTNEED,	/* consumed: cached copies may be dropped */
+};
+
+struct shard_source_ops {
+	/*
+	 * Read @len bytes at @off into @buf.  Returns the bytes read, which
+	 * is less than @len only where the stream ends, or -errno (-EIO
+	 * for storage that failed or changed).  Retries EINTR itself.
+	 */
+	ssize_t (*read)(struct shard_source *src, void *buf, size_t len,
+			uint64_t off);
+	/* A hint about [@off, @off + @len); may be NULL (no hints). */
+	void (*advise)(struct shard_source *src, uint64_t off, uint64_t len,
+		       enum shard_source_advice advice);
+	/*
+	 * The size of the stored object now, for telling a shard that
+	 * changed under the mount from a read that failed: 0 and *@size,
+	 * or -errno when it cannot be told.
+	 */
+	int (*current_size)(struct shard_source *src, uint64_t *size);
+	/* Release everything the source holds, including @src itself. */
+	void (*close)(struct shard_source *src);
+};
+
+/* The common head of every source; implementations embed it first. */
+struct shard_source {
+	const struct shard_source_ops *ops; /* the implementation */
+	uint64_t size;		/* bytes of the tar stream served */
+};
+
+/* What opening a source learnt about the stored object. */
+struct shard_source_info {
+	char *name;		/* canonical name (absolute path or URL),
+				 * malloc'ed; the caller frees it */
+	uint64_t stored_size;	/* bytes of the object as stored */
+	struct timespec mtime;	/* modification time of the object */
+	struct timespec ctime;	/* change time (mtime where none) */
+};
+
+/*
+ * Open the shard named @name (a path) and fill @info.  Returns 0 and
+ * *@src, or -errno with a message naming the shard in @msg: missing,
+ * unreadable, not a regular file.
+ */
+int shard_source_open(const char *name, struct shard_source **src,
+		      struct shard_source_info *info, char *msg, size_t msg_len);
+
+/* Open a local file as a source (what shard_source_open does for paths). */
+int shard_source_open_file(const char *path, struct shard_source **src,
+			   struct shard_source_info *info, char *msg,
+			   size_t msg_len);
+
+/*
+ * Read exactly @len bytes at @off, or fail: -EIO when the stream ends
+ * first (the shard is shorter than the index says), else the source's
+ * -errno.  Returns 0 on success.
+ */
+int shard_source_read_full(struct shard_source *src, void *buf, size_t len,
+			   uint64_t off);
+
+static inline void shard_source_advise(struct shard_source *src, uint64_t off,
+				       uint64_t len,
+				       enum shard_source_advice advice)
+{
+	if (src->ops->advise)
+		src->ops->advise(src, off, len, advice);
+}
+
+static inline void shard_source_close(struct shard_source *src)
+{
+	if (src)
+		src->ops->close(src);
+}
+
+#endif
