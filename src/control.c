@@ -143,8 +143,8 @@ static void render_shards(const struct shardfs *fs, struct control_buf *b)
 {
 	for (uint32_t i = 0; i < fs->set.nr; i++) {
 		const struct shard *s = &fs->set.shards[i];
-		unsigned long long lo = counter(&s->served_lo);
-		unsigned long long hi = counter(&s->served_hi);
+		unsigned long long lo = counter(&fs->streams[i].served_lo);
+		unsigned long long hi = counter(&fs->streams[i].served_hi);
 
 		buf_printf(b, "%u\t%s\t%llu\t%llu\t", i, s->path,
 			   (unsigned long long)s->size,

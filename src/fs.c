@@ -35,7 +35,6 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	int rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	shardfs_init_built(fs);
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
 	fs->set.skip_bad = opt->skip_bad_shards;
 	if (!rc)
@@ -47,24 +46,36 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	rc = index_store_open(&fs->idx, &fs->set, opt, so, &fs->index_file);
 	if (rc)
 		goto out_release_set;
+	rc = shardfs_init_built(fs);
+	if (rc)
+		goto out_release_index;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	fs->build_seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 	return 0;
 
+out_release_index:
+	shard_index_release(&fs->idx);
 out_release_set:
 	shard_set_release(&fs->set);
-	control_release(&fs->control);
 	return rc;
 }
 
-void shardfs_init_built(struct shardfs *fs)
+int shardfs_init_built(struct shardfs *fs)
 {
+	fs->streams = calloc(fs->set.nr ? fs->set.nr : 1, sizeof(*fs->streams));
+	if (!fs->streams)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < fs->set.nr; i++)
+		atomic_init(&fs->streams[i].served_lo, ~0ull);
 	clock_gettime(CLOCK_MONOTONIC, &fs->mounted_at);
 	control_init(&fs->control);
+	return 0;
 }
 
 void shardfs_release(struct shardfs *fs)
 {
+	free(fs->streams);
+	fs->streams = NULL;
 	control_release(&fs->control);
 	shard_index_release(&fs->idx);
 	shard_set_release(&fs->set);
@@ -162,18 +173,19 @@ bool shardfs_changes(const struct shardfs *fs, uint64_t ino)
 	return control_changes(control_node_of(fs, ino));
 }
 
-/* Log once that @shard no longer matches the index, and why. */
+/* Mark @shard changed, and log once that it no longer matches the index. */
 static void shard_changed(struct shardfs *fs, uint32_t shard, uint64_t off)
 {
 	struct shard *s = &fs->set.shards[shard];
-	struct stat st;
+	uint64_t now;
 
-	if (__atomic_exchange_n(&s->stale_logged, 1, __ATOMIC_RELAXED))
+	if (atomic_exchange_explicit(&fs->streams[shard].changed, true,
+				     memory_order_relaxed))
 		return;
-	if (!fstat(s->fd, &st) && (uint64_t)st.st_size != s->size)
+	if (!s->src->ops->current_size(s->src, &now) && now != s->src->size)
 		log_error("%s: shard changed size under the mount (%llu -> %llu bytes); "
 			  "its members now fail with EIO", s->path,
-			  (unsigned long long)s->size, (unsigned long long)st.st_size);
+			  (unsigned long long)s->src->size, (unsigned long long)now);
 	else
 		log_error("%s: offset %llu: short read; the shard was modified under "
 			  "the mount, its members now fail with EIO", s->path,
@@ -209,8 +221,8 @@ static void atomic_max(atomic_ullong *v, unsigned long long x)
  * by design: the fields are hints, a lost update costs one fadvise more
  * or less.
  */
-static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
-			    uint64_t end)
+static void shard_readahead(struct shardfs *fs, struct shard_source *src,
+			    struct shard_stream *s, uint64_t off, uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
 	unsigned streak = 0;
@@ -241,7 +253,7 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
 	start = (inside ? ra_end : end) & ~(uint64_t)(SHARDFS_PAGE_SIZE - 1);
 	atomic_store_explicit(&s->ra_start, start, memory_order_relaxed);
 	atomic_store_explicit(&s->ra_end, start + ra, memory_order_relaxed);
-	posix_fadvise(s->fd, (off_t)start, (off_t)ra, POSIX_FADV_WILLNEED);
+	shard_source_advise(src, start, ra, SHARD_SOURCE_WILLNEED);
 }
 
 /*
@@ -253,23 +265,27 @@ static void shard_readahead(struct shardfs *fs, struct shard *s, uint64_t off,
  * shard order: 571-685 MB/s keeping both copies, 931-967 MB/s keeping
  * one, with half the daemon's CPU time.
  */
-static void shard_served(struct shardfs *fs, struct shard *s, uint64_t off,
+static void shard_served(struct shardfs *fs, uint32_t shard, uint64_t off,
 			 uint64_t len)
 {
+	struct shard_source *src = fs->set.shards[shard].src;
+	struct shard_stream *s = &fs->streams[shard];
+
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, len,
 				  memory_order_relaxed);
 	atomic_min(&s->served_lo, off);
 	atomic_max(&s->served_hi, off + len);
-	shard_readahead(fs, s, off, off + len);
-	if (len)	/* a length of 0 would mean: to the end of the shard */
-		posix_fadvise(s->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+	shard_readahead(fs, src, s, off, off + len);
+	shard_source_advise(src, off, len, SHARD_SOURCE_DONTNEED);
 }
 
 /* Log a failed read of @s, the first SHARDFS_READ_ERRORS_LOGGED only. */
-static void read_failed(struct shard *s, uint64_t off, int err)
+static void read_failed(struct shardfs *fs, uint32_t shard, uint64_t off,
+			int err)
 {
-	unsigned n = atomic_fetch_add_explicit(&s->read_errors, 1,
-					       memory_order_relaxed);
+	const struct shard *s = &fs->set.shards[shard];
+	unsigned n = atomic_fetch_add_explicit(&fs->streams[shard].read_errors,
+					       1, memory_order_relaxed);
 
 	if (n < SHARDFS_READ_ERRORS_LOGGED)
 		log_error("%s: offset %llu: read failed: %s", s->path,
@@ -279,32 +295,33 @@ static void read_failed(struct shard *s, uint64_t off, int err)
 			  s->path);
 }
 
-/* Read exactly @size bytes at @off of @shard, or fail with -EIO. */
+/*
+ * Read exactly @size bytes at @off of @shard, or fail with -EIO.  A shard
+ * once found changed fails every later read, even after it has grown
+ * back: a file rewritten under the mount would serve its new bytes at the
+ * old offsets.
+ */
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 			   size_t size, uint64_t off)
 {
-	struct shard *s = &fs->set.shards[shard];
-	size_t done = 0;
+	struct shard_source *src = fs->set.shards[shard].src;
+	ssize_t n;
 
-	while (done < size) {
-		ssize_t n = pread(s->fd, buf + done, size - done, off + done);
-
-		atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
-					  memory_order_relaxed);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			read_failed(s, off + done, errno);
-			return -EIO;
-		}
-		if (n == 0) {
-			shard_changed(fs, shard, off + done);
-			return -EIO;
-		}
-		done += n;
+	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
+		return -EIO;
+	n = src->ops->read(src, buf, size, off);
+	atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
+				  memory_order_relaxed);
+	if (n < 0) {
+		read_failed(fs, shard, off, (int)-n);
+		return -EIO;
 	}
-	shard_served(fs, s, off, size);
-	return (ssize_t)done;
+	if ((size_t)n < size) {
+		shard_changed(fs, shard, off + (uint64_t)n);
+		return -EIO;
+	}
+	shard_served(fs, shard, off, size);
+	return n;
 }
 
 uint64_t shardfs_data_offset(const struct shard_index *idx,

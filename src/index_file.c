@@ -68,19 +68,20 @@ static const size_t section_record[NR_SECTIONS] = {
 	[SEC_HARDLINKS] = sizeof(struct shard_hardlink),
 };
 
-int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp)
+int index_file_fingerprint(struct shard_source *src, uint64_t *fp)
 {
-	size_t want = size < INDEX_FINGERPRINT_BYTES ? size : INDEX_FINGERPRINT_BYTES;
+	size_t want = src->size < INDEX_FINGERPRINT_BYTES ? src->size
+							  : INDEX_FINGERPRINT_BYTES;
 	char *buf = malloc(want ? want : 1);
-	ssize_t n;
+	int rc;
 
 	if (!buf)
 		return -ENOMEM;
-	n = pread(fd, buf, want, 0);
-	if (n == (ssize_t)want)
+	rc = shard_source_read_full(src, buf, want, 0);
+	if (!rc)
 		*fp = XXH3_64bits(buf, want);
 	free(buf);
-	return n == (ssize_t)want ? 0 : -EIO;
+	return rc;
 }
 
 /* Directory of @path (with the trailing '/'), as a length into @path. */
@@ -136,7 +137,7 @@ static int shard_table(const char *path, const struct shard_set *set,
 		r->fingerprint = s->fingerprint;
 		/* shards an index already covered are not read again */
 		if (!s->fingerprinted &&
-		    index_file_fingerprint(s->fd, s->size, &r->fingerprint))
+		    index_file_fingerprint(s->src, &r->fingerprint))
 			return -EIO;
 		memcpy(*names + *names_len, name, r->name_len);
 		*names_len += r->name_len;

@@ -135,7 +135,7 @@ static enum shard_match shard_matches(const struct shard *s,
 	    s->ctime.tv_sec == r->ctime_sec && s->ctime.tv_nsec == r->ctime_nsec)
 		return SHARD_SAME;
 	/* copied, moved or rewritten: a cheap read first, then the headers */
-	if (index_file_fingerprint(s->fd, s->size, &fp) || fp != r->fingerprint ||
+	if (index_file_fingerprint(s->src, &fp) || fp != r->fingerprint ||
 	    shard_scan_digest(s, layout, &fp) || fp != r->digest)
 		return SHARD_STALE;
 	return SHARD_RESCANNED;

@@ -203,14 +203,12 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	const char *path = sc->strings + rm->path;
 	char data[LAYOUT_LABEL_FILE_MAX], label[PATH_COMPONENT_MAX + 1];
 	struct sample_label *sl;
-	ssize_t n;
 	int len, rc;
 
 	if (m->type != TAR_FILE || m->sparse || m->size > sizeof(data) ||
 	    !layout_is_label_member(sc->layout, path, rm->path_len))
 		return 0;
-	n = pread(sc->shard->fd, data, m->size, (off_t)m->data_offset);
-	if (n != (ssize_t)m->size)
+	if (shard_source_read_full(sc->shard->src, data, m->size, m->data_offset))
 		return 0;	/* the scan reports a short shard itself */
 	XXH3_64bits_update(sc->hash, data, m->size);
 	len = layout_label(sc->layout, data, m->size, label, sizeof(label));
@@ -402,7 +400,7 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		sc->rc = -ENOMEM;
 		return;
 	}
-	sc->rc = tar_scan(shard->fd, shard->size, &ops, sc, &sc->err);
+	sc->rc = tar_scan(shard->src, &ops, sc, &sc->err);
 	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
 		sc->err.offset = shard->size;

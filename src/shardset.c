@@ -39,8 +39,7 @@ static int set_add(struct shard_set *set, const char *path, size_t len)
 		set->shards = s;
 	}
 	s = &set->shards[set->nr];
-	*s = (struct shard){ .fd = -1, .path = strndup(path, len),
-			     .served_lo = ~0ull };
+	*s = (struct shard){ .path = strndup(path, len) };
 	if (!s->path)
 		return -ENOMEM;
 	set->nr++;
@@ -305,27 +304,16 @@ static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
 
 static int shard_open(struct shard *s, char *msg, size_t msg_len)
 {
-	struct stat st;
-	char *abs;
+	struct shard_source_info info = { 0 };
+	int rc = shard_source_open(s->path, &s->src, &info, msg, msg_len);
 
-	s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-	if (s->fd < 0)
-		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
-	/* absolute, because the daemon leaves its working directory */
-	abs = realpath(s->path, NULL);
-	if (!abs)
-		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
+	if (rc)
+		return rc;
 	free(s->path);
-	s->path = abs;
-	if (fstat(s->fd, &st))
-		return log_format(msg, msg_len, -errno, "%s: %s", s->path, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return log_format(msg, msg_len, -EINVAL, "%s: not a regular file", s->path);
-	s->size = st.st_size;
-	s->mtime = st.st_mtim;
-	s->ctime = st.st_ctim;
-	s->uid = st.st_uid;
-	s->gid = st.st_gid;
+	s->path = info.name;
+	s->size = s->src->size;
+	s->mtime = info.mtime;
+	s->ctime = info.ctime;
 	return 0;
 }
 
@@ -339,9 +327,6 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 		rc = shard_open(s, msg, msg_len);
 		if (rc && set->skip_bad) {
 			log_warn("%s; shard skipped", msg);
-			if (s->fd >= 0)
-				close(s->fd);
-			s->fd = -1;
 			s->size = 0;
 			s->bad = true;
 			rc = 0;
@@ -353,8 +338,7 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 void shard_set_release(struct shard_set *set)
 {
 	for (uint32_t i = 0; i < set->nr; i++) {
-		if (set->shards[i].fd >= 0)
-			close(set->shards[i].fd);
+		shard_source_close(set->shards[i].src);
 		free(set->shards[i].path);
 	}
 	free(set->shards);

@@ -57,7 +57,7 @@ struct tar_buf {
 
 /* Read window over the archive. */
 struct tar_reader {
-	int fd;			/* archive, read with pread only */
+	struct shard_source *src; /* the archive */
 	uint64_t file_size;	/* archive length in bytes */
 	char *window;		/* TAR_WINDOW_SIZE bytes */
 	uint64_t win_off;	/* archive offset of window[0] */
@@ -174,24 +174,15 @@ static int reader_fill(struct tar_scan *s, uint64_t off)
 	struct tar_reader *rd = &s->rd;
 	size_t want = rd->stride < TAR_WINDOW_SIZE / 4 ? TAR_WINDOW_SIZE
 						       : TAR_PROBE_SIZE;
-	size_t got = 0;
+	ssize_t n;
 
 	if (want > rd->file_size - off)
 		want = rd->file_size - off;
-	while (got < want) {
-		ssize_t n = pread(rd->fd, rd->window + got, want - got, off + got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return scan_fail(s, -EIO, off + got, "read failed: %s",
-					 strerror(errno));
-		if (n == 0)
-			break;
-		got += n;
-	}
+	n = rd->src->ops->read(rd->src, rd->window, want, off);
+	if (n < 0)
+		return scan_fail(s, -EIO, off, "read failed: %s", strerror((int)-n));
 	rd->win_off = off;
-	rd->win_len = got;
+	rd->win_len = (size_t)n;
 	return 0;
 }
 
@@ -966,11 +957,12 @@ static void scan_release(struct tar_scan *s)
 	free(s->rd.window);
 }
 
-int tar_scan(int fd, uint64_t file_size, const struct tar_scan_ops *ops,
+int tar_scan(struct shard_source *src, const struct tar_scan_ops *ops,
 	     void *arg, struct tar_error *err)
 {
+	uint64_t file_size = src->size;
 	struct tar_scan s = {
-		.rd = { .fd = fd, .file_size = file_size },
+		.rd = { .src = src, .file_size = file_size },
 		.ops = ops, .arg = arg, .err = err,
 	};
 	uint64_t off = 0, first_off = 0, prev = 0;

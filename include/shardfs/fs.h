@@ -96,8 +96,27 @@ struct shardfs_counters {
 	atomic_ullong uring_requests;	/* requests that came over io_uring */
 };
 
+/*
+ * What the read path learns about one shard while mounted: hints for
+ * readahead and statistics (relaxed atomics, racy by design: a lost
+ * update costs a hint), and the one fact that is about correctness,
+ * @changed, which once set stays set.
+ */
+struct shard_stream {
+	atomic_bool changed;	/* a read found the shard changed under
+				 * the mount: every later read gets EIO */
+	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
+	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
+	atomic_ullong served_hi; /* end of the highest range read */
+	atomic_ullong last_end;	/* end of the latest read, for readahead */
+	atomic_uint forward;	/* reads in a row that moved forward */
+	atomic_ullong ra_start;	/* start of the range last prefetched */
+	atomic_ullong ra_end;	/* end of the range last prefetched */
+};
+
 struct shardfs {
 	struct shard_set set;		/* shards, open for the mount's life */
+	struct shard_stream *streams;	/* read-path state, one per shard */
 	struct shard_index idx;		/* the namespace */
 	struct shardfs_options opt;	/* ownership overrides */
 	struct shardfs_counters counters; /* activity since mount */
@@ -122,9 +141,10 @@ void shardfs_release(struct shardfs *fs);
 
 /*
  * Set up what shardfs_init() would around an index built by the caller
- * (tests and fuzzers build @fs->set and @fs->idx themselves).
+ * (tests and fuzzers build @fs->set and @fs->idx themselves).  Returns 0
+ * or -ENOMEM.
  */
-void shardfs_init_built(struct shardfs *fs);
+int shardfs_init_built(struct shardfs *fs);
 
 /*
  * Fill @st for inode @ino.  Returns 0, -ENOENT, or -ENOMEM when a

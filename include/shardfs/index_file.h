@@ -101,6 +101,6 @@ int index_file_write(const char *path, const struct shard_index *idx,
 int index_file_reseal(void *image, size_t len);
 
 /* Fingerprint of an open shard: xxh3 of its first bytes.  0 or -EIO. */
-int index_file_fingerprint(int fd, uint64_t size, uint64_t *fp);
+int index_file_fingerprint(struct shard_source *src, uint64_t *fp);
 
 #endif

@@ -15,18 +15,19 @@
  * no request after the mount opens a file on the shard storage.
  *
  * Thread-safety: expansion and opening happen before the mount, single
- * threaded; afterwards the set is shared by all threads: reads use pread
- * on the shared descriptors, and the per-shard activity fields below are
- * relaxed atomics (statistics and readahead hints, never correctness).
+ * threaded; afterwards the set is read-only and shared by all threads,
+ * which read shards through their sources (source.h).  What the read
+ * path learns about a shard while mounted is kept by fs.c, not here.
  */
 #ifndef SHARDFS_SHARDSET_H
 #define SHARDFS_SHARDSET_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "shardfs/source.h"
 
 /* Most shards a SHARDS argument may expand to. */
 #define SHARD_SET_MAX_SHARDS (1u << 20)
@@ -34,13 +35,13 @@
 #define SHARD_SET_SPEC_MAX (64u * 1024)
 
 struct shard {
-	char *path;		/* expanded from SHARDS; absolute once open */
-	int fd;			/* open read-only for the life of the mount */
-	uint64_t size;		/* bytes, from fstat at open */
-	struct timespec mtime;	/* from fstat at open */
-	struct timespec ctime;	/* from fstat at open */
-	uint32_t uid;		/* owner of the shard file */
-	uint32_t gid;		/* group of the shard file */
+	char *path;		/* expanded from SHARDS; the source's canonical
+				 * name (absolute path) once open */
+	struct shard_source *src; /* open for the life of the mount; NULL
+				 * before shard_set_open() and for bad shards */
+	uint64_t size;		/* bytes of its tar stream (src->size) */
+	struct timespec mtime;	/* of the stored object, at open */
+	struct timespec ctime;	/* of the stored object, at open */
 	uint64_t members;	/* members found by the index build */
 	uint64_t digest;	/* of its headers (and labels): see
 				 * shard_scan.h; 0 until scanned */
@@ -48,14 +49,6 @@ struct shard {
 				 * fingerprinted is set */
 	bool fingerprinted;	/* fingerprint is known (from an index) */
 	bool bad;		/* failed to scan; skipped (skip_bad_shards) */
-	int stale_logged;	/* set once a read found the shard changed */
-	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
-	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
-	atomic_ullong served_hi; /* end of the highest range read */
-	atomic_ullong last_end;	/* end of the latest read, for readahead */
-	atomic_uint forward;	/* reads in a row that moved forward */
-	atomic_ullong ra_start;	/* start of the range last prefetched */
-	atomic_ullong ra_end;	/* end of the range last prefetched */
 };
 
 struct shard_set {
@@ -76,14 +69,14 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 		     size_t msg_len);
 
 /*
- * Open every shard read-only and record its size and mtime.  Raises
+ * Open every shard's source (source.h) and record its size and times.  Raises
  * RLIMIT_NOFILE as far as allowed first.  Returns 0 or -errno with a
  * message naming the shard that failed; with set->skip_bad, such shards
  * are logged, marked bad and skipped instead.
  */
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len);
 
-/* Close descriptors and free the set; the set is empty afterwards. */
+/* Close the sources and free the set; the set is empty afterwards. */
 void shard_set_release(struct shard_set *set);
 
 #endif

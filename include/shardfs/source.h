@@ -85,6 +85,23 @@ int shard_source_open_file(const char *path, struct shard_source **src,
 			   size_t msg_len);
 
 /*
+ * Wrap an open descriptor of a regular file as a source; the source owns
+ * @fd from then on (also on failure).  For tools and tests that made the
+ * file themselves.  Returns 0 or -errno.
+ */
+int shard_source_open_fd(int fd, struct shard_source **src);
+
+/* A source over bytes in memory, embedded by its user (tests, fuzzers). */
+struct shard_source_mem {
+	struct shard_source base; /* base.size is the length of data */
+	const unsigned char *data; /* not owned; outlives the source */
+};
+
+/* Set @m up over @data; closing it frees nothing. */
+void shard_source_mem_init(struct shard_source_mem *m, const void *data,
+			   uint64_t size);
+
+/*
  * Read exactly @len bytes at @off, or fail: -EIO when the stream ends
  * first (the shard is shorter than the index says), else the source's
  * -errno.  Returns 0 on success.

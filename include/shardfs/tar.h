@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardfs/source.h"
+
 #define TAR_BLOCK_SIZE 512
 
 /* Largest body of an 'L', 'K', 'x' or 'g' member that is accepted (real
@@ -84,12 +86,13 @@ struct tar_scan_ops {
 };
 
 /*
- * Scan the archive open on @fd, @file_size bytes long.  Returns 0 when the
- * end-of-archive marker (or the end of the file on a block boundary) is
- * reached, -EINVAL with *err filled for a malformed archive, -EIO with *err
- * filled when reading fails, -ENOMEM, or a callback's negative return.
+ * Scan the archive served by @src (src->size bytes; source.h).  Returns 0
+ * when the end-of-archive marker (or the end of the stream on a block
+ * boundary) is reached, -EINVAL with *err filled for a malformed archive,
+ * -EIO with *err filled when reading fails, -ENOMEM, or a callback's
+ * negative return.
  */
-int tar_scan(int fd, uint64_t file_size, const struct tar_scan_ops *ops,
+int tar_scan(struct shard_source *src, const struct tar_scan_ops *ops,
 	     void *arg, struct tar_error *err);
 
 /*

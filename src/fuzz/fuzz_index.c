@@ -332,8 +332,8 @@ static void build_and_walk(unsigned int nr, const struct layout *layout,
 	struct shardfs fs = { .opt.readahead = SHARDFS_READAHEAD_DEFAULT };
 	int rc;
 
-	shardfs_init_built(&fs);
 	open_shards(&fs.set, nr, skip_bad_shards);
+	FUZZ_CHECK(!shardfs_init_built(&fs), "shardfs_init_built: out of memory");
 	rc = shard_index_build(&fs.idx, &fs.set, &opt);
 	FUZZ_CHECK(rc == 0 || (rc == -EINVAL && !skip_bad_shards),
 		   "shard_index_build (skip_bad_shards %d) returned %d",

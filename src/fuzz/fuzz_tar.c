@@ -1,8 +1,8 @@
 /*
  * fuzz_tar.c - libFuzzer target for the tar scanner (tar_scan).
  *
- * The input is one archive.  It is copied into a memfd, because tar_scan
- * reads with pread(2) exactly as it reads a shard, and scanned.  The
+ * The input is one archive, scanned through a memory source: tar_scan
+ * reads every source alike (source.h), so this is the scan of a shard.  The
  * member callback reads every byte that tar_scan hands out (names, link
  * targets, sparse maps), so ASan catches pointers into freed or foreign
  * memory, and checks the promises of tar.h that the read path relies on:
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fuzz_common.h"
 #include "shardfs/tar.h"
@@ -25,16 +24,9 @@ struct scan_ctx {
 	uint64_t file_size;	/* bytes in the archive */
 };
 
-static int archive_fd = -1;
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	fuzz_keep_stderr();
-	archive_fd = memfd_create("fuzz_tar", MFD_CLOEXEC);
-	if (archive_fd < 0) {
-		perror("fuzz_tar: memfd_create");
-		abort();
-	}
 	return 0;
 }
 
@@ -107,12 +99,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const struct tar_scan_ops ops = { on_member, on_warn };
 	struct scan_ctx ctx = { .file_size = size };
+	struct shard_source_mem src;
 	struct tar_error err;
 	int rc;
 
-	fuzz_set_file(archive_fd, data, size);
+	shard_source_mem_init(&src, data, size);
 	memset(&err, 0xa5, sizeof(err));	/* unterminated unless filled */
-	rc = tar_scan(archive_fd, size, &ops, &ctx, &err);
+	rc = tar_scan(&src.base, &ops, &ctx, &err);
 	FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM,
 		   "tar_scan returned %d", rc);
 	if (rc == -EINVAL)

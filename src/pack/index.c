@@ -29,7 +29,7 @@ static int planned_set(struct shard_set *set, const struct pack_pattern *pattern
 
 		if (rc)
 			return rc;
-		set->shards[set->nr] = (struct shard){ .fd = -1, .path = strdup(path) };
+		set->shards[set->nr] = (struct shard){ .path = strdup(path) };
 		if (!set->shards[set->nr].path)
 			return -ENOMEM;
 		set->nr++;

@@ -383,12 +383,22 @@ static void collect_warning(void *arg, uint64_t offset, const char *msg)
 	r->nr_warnings++;
 }
 
-void tb_scan_fd(struct tb_scan *r, int fd, uint64_t size)
+void tb_scan_source(struct tb_scan *r, struct shard_source *src)
 {
 	static const struct tar_scan_ops ops = { collect_member, collect_warning };
 
 	*r = (struct tb_scan){ 0 };
-	r->rc = tar_scan(fd, size, &ops, r, &r->err);
+	r->rc = tar_scan(src, &ops, r, &r->err);
+}
+
+void tb_scan_fd(struct tb_scan *r, int fd, uint64_t size)
+{
+	struct shard_source *src;
+
+	assert_int_equal(shard_source_open_fd(dup(fd), &src), 0);
+	assert_int_equal(src->size, size);
+	tb_scan_source(r, src);
+	shard_source_close(src);
 }
 
 void tb_scan(struct tb_scan *r, const struct tb *a)
@@ -483,9 +493,9 @@ void tb_env_build(struct tb_env *e)
 
 	assert_false(e->built);
 	e->fs = (struct shardfs){ 0 };
-	shardfs_init_built(&e->fs);
 	e->built = true;	/* releasing an empty shardfs is harmless */
 	tb_build(&e->fs.set, &e->fs.idx, e->dir, &opt);
+	assert_int_equal(shardfs_init_built(&e->fs), 0);
 }
 
 uint64_t tb_ino(struct shardfs *fs, const char *path)

@@ -164,6 +164,8 @@ struct tb_scan {
 };
 
 void tb_scan_fd(struct tb_scan *r, int fd, uint64_t size);
+/* The same through @src, which the caller closes. */
+void tb_scan_source(struct tb_scan *r, struct shard_source *src);
 /* Scan @a from a temporary file. */
 void tb_scan(struct tb_scan *r, const struct tb *a);
 void tb_scan_free(struct tb_scan *r);

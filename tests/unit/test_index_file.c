@@ -473,7 +473,7 @@ static void test_round_trip(void **state)
 		assert_int_equal(r->ctime_sec, s->ctime.tv_sec);
 		assert_int_equal(r->ctime_nsec, s->ctime.tv_nsec);
 		assert_int_equal(r->members, s->members);
-		assert_int_equal(index_file_fingerprint(s->fd, s->size, &fp), 0);
+		assert_int_equal(index_file_fingerprint(s->src, &fp), 0);
 		assert_int_equal(r->fingerprint, fp);
 	}
 	shard_index_release(&idx);

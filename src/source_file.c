@@ -1,0 +1,151 @@
+/*
+ * source_file.c - a shard in a local file: pread(2) and posix_fadvise(2).
+ *
+ * The descriptor stays open for the life of the mount, so that no request
+ * after the mount opens a file on the shard storage.  Hints go straight
+ * to the kernel: WILLNEED starts its readahead of the range, DONTNEED
+ * drops pages a reader consumed (fs.c says why that pays).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shardfs/log.h"
+#include "shardfs/source.h"
+
+struct source_file {
+	struct shard_source base; /* base.size is the size at open */
+	int fd;			/* open read-only until close */
+};
+
+static ssize_t file_read(struct shard_source *src, void *buf, size_t len,
+			 uint64_t off)
+{
+	struct source_file *f = (struct source_file *)src;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
+				  (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		done += n;
+	}
+	return (ssize_t)done;
+}
+
+static void file_advise(struct shard_source *src, uint64_t off, uint64_t len,
+			enum shard_source_advice advice)
+{
+	struct source_file *f = (struct source_file *)src;
+
+	if (len)	/* a length of 0 would mean: to the end of the file */
+		posix_fadvise(f->fd, (off_t)off, (off_t)len,
+			      advice == SHARD_SOURCE_WILLNEED ?
+			      POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
+}
+
+static int file_current_size(struct shard_source *src, uint64_t *size)
+{
+	struct source_file *f = (struct source_file *)src;
+	struct stat st;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+static void file_close(struct shard_source *src)
+{
+	struct source_file *f = (struct source_file *)src;
+
+	close(f->fd);
+	free(f);
+}
+
+static const struct shard_source_ops file_ops = {
+	.read = file_read,
+	.advise = file_advise,
+	.current_size = file_current_size,
+	.close = file_close,
+};
+
+/* Wrap @fd, a regular file described by @st. */
+static int file_wrap(int fd, const struct stat *st, struct shard_source **src)
+{
+	struct source_file *f = malloc(sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	*f = (struct source_file){
+		.base = { .ops = &file_ops, .size = (uint64_t)st->st_size },
+		.fd = fd,
+	};
+	*src = &f->base;
+	return 0;
+}
+
+int shard_source_open_fd(int fd, struct shard_source **src)
+{
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st)) {
+		rc = -errno;
+		goto out_close_fd;
+	}
+	rc = S_ISREG(st.st_mode) ? file_wrap(fd, &st, src) : -EINVAL;
+	if (!rc)
+		return 0;
+out_close_fd:
+	close(fd);
+	return rc;
+}
+
+int shard_source_open_file(const char *path, struct shard_source **src,
+			   struct shard_source_info *info, char *msg,
+			   size_t msg_len)
+{
+	struct stat st;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st)) {
+		rc = log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
+		goto out_close_fd;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = log_format(msg, msg_len, -EINVAL, "%s: not a regular file", path);
+		goto out_close_fd;
+	}
+	/* absolute, because the daemon leaves its working directory */
+	info->name = realpath(path, NULL);
+	if (!info->name) {
+		rc = log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
+		goto out_close_fd;
+	}
+	info->stored_size = (uint64_t)st.st_size;
+	info->mtime = st.st_mtim;
+	info->ctime = st.st_ctim;
+	rc = file_wrap(fd, &st, src);
+	if (!rc)
+		return 0;
+	free(info->name);
+	info->name = NULL;
+	log_format(msg, msg_len, rc, "%s: %s", path, strerror(-rc));
+out_close_fd:
+	close(fd);
+	return rc;
+}
