@@ -5,6 +5,7 @@
  * commands, and shardfs can hand what it does not know to libfuse.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,9 @@
 
 #include "cli.h"
 #include "shardfs/log.h"
+
+/* Longest libfuse message joined from pieces; longer ones are cut. */
+#define CLI_FUSE_LINE_MAX 1024
 
 #define CLI_OPT(t, field, value) { t, offsetof(struct cli_index, field), value }
 
@@ -67,13 +71,30 @@ static int take_shards(void *data, const char *arg, int key,
 	return cli->shards ? 0 : -1;
 }
 
-/* libfuse's messages go where ours go, with our prefix and levels. */
+/*
+ * libfuse's messages go where ours go, with our prefix and levels.  It
+ * writes some lines in pieces ("unknown option(s): `", "-o ", "bogus'\n"):
+ * pieces are joined until the newline, so that each is one line.
+ */
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 			     va_list ap)
 {
-	log_vmsg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR :
-		 level == FUSE_LOG_WARNING ? LOG_LEVEL_WARN :
-		 level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG, fmt, ap);
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static char line[CLI_FUSE_LINE_MAX];
+	static size_t len;
+
+	pthread_mutex_lock(&lock);
+	vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+	len = strlen(line);
+	if (len && (line[len - 1] == '\n' || len == sizeof(line) - 1)) {
+		log_msg(level <= FUSE_LOG_ERR ? LOG_LEVEL_ERROR :
+			level == FUSE_LOG_WARNING ? LOG_LEVEL_WARN :
+			level <= FUSE_LOG_INFO ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG,
+			"%s", line);
+		len = 0;
+		line[0] = '\0';
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 int cli_index_parse(struct fuse_args *args, struct cli_index *cli)
@@ -132,8 +153,9 @@ void cli_index_free(struct cli_index *cli)
 	free(cli->loglevel);
 }
 
-void cli_print_summary(const struct shard_index *idx, uint32_t nr_shards,
-		       double seconds, const struct index_store_result *res)
+void cli_print_summary(const struct shard_index *idx, const struct layout *layout,
+		       uint32_t nr_shards, double seconds,
+		       const struct index_store_result *res)
 {
 	static const char *const origin[] = { "loaded", "extended", "built" };
 	const struct shard_index_counts *c = &idx->counts;
@@ -147,7 +169,11 @@ void cli_print_summary(const struct shard_index *idx, uint32_t nr_shards,
 	if (c->bad_shards)
 		log_warn("%u bad shards skipped", c->bad_shards);
 	if (c->unlabeled)
-		log_info("%llu samples without a label", (unsigned long long)c->unlabeled);
+		log_warn("%llu samples without a label from label=%s: %s%s%s",
+			 (unsigned long long)c->unlabeled, layout->label_source,
+			 layout->unlabeled ? "under " : "left out (unlabeled=skip)",
+			 layout->unlabeled ? layout->unlabeled : "",
+			 layout->unlabeled ? "/" : "");
 	log_debug("index: %u entries, %.1f bytes per entry, %llu hard links, "
 		  "%llu special files skipped", idx->nr_inodes,
 		  shard_index_bytes_per_entry(idx), (unsigned long long)c->hardlinks,

@@ -56,7 +56,8 @@ void cli_config_release(struct cli_config *cfg);
 void cli_index_free(struct cli_index *cli);
 
 /* Print the one-line build summary (unless quiet) and any warnings. */
-void cli_print_summary(const struct shard_index *idx, uint32_t nr_shards,
-		       double seconds, const struct index_store_result *res);
+void cli_print_summary(const struct shard_index *idx, const struct layout *layout,
+		       uint32_t nr_shards, double seconds,
+		       const struct index_store_result *res);
 
 #endif

@@ -26,10 +26,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "shardfs/control.h"
 #include "shardfs/fs.h"
+#include "shardfs/log.h"
 
 /* Longest members line: a path with every byte escaped, three numbers. */
 #define MEMBERS_LINE_MAX (2 * PATH_MAX + 3 * 21 + 1)
@@ -130,11 +132,12 @@ static void render_stats(const struct shardfs *fs, struct control_buf *b)
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
+		   "  \"logged_errors\": %llu,\n"
 		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu},\n"
 		   "  \"io_uring_requests\": %llu\n}\n",
 		   counter(&k->read_bytes), br, counter(&k->backing_bytes),
 		   br ? (double)counter(&k->backing_bytes) / br : 0.0,
-		   counter(&k->errors), (unsigned long long)fs->opt.readahead,
+		   counter(&k->errors), log_errors(), (unsigned long long)fs->opt.readahead,
 		   counter(&k->readahead_hits), counter(&k->readahead_misses),
 		   counter(&k->uring_requests));
 }
@@ -445,6 +448,12 @@ int control_getattr(struct shardfs *fs, enum control_node node, struct stat *st)
 	memset(st, 0, sizeof(*st));
 	st->st_ino = control_ino(fs, node);
 	st->st_mode = node == CONTROL_DIR ? S_IFDIR | 0555 : S_IFREG | 0444;
+	/* members and shards name what directory modes may hide (names in
+	 * 0700 directories, the shards' paths): the mount's owner only */
+	if (node == CONTROL_MEMBERS || node == CONTROL_SHARDS)
+		st->st_mode = S_IFREG | 0400;
+	st->st_uid = fs->opt.set_uid ? fs->opt.uid : geteuid();
+	st->st_gid = fs->opt.set_gid ? fs->opt.gid : getegid();
 	st->st_nlink = node == CONTROL_DIR ? 2 : 1;
 	st->st_blksize = SHARDFS_BLKSIZE;
 	st->st_mtim = fs->control.mounted;

@@ -7,9 +7,12 @@
  * sample on network storage).
  *
  * Reads pread(2) the member's bytes at their offset in the shard.  A short
- * read means the shard is no longer what was indexed (truncated or
- * rewritten under the mount); it is answered with EIO, never with the
- * wrong bytes, and logged once per shard.
+ * read, or a size other than the indexed one (one fstat after each read:
+ * a truncate and a rewrite to another size between two reads leave no
+ * short read to see), means the shard is no longer what was indexed; the
+ * shard is then marked stale for good: that read and every later one of
+ * it fail with EIO, never with the wrong bytes, and it is logged once.  A
+ * rewrite in place to the same size cannot be seen this way (shardfs(1)).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -173,23 +176,41 @@ bool shardfs_changes(const struct shardfs *fs, uint64_t ino)
 	return control_changes(control_node_of(fs, ino));
 }
 
-/* Mark @shard changed, and log once that it no longer matches the index. */
-static void shard_changed(struct shardfs *fs, uint32_t shard, uint64_t off)
+/*
+ * Mark @shard changed (every later read of it fails) and log it once, with
+ * why: its stored size now is *@now (when known), or a read at @off came
+ * up short.
+ */
+static void shard_changed(struct shardfs *fs, uint32_t shard, uint64_t off,
+			  const uint64_t *now)
 {
 	struct shard *s = &fs->set.shards[shard];
-	uint64_t now;
 
 	if (atomic_exchange_explicit(&fs->streams[shard].changed, true,
 				     memory_order_relaxed))
 		return;
-	if (!s->src->ops->current_size(s->src, &now) && now != s->src->size)
+	if (now)
 		log_error("%s: shard changed size under the mount (%llu -> %llu bytes); "
 			  "its members now fail with EIO", s->path,
-			  (unsigned long long)s->src->size, (unsigned long long)now);
+			  (unsigned long long)s->stored_size, (unsigned long long)*now);
 	else
 		log_error("%s: offset %llu: short read; the shard was modified under "
 			  "the mount, its members now fail with EIO", s->path,
 			  (unsigned long long)off);
+}
+
+/* Is @shard still the file that was indexed, as far as its size tells? */
+static bool shard_unchanged(struct shardfs *fs, uint32_t shard, uint64_t off)
+{
+	struct shard *s = &fs->set.shards[shard];
+	uint64_t now;
+
+	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
+		return false;
+	if (s->src->ops->current_size(s->src, &now) || now == s->stored_size)
+		return true;
+	shard_changed(fs, shard, off, &now);
+	return false;
 }
 
 static void atomic_min(atomic_ullong *v, unsigned long long x)
@@ -308,7 +329,7 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 	ssize_t n;
 
 	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
-		return -EIO;
+		return -EIO;	/* found changed once: never served again */
 	n = src->ops->read(src, buf, size, off);
 	atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
 				  memory_order_relaxed);
@@ -317,9 +338,14 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 		return -EIO;
 	}
 	if ((size_t)n < size) {
-		shard_changed(fs, shard, off + (uint64_t)n);
+		if (shard_unchanged(fs, shard, off + (uint64_t)n))
+			shard_changed(fs, shard, off + (uint64_t)n, NULL);
 		return -EIO;
 	}
+	/* after the read: a shard rewritten to another size since the last
+	 * read would otherwise serve its new bytes at the old offsets */
+	if (!shard_unchanged(fs, shard, off))
+		return -EIO;
 	shard_served(fs, shard, off, size);
 	return n;
 }

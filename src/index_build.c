@@ -69,6 +69,8 @@ struct builder {
 	uint32_t *slots;		/* hash table of node + 1; 0 is empty */
 	uint64_t slot_mask;		/* table size - 1 (a power of two) */
 	struct shard_index_counts counts; /* totals */
+	char *padded;			/* classes layout: the padded names of
+					 * numeric class directories */
 };
 
 static void scan_one_shard(struct builder *b, uint32_t i)
@@ -365,6 +367,25 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 	return 0;
 }
 
+/* The layout if it is the classes layout, else NULL. */
+static const struct layout *classes_layout(const struct builder *b)
+{
+	const struct layout *l = b->opt->layout;
+
+	return l && l->kind == LAYOUT_CLASSES ? l : NULL;
+}
+
+/* A padded class directory of a base index back to its label ("007" -> "7"). */
+static void unpad_number(const char **name, uint32_t *len)
+{
+	if (!layout_is_number(*name, *len))
+		return;
+	while (*len > 1 && **name == '0') {
+		(*name)++;
+		(*len)--;
+	}
+}
+
 /* A member standing for base entry @in (see seed_from_base). */
 static int seed_member(struct shard_scan *sc, const struct shard_index *base,
 		       const struct shard_inode *in, struct raw_member *rm)
@@ -406,12 +427,14 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	for (uint32_t e = 0; !rc && e < base->nr_inodes; e++) {
 		const struct shard_inode *in = &base->inodes[e];
 		uint64_t first = shard_index_ino(base, e) - 1;
-		uint32_t *slot = table_find(b, node_of[in->parent],
-					    shard_index_name(base, in), in->name_len);
+		const char *name = shard_index_name(base, in);
+		uint32_t len = in->name_len, *slot;
 
+		if (e && in->parent == 0 && classes_layout(b))
+			unpad_number(&name, &len);
+		slot = table_find(b, node_of[in->parent], name, len);
 		if (e && !*slot)
-			rc = node_new(b, node_of[in->parent], shard_index_name(base, in),
-				      in->name_len, in->shard, &slot);
+			rc = node_new(b, node_of[in->parent], name, len, in->shard, &slot);
 		if (rc)
 			break;
 		node_of[e] = e ? *slot - 1 : 0;
@@ -453,6 +476,100 @@ static int merge_all(struct builder *b)
 			rc = merge_member(b, sc, s, &sc->members[i]);
 	}
 	return rc;
+}
+
+/* Report labels the class names lack: the count and the first few. */
+static void report_unmapped(const struct builder *b)
+{
+	uint64_t total = 0;
+	unsigned shown = 0;
+
+	for (uint32_t s = b->first_shard; s < b->set->nr; s++)
+		total += b->scans[s].unmapped;
+	if (!total)
+		return;
+	log_warn("%llu samples have a label that the classnames= file does not "
+		 "name; their directories are named by the label itself",
+		 (unsigned long long)total);
+	for (uint32_t s = b->first_shard; s < b->set->nr && shown < 3; s++) {
+		const struct shard_scan *sc = &b->scans[s];
+
+		if (sc->unmapped && ++shown)
+			log_warn("%s: label '%s' is not in the classnames= file",
+				 sc->shard->path, sc->strings + sc->unmapped_example);
+	}
+}
+
+/*
+ * The classes layout: refuse a tree where no sample found its label (a
+ * typo in label= would train on one class), report labels the class
+ * names lack.
+ */
+static int check_labels(struct builder *b)
+{
+	const struct layout *l = classes_layout(b);
+	uint32_t classes = 0;
+
+	if (!l)
+		return 0;
+	report_unmapped(b);
+	for (uint32_t i = 1; i < b->nr_nodes; i++)
+		classes += b->nodes[i].parent == 0 &&
+			   !(l->unlabeled && b->nodes[i].name_len == strlen(l->unlabeled) &&
+			     !memcmp(b->nodes[i].name, l->unlabeled, b->nodes[i].name_len));
+	if (classes || !b->counts.unlabeled)
+		return 0;
+	for (uint32_t s = b->first_shard; s < b->set->nr; s++) {
+		const struct shard_scan *sc = &b->scans[s];
+		const struct sample_label *ex = &sc->unlabeled_example;
+
+		if (!sc->unlabeled)
+			continue;
+		log_error("layout=classes: no sample has a label from label=%s "
+			  "(sample '%.*s' of %s has none); not mounting a tree of "
+			  "one class", l->label_source, (int)ex->key_len,
+			  sc->strings + ex->key, sc->shard->path);
+		break;
+	}
+	return -EINVAL;
+}
+
+/*
+ * The classes layout: numeric class directories zero-padded to the width
+ * of the largest, so that their string order (ImageFolder's) is their
+ * numeric order.  Labels come without leading zeros (layout_label).
+ */
+static int pad_numeric_classes(struct builder *b)
+{
+	size_t width = 0, nr = 0;
+	char *p;
+
+	if (!classes_layout(b))
+		return 0;
+	for (uint32_t i = 1; i < b->nr_nodes; i++) {
+		const struct build_node *n = &b->nodes[i];
+
+		if (n->parent == 0 && layout_is_number(n->name, n->name_len)) {
+			width = n->name_len > width ? n->name_len : width;
+			nr++;
+		}
+	}
+	p = b->padded = malloc(nr * width + 1);
+	if (!p)
+		return -ENOMEM;
+	for (uint32_t i = 1; i < b->nr_nodes; i++) {
+		struct build_node *n = &b->nodes[i];
+
+		if (n->parent || !layout_is_number(n->name, n->name_len) ||
+		    n->name_len == width)
+			continue;
+		memset(p, '0', width - n->name_len);
+		memcpy(p + width - n->name_len, n->name, n->name_len);
+		n->name = p;
+		n->name_len = (uint32_t)width;
+		p += width;
+	}
+	return 0;
 }
 
 /* Children of every node, sorted by name; CSR layout. */
@@ -711,6 +828,7 @@ static void builder_release(struct builder *b)
 	free(b->scans);
 	free(b->nodes);
 	free(b->slots);
+	free(b->padded);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);
 }
@@ -746,6 +864,8 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 	rc = rc ?: scan_all(&b);
 	rc = rc ?: check_scans(&b);
 	rc = rc ?: merge_all(&b);
+	rc = rc ?: check_labels(&b);
+	rc = rc ?: pad_numeric_classes(&b);
 	rc = rc ?: layout(&b, idx);
 	if (rc == -E2BIG)
 		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);

@@ -4,13 +4,17 @@
  * Loading never trusts the file: besides the checksums (which catch
  * accidental damage), every field that a lookup, readdir or read will use
  * is bounds-checked once at load time (which makes a hand-crafted file
- * harmless).  Both passes are sequential over the mapping; at 10 M
- * members they touch ~700 MB at memory speed.  Afterwards the large
- * sections are released from this process's resident set with
- * MADV_DONTNEED; they stay in the page cache and fault back in on use.
+ * harmless).  The checks and the mount use a private copy of the file in
+ * anonymous memory, never the file itself: a file mapped in place would
+ * kill the daemon with SIGBUS when truncated (cp over it) and serve a
+ * corrupted tree when rewritten in place, after the checks passed.  The
+ * copy costs what a built index costs (~80 bytes per member resident) and
+ * one sequential read; measured in docs/benchmarks-scale.md.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -25,6 +30,10 @@
 #include "shardfs/log.h"
 
 #define INDEX_BYTE_ORDER 0x01020304u
+/* A temporary index file untouched this long belongs to no live writer. */
+#define INDEX_TMP_STALE_SECONDS (15 * 60)
+/* Bytes per read(2) while copying an index file in. */
+#define INDEX_READ_CHUNK (8u << 20)
 #define SECTION_ALIGN 64
 
 enum index_section {
@@ -219,6 +228,49 @@ static int write_file(int fd, const char *path, const struct shard_index *idx,
 	return rc;
 }
 
+/* Is @name "@base.tmp.XXXXXX", a temporary file of index_file_write()? */
+static bool is_our_tmp(const char *name, const char *base)
+{
+	size_t blen = strlen(base);
+
+	return strlen(name) == blen + strlen(".tmp.XXXXXX") &&
+	       !strncmp(name, base, blen) && !strncmp(name + blen, ".tmp.", 5);
+}
+
+/*
+ * Remove the temporary files a writer of @path that crashed left behind:
+ * ours by name and owner, and not written to for INDEX_TMP_STALE_SECONDS,
+ * far longer than a live writer pauses (it writes from memory).
+ */
+static void remove_stale_tmps(const char *path)
+{
+	char dir[PATH_MAX], base[PATH_MAX];
+	const char *dname, *bname;
+	time_t now = time(NULL);
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	snprintf(base, sizeof(base), "%s", path);
+	dname = dirname(dir);
+	bname = basename(base);
+	d = opendir(dname);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (!is_our_tmp(de->d_name, bname) ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		    now - st.st_mtime < INDEX_TMP_STALE_SECONDS)
+			continue;
+		if (!unlinkat(dirfd(d), de->d_name, 0))
+			log_info("%s/%s: removed a temporary index file left by a "
+				 "writer that did not finish", dname, de->d_name);
+	}
+	closedir(d);
+}
+
 int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len)
@@ -228,9 +280,11 @@ int index_file_write(const char *path, const struct shard_index *idx,
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
+	remove_stale_tmps(path);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
-		return log_format(msg, msg_len, -errno, "%s: %s", tmp, strerror(errno));
+		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
+				  path, strerror(errno));
 	rc = write_file(fd, path, idx, set, options_hash);
 	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
 		rc = -errno;
@@ -470,32 +524,78 @@ static void point_into(const struct index_file_header *h, char *map,
 	sh->options_hash = h->options_hash;
 }
 
-static int map_file(const char *path, char **map, uint64_t *size, char *msg,
-		    size_t msg_len)
+/*
+ * Only we (or root) may be able to write the file: another user could
+ * otherwise choose the tree we serve.  Says which rule the file breaks.
+ */
+static int check_owner(const struct stat *st, char *msg, size_t msg_len)
+{
+	if (st->st_uid != geteuid() && st->st_uid != 0)
+		return log_format(msg, msg_len, -EPERM, "not trusted: owned by uid %u, "
+				  "neither us (uid %u) nor root", (unsigned)st->st_uid,
+				  (unsigned)geteuid());
+	if (st->st_mode & 022)
+		return log_format(msg, msg_len, -EPERM, "not trusted: writable by %s "
+				  "(mode %04o)", st->st_mode & 002 ? "others" : "its group",
+				  (unsigned)(st->st_mode & 07777));
+	return 0;
+}
+
+/* Read all @size bytes of @fd into @buf; a shorter file changed under us. */
+static int read_all(int fd, char *buf, uint64_t size, char *msg, size_t msg_len)
+{
+	uint64_t done = 0;
+
+	while (done < size) {
+		size_t chunk = size - done < INDEX_READ_CHUNK ? size - done : INDEX_READ_CHUNK;
+		ssize_t n = pread(fd, buf + done, chunk, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return log_format(msg, msg_len, -errno, "offset %llu: %s",
+					  (unsigned long long)done, strerror(errno));
+		if (n == 0)
+			return log_format(msg, msg_len, -EINVAL, "offset %llu: file "
+					  "shrank while being read", (unsigned long long)done);
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * A private copy of the file in anonymous memory: what is verified is what
+ * is used, and truncating or rewriting the file later cannot reach it.
+ */
+static int copy_file(const char *path, char **map, uint64_t *size, char *msg,
+		     size_t msg_len)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT
 		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));
-	if (fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)) {
-		close(fd);
-		return log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
-	}
-	/* The mapping is used in place after the checks: nobody but us (or
-	 * root) may be able to change it under the mount. */
-	if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022)) {
-		close(fd);
-		return log_format(msg, msg_len, -EPERM, "not trusted: owned by uid %u "
-				  "or writable by others", (unsigned)st.st_uid);
-	}
+	rc = fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)
+	     ? log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header")
+	     : check_owner(&st, msg, msg_len);
+	if (rc)
+		goto out_close;
 	*size = (uint64_t)st.st_size;
-	*map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+	*map = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+	if (*map == MAP_FAILED) {
+		rc = log_format(msg, msg_len, -errno, "mmap: %s", strerror(errno));
+		goto out_close;
+	}
+	rc = read_all(fd, *map, *size, msg, msg_len);
+	if (rc || mprotect(*map, *size, PROT_READ))
+		rc = rc ?: log_format(msg, msg_len, -errno, "mprotect: %s", strerror(errno));
+	if (rc)
+		munmap(*map, *size);
+out_close:
 	close(fd);
-	if (*map == MAP_FAILED)
-		return log_format(msg, msg_len, -errno, "mmap: %s", strerror(errno));
-	return 0;
+	return rc;
 }
 
 int index_file_load(const char *path, struct shard_index *idx,
@@ -504,7 +604,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 	const struct index_file_header *h;
 	uint64_t size = 0;
 	char *map;
-	int rc = map_file(path, &map, &size, msg, msg_len);
+	int rc = copy_file(path, &map, &size, msg, msg_len);
 
 	if (rc)
 		return rc;
@@ -522,10 +622,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 		rc = rc ?: check_structure(idx, sh, h->sections[SEC_INODES].offset,
 					   msg, msg_len);
 	}
-	if (rc) {
+	if (rc)
 		shard_index_release(idx);
-		return rc;
-	}
-	madvise(map, size, MADV_DONTNEED);
-	return 0;
+	return rc;
 }

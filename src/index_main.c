@@ -19,8 +19,9 @@
 
 enum index_exit {
 	INDEX_EXIT_OK = 0,	/* built, valid, or listed */
-	INDEX_EXIT_USAGE = 1,	/* bad command line */
-	INDEX_EXIT_FAILED = 2,	/* bad shard set, or no valid index (--check) */
+	INDEX_EXIT_FAILED = 1,	/* bad shard set, no index saved, or no
+				 * valid index (--check) */
+	INDEX_EXIT_USAGE = 2,	/* bad command line */
 };
 
 /* Options only shardfs-index takes. */
@@ -50,8 +51,8 @@ static void usage(const char *prog)
 	       "                           offset of the data in the shard\n"
 	       "    -j N                   scanning threads (default: CPUs)\n"
 	       "%s\n"
-	       "exit status: 0 success, 1 usage error, 2 bad shard set or no valid\n"
-	       "index\n", prog, cli_index_help);
+	       "exit status: 0 success, 1 failure (bad shard set, no index saved,\n"
+	       "no valid index), 2 usage error\n", prog, cli_index_help);
 }
 
 static int keep_args(void *data, const char *arg, int key, struct fuse_args *out)
@@ -89,6 +90,7 @@ int main(int argc, char *argv[])
 	struct shardfs fs = { 0 };
 	int rc = INDEX_EXIT_USAGE;
 
+	log_set_program("shardfs-index");
 	/* "-j N" first, before N could be taken for SHARDS */
 	if (fuse_opt_parse(&args, &ic, index_opts, keep_args) ||
 	    cli_index_parse(&args, &cli))
@@ -118,13 +120,21 @@ int main(int argc, char *argv[])
 	rc = INDEX_EXIT_FAILED;
 	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
 		goto out_release_config;
+	if (!ic.check && !ic.list && fs.index_file.origin != INDEX_LOADED &&
+	    !fs.index_file.saved) {
+		log_error("no index file was saved for %s%s", cli.shards,
+			  cfg.store.mode == INDEX_MODE_OFF ? " (index_mode=off)" : "");
+		goto out_release_fs;
+	}
 	if (ic.check)
 		log_info("%s: valid for %u shards", fs.index_file.path, fs.set.nr);
 	else if (!ic.list)
-		cli_print_summary(&fs.idx, fs.set.nr, fs.build_seconds, &fs.index_file);
+		cli_print_summary(&fs.idx, &cfg.layout, fs.set.nr, fs.build_seconds,
+				  &fs.index_file);
 	if (ic.list)
 		list_members(&fs);
 	rc = INDEX_EXIT_OK;
+out_release_fs:
 	shardfs_release(&fs);
 out_release_config:
 	cli_config_release(&cfg);

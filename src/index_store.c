@@ -192,7 +192,8 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 			strcpy(used, paths[i]);
 			return 0;
 		}
-		log_info("%s: the shards changed since it was built; rebuilding", paths[i]);
+		log_info("%s: the shards changed since it was built%s", paths[i],
+			 so->mode == INDEX_MODE_REQUIRE ? "" : "; rebuilding");
 		shard_index_release(idx);
 	}
 	return -ENOENT;
@@ -229,9 +230,11 @@ static int candidates(const struct shard_set *set,
 		snprintf(raw[0], PATH_MAX, "%s", so->path);
 	else
 		default_paths(set, so->options_hash, raw);
-	for (int i = 0; i < (so->path ? 1 : 2); i++)
-		if (!canonical_path(raw[i], paths[n]))
-			n++;
+	/* a path that cannot be resolved (its directory is missing) is kept
+	 * as given: loading finds nothing there, saving says why it failed */
+	for (int i = 0; i < (so->path ? 1 : 2); i++, n++)
+		if (canonical_path(raw[i], paths[n]))
+			memcpy(paths[n], raw[i], PATH_MAX);
 	return n;
 }
 

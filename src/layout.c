@@ -4,9 +4,11 @@
  * Labels come from untrusted members, so they are validated like member
  * names: a label that is not a usable single path component makes its
  * sample unlabeled rather than creating paths outside the class level.
- * The JSON reader understands exactly what is needed to find one
- * top-level field: strings with escapes, numbers, literals, and nested
- * values to skip.
+ * The JSON reader understands exactly what is needed to find one field,
+ * possibly nested in objects ("meta.label"): strings with escapes,
+ * numbers, literals, and nested values to skip.  Numeric labels lose
+ * their leading zeros here; the index builder pads them all to one width
+ * once every label is known (layout.h).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -23,6 +25,10 @@
 
 /* Deepest JSON nesting skipped over while looking for the field. */
 #define LAYOUT_JSON_DEPTH_MAX 64
+/* Bumped when the names the classes layout makes change, so that index
+ * files made under the old names are not reused (2: numbers padded,
+ * sample directories kept). */
+#define LAYOUT_NAMING_VERSION 2
 
 struct layout_classname {
 	char *label;		/* as found in the label member */
@@ -211,37 +217,77 @@ static int json_scalar(const char **p, const char *end, char *out,
 	return (int)n;
 }
 
-/* The value of top-level @field of the JSON object in [p, end). */
-static int json_field(const char *p, const char *end, const char *field,
-		      char *out, size_t out_size)
+/*
+ * The value of field @name (@len bytes) of the JSON object at @p, or NULL
+ * when @p is not an object or has no such field.
+ */
+static const char *json_member(const char *p, const char *end, const char *name,
+			       size_t len)
 {
 	char key[256];
 	size_t klen;
 
 	p = skip_ws(p, end);
 	if (p == end || *p++ != '{')
-		return -EINVAL;
+		return NULL;
 	for (;;) {
 		p = skip_ws(p, end);
 		if (p == end || *p != '"' || json_string(&p, end, key, sizeof(key), &klen))
-			return -EINVAL;
-		key[klen] = '\0';
+			return NULL;
 		p = skip_ws(p, end);
 		if (p == end || *p++ != ':')
-			return -EINVAL;
+			return NULL;
 		p = skip_ws(p, end);
-		if (p < end && !strcmp(key, field))
-			return json_scalar(&p, end, out, out_size);
+		if (p < end && klen == len && !memcmp(key, name, len))
+			return p;
 		if (json_skip(&p, end))
-			return -EINVAL;
+			return NULL;
 		p = skip_ws(p, end);
 		if (p == end || *p++ != ',')
-			return -EINVAL;	/* '}' or garbage: field absent */
+			return NULL;	/* '}' or garbage: field absent */
 	}
 }
 
+/* The value of @field ("a.b": field b of object a) of the JSON in [p, end). */
+static int json_field(const char *p, const char *end, const char *field,
+		      char *out, size_t out_size)
+{
+	for (;;) {
+		size_t len = strcspn(field, ".");
+
+		p = json_member(p, end, field, len);
+		if (!p)
+			return -EINVAL;
+		if (!field[len])
+			return json_scalar(&p, end, out, out_size);
+		field += len + 1;
+	}
+}
+
+bool layout_is_number(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!isdigit((unsigned char)s[i]))
+			return false;
+	return len > 0;
+}
+
+/* A number without its leading zeros ("007" -> "7"), so that "7" and "007"
+ * are one class; returns the new length. */
+static int number_canonical(char *s, int n)
+{
+	int zeros = 0;
+
+	if (!layout_is_number(s, (size_t)n))
+		return n;
+	while (zeros < n - 1 && s[zeros] == '0')
+		zeros++;
+	memmove(s, s + zeros, (size_t)(n - zeros) + 1);
+	return n - zeros;
+}
+
 int layout_label(const struct layout *l, const char *data, size_t len,
-		 char *out, size_t out_size)
+		 char *out, size_t out_size, bool *unmapped)
 {
 	struct layout_classname *cn;
 	char *start;
@@ -265,11 +311,13 @@ int layout_label(const struct layout *l, const char *data, size_t len,
 	memmove(out, start, n);
 	out[n] = '\0';
 	HASH_FIND_STR(l->names, out, cn);
+	*unmapped = l->names && !cn && n > 0;
 	if (cn) {
 		n = snprintf(out, out_size, "%s", cn->name);
 		if (n < 0 || (size_t)n >= out_size)
 			return -EINVAL;
 	}
+	n = number_canonical(out, n);
 	/* the control directory's name is never a class */
 	return valid_component(out, n) && strcmp(out, CONTROL_DIR_NAME) ? n : -EINVAL;
 }
@@ -341,12 +389,17 @@ int layout_init(struct layout *l, const char *kind, const char *label,
 	if (kind && parse_kind(kind, &l->kind))
 		return -EINVAL;
 	if (label && strcmp(label, "cls")) {
-		if (strncmp(label, "json:", 5) || !label[5])
-			return log_error("bad label source '%s' (cls or json:FIELD)", label), -EINVAL;
+		if (strncmp(label, "json:", 5) || !label[5] || label[5] == '.' ||
+		    strstr(label, "..") || label[strlen(label) - 1] == '.')
+			return log_error("bad label source '%s' (cls, json:FIELD or "
+					 "json:FIELD.FIELD...)", label), -EINVAL;
 		l->json_field = strdup(label + 5);
 		if (!l->json_field)
 			return -ENOMEM;
 	}
+	l->label_source = strdup(label ? label : "cls");
+	if (!l->label_source)
+		return -ENOMEM;
 	if (l->kind != LAYOUT_CLASSES && (label || classnames || unlabeled))
 		return log_error("label=, classnames= and unlabeled= only apply to "
 				 "layout=classes"), -EINVAL;
@@ -374,7 +427,7 @@ uint64_t layout_hash(const struct layout *l)
 
 	if (!l || l->kind == LAYOUT_TREE)
 		return 0;
-	h = hash_str(l->json_field, l->kind);
+	h = hash_str(l->json_field, l->kind + LAYOUT_NAMING_VERSION);
 	h = hash_str(l->unlabeled, h);
 	for (cn = l->names; cn; cn = cn->hh.next)
 		h = hash_str(cn->name, hash_str(cn->label, h));
@@ -392,6 +445,7 @@ void layout_release(struct layout *l)
 		free(cn);
 	}
 	free(l->json_field);
+	free(l->label_source);
 	free(l->unlabeled);
 	*l = (struct layout){ 0 };
 }

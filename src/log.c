@@ -1,24 +1,38 @@
 /*
- * log.c - leveled messages to stderr or syslog.
+ * log.c - leveled messages to stderr, a log file or syslog.
  *
  * A message is formatted into a stack buffer and written with one call, so
  * concurrent FUSE worker threads never interleave partial lines.  Messages
  * longer than the buffer are truncated rather than split.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #include "shardfs/log.h"
 
+/* The socket syslog(3) writes to; without it messages would be lost. */
+#define LOG_SYSLOG_SOCKET "/dev/log"
 /* Longest line written; longer messages are cut. */
 #define LOG_LINE_MAX 4096
 
 static enum log_level max_level = LOG_LEVEL_INFO;
 static int to_syslog;
+static int out_fd = STDERR_FILENO;	/* where lines go when not to syslog */
+static int log_file = -1;		/* -o log=FILE, once opened */
+static atomic_ullong errors_logged;	/* error lines, for .shardfs/stats */
+static const char *program = "shardfs";	/* the prefix of every line */
+
+void log_set_program(const char *name)
+{
+	program = name;
+}
 
 void log_set_level(enum log_level level)
 {
@@ -53,10 +67,36 @@ int log_format(char *buf, size_t len, int rc, const char *fmt, ...)
 	return rc;
 }
 
-void log_use_syslog(void)
+int log_use_file(const char *path)
 {
-	openlog("shardfs", LOG_PID, LOG_DAEMON);
-	to_syslog = 1;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+
+	if (fd < 0)
+		return log_error("log=%s: %s", path, strerror(errno)), -errno;
+	log_file = fd;
+	return 0;
+}
+
+void log_detach(void)
+{
+	struct stat st;
+
+	if (log_file >= 0) {
+		out_fd = log_file;
+		return;
+	}
+	if (!stat(LOG_SYSLOG_SOCKET, &st) && S_ISSOCK(st.st_mode)) {
+		openlog(program, LOG_PID, LOG_DAEMON);
+		to_syslog = 1;
+		return;
+	}
+	log_warn("no syslog (%s is missing): messages after shardfs goes to the "
+		 "background are lost; use -o log=FILE or -f", LOG_SYSLOG_SOCKET);
+}
+
+unsigned long long log_errors(void)
+{
+	return atomic_load_explicit(&errors_logged, memory_order_relaxed);
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)
@@ -75,19 +115,21 @@ void log_vmsg(enum log_level level, const char *fmt, va_list ap)
 	char line[LOG_LINE_MAX];
 	int n;
 
+	if (level == LOG_LEVEL_ERROR)
+		atomic_fetch_add_explicit(&errors_logged, 1, memory_order_relaxed);
 	if (level > max_level)
 		return;
-	n = snprintf(line, sizeof(line), "shardfs: %s", prefix[level]);
+	n = snprintf(line, sizeof(line), "%s: %s", program, prefix[level]);
 	n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;
 	if (line[n - 1] == '\n')	/* libfuse ends its lines */
 		n--;
 	if (to_syslog) {
-		syslog(priority[level], "%s", line + strlen("shardfs: "));
+		syslog(priority[level], "%s", line + strlen(program) + 2);
 		return;
 	}
 	line[n++] = '\n';
-	if (write(STDERR_FILENO, line, n) < 0)
+	if (write(out_fd, line, n) < 0)
 		return;
 }

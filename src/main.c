@@ -28,11 +28,12 @@
 /* Kernel readahead per open file: one maximal (256-page) FUSE read. */
 #define SHARDFS_KERNEL_READAHEAD_KIB 1024
 
+/* The convention of all three commands (shardfs, -index, -pack). */
 enum exit_code {
 	EXIT_OK = 0,		/* mounted, served, unmounted */
-	EXIT_USAGE = 1,		/* bad command line */
-	EXIT_SHARDS = 2,	/* the shard set cannot be served */
-	EXIT_MOUNT = 3,		/* the mountpoint or FUSE refused */
+	EXIT_FAILED = 1,	/* the shard set cannot be served, or the
+				 * mountpoint or FUSE refused */
+	EXIT_USAGE = 2,		/* bad command line */
 };
 
 /* Options only the mount takes; the index options are in cli.h. */
@@ -43,7 +44,8 @@ struct mount_cli {
 	char *umask;		/* -o umask=OCTAL */
 	char *readahead;	/* -o readahead=SIZE */
 	int notify_fd;		/* -o notify_fd=N, -1 when unset */
-	unsigned idle_timeout;	/* -o idle_timeout=SECONDS, 0: never */
+	char *idle_timeout;	/* -o idle_timeout=SECONDS (0: never) */
+	char *log;		/* -o log=FILE: messages once detached */
 	unsigned uring_threads;	/* -o io_uring_threads=N, 0: /dev/fuse only */
 	char *mountpoint;	/* the MOUNTPOINT argument, as given */
 };
@@ -57,7 +59,8 @@ static const struct fuse_opt mount_opts[] = {
 	MOUNT_OPT("umask=%s", umask, 0),
 	MOUNT_OPT("readahead=%s", readahead, 0),
 	MOUNT_OPT("notify_fd=%d", notify_fd, 0),
-	MOUNT_OPT("idle_timeout=%u", idle_timeout, 0),
+	MOUNT_OPT("idle_timeout=%s", idle_timeout, 0),
+	MOUNT_OPT("log=%s", log, 0),
 	MOUNT_OPT("io_uring_threads=%u", uring_threads, 0),
 	FUSE_OPT_END
 };
@@ -79,12 +82,14 @@ static void usage(const char *prog)
 	       "    -o notify_fd=N         write READY=1 to fd N once mounted\n"
 	       "                           (NOTIFY_SOCKET is honoured as well)\n"
 	       "    -o idle_timeout=SECS   unmount after SECS without requests\n"
+	       "    -o log=FILE            once in the background, append messages\n"
+	       "                           to FILE instead of syslog\n"
 	       "    -o io_uring_threads=N  threads per CPU serving requests over\n"
 	       "                           io_uring when the kernel offers it\n"
 	       "                           (default %d; 0: /dev/fuse only)\n"
 	       "%s\n"
-	       "exit status: 0 mounted, 1 usage error, 2 bad shard set,\n"
-	       "3 mountpoint or FUSE error\n\n", prog, LL_URING_THREADS_DEFAULT,
+	       "exit status: 0 mounted, 1 failure (bad shard set, mountpoint or\n"
+	       "FUSE error), 2 usage error\n\n", prog, LL_URING_THREADS_DEFAULT,
 	       cli_index_help);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -100,6 +105,18 @@ static int keep_args(void *data, const char *arg, int key, struct fuse_args *out
 	return 1;	/* the mountpoint and FUSE's options, for libfuse */
 }
 
+/* Log why mountpoint @mp cannot be used (errno @err); returns -@err. */
+static int mountpoint_error(const char *mp, int err)
+{
+	if (err == ENOTCONN)
+		log_error("%s: %s: a shardfs (or other FUSE) mount whose daemon died; "
+			  "remove it with 'fusermount3 -u %s' (add -z if busy)", mp,
+			  strerror(err), mp);
+	else
+		log_error("%s: %s", mp, strerror(err));
+	return -err;
+}
+
 /* The mountpoint must be an empty directory unless -o nonempty. */
 static int check_mountpoint(const char *mp, int nonempty)
 {
@@ -109,14 +126,14 @@ static int check_mountpoint(const char *mp, int nonempty)
 	int entries = 0;
 
 	if (stat(mp, &st))
-		return log_error("%s: %s", mp, strerror(errno)), -errno;
+		return mountpoint_error(mp, errno);
 	if (!S_ISDIR(st.st_mode))
 		return log_error("%s: mountpoint is not a directory", mp), -ENOTDIR;
 	if (nonempty)
 		return 0;
 	d = opendir(mp);
 	if (!d)
-		return log_error("%s: %s", mp, strerror(errno)), -errno;
+		return mountpoint_error(mp, errno);
 	while ((de = readdir(d)))
 		entries += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
 	closedir(d);
@@ -167,8 +184,12 @@ static int parse_number(const char *what, const char *s, int base,
 	return 0;
 }
 
-/* The options that change what the mount reports and how it reads. */
-static int mount_options(const struct mount_cli *m, struct shardfs_options *opt)
+/*
+ * The options that change what the mount reports and how it reads, and
+ * the idle timeout in *@idle (seconds, 0: never).
+ */
+static int mount_options(const struct mount_cli *m, struct shardfs_options *opt,
+			 uint32_t *idle)
 {
 	uint32_t umask = 0;
 
@@ -181,7 +202,9 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt)
 	/* (uid_t)-1 means "no change" to the kernel: not a valid owner */
 	if (parse_number("uid", m->uid, 10, UINT32_MAX - 1, &opt->uid, &opt->set_uid) ||
 	    parse_number("gid", m->gid, 10, UINT32_MAX - 1, &opt->gid, &opt->set_gid) ||
-	    parse_number("umask", m->umask, 8, 07777, &umask, NULL))
+	    parse_number("umask", m->umask, 8, 07777, &umask, NULL) ||
+	    parse_number("idle_timeout (whole seconds)", m->idle_timeout, 10,
+			 UINT32_MAX, idle, NULL))
 		return -EINVAL;
 	opt->umask = (mode_t)umask;
 	return 0;
@@ -225,35 +248,36 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *o)
 	return rc;
 }
 
-/* Mount @fs and serve it until unmounted or signalled. */
-static int mount_and_serve(struct fuse_args *args, const struct fuse_cmdline_opts *o,
-			   const struct mount_cli *m, struct shardfs *fs)
+/*
+ * Mount session @se (made before the index, so that libfuse has checked
+ * its options before any shard was read) and serve @fs until unmounted or
+ * signalled.  Destroys @se.
+ */
+static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
+			   const struct fuse_cmdline_opts *o,
+			   const struct mount_cli *m, uint32_t idle_timeout)
 {
-	struct ll_session ls = { .fs = fs };
-	struct fuse_session *se = shardfs_session_new(args, &ls);
 	struct idle_timer *idle = NULL;
-	int rc = EXIT_MOUNT;
+	int rc = EXIT_FAILED;
 
-	if (!se)
-		return EXIT_USAGE;
 	if (fuse_set_signal_handlers(se))
 		goto out_destroy;
 	if (fuse_session_mount(se, o->mountpoint))
 		goto out_remove_handlers;
 	/* one thread serves everything with -s: that is what -s asks for */
 	if (m->uring_threads && !o->singlethread)
-		ll_uring_attach(&ls, se, m->uring_threads);
+		ll_uring_attach(ls, se, m->uring_threads);
 	lifecycle_set_readahead(o->mountpoint, SHARDFS_KERNEL_READAHEAD_KIB);
 	if (!o->foreground)
-		log_use_syslog();
+		log_detach();
 	fuse_daemonize(o->foreground);
 	lifecycle_notify_ready(m->notify_fd);
-	if (m->idle_timeout)
-		idle = lifecycle_idle_start(se, fs, o->mountpoint, m->idle_timeout);
+	if (idle_timeout)
+		idle = lifecycle_idle_start(se, ls->fs, o->mountpoint, idle_timeout);
 	/* a signal ends the loop with the signal number: a clean exit */
-	rc = serve(se, o) < 0 ? EXIT_MOUNT : EXIT_OK;
+	rc = serve(se, o) < 0 ? EXIT_FAILED : EXIT_OK;
 	lifecycle_idle_stop(idle);
-	ll_uring_free(ls.uring);
+	ll_uring_free(ls->uring);
 	fuse_session_unmount(se);
 out_remove_handlers:
 	fuse_remove_signal_handlers(se);
@@ -275,7 +299,7 @@ static int parse_args(struct fuse_args *args, struct cli_index *cli,
 		return EXIT_USAGE;
 	/* before libfuse, which would call a missing mountpoint a usage error */
 	if (m->mountpoint && check_mountpoint(m->mountpoint, m->nonempty))
-		return EXIT_MOUNT;
+		return EXIT_FAILED;
 	if (fuse_parse_cmdline(args, o))
 		return EXIT_USAGE;
 	if (cli->show_help || o->show_help) {
@@ -304,22 +328,34 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts o = { 0 };
 	struct cli_config cfg = { 0 };
 	struct shardfs fs = { 0 };
+	struct ll_session ls = { .fs = &fs };
+	struct fuse_session *se = NULL;
+	uint32_t idle_timeout = 0;
 	bool done = false;
 	int rc = parse_args(&args, &cli, &m, &o, argv[0], &done);
 
 	if (rc || done)
 		goto out_free_args;
 	rc = EXIT_USAGE;
-	if (cli_config_init(&cfg, &cli) || mount_options(&m, &fs.opt) ||
+	if (cli_config_init(&cfg, &cli) || mount_options(&m, &fs.opt, &idle_timeout) ||
 	    add_mount_options(&args, cli.shards))
+		goto out_release_config;
+	if (m.log && log_use_file(m.log))
+		goto out_release_config;
+	/* libfuse checks the options it was left with here, before the scan */
+	se = shardfs_session_new(&args, &ls);
+	if (!se)
 		goto out_release_config;
 	if (o.debug)
 		log_set_level(LOG_LEVEL_DEBUG);
-	rc = EXIT_SHARDS;
-	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
+	rc = EXIT_FAILED;
+	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store)) {
+		fuse_session_destroy(se);
 		goto out_release_config;
-	cli_print_summary(&fs.idx, fs.set.nr, fs.build_seconds, &fs.index_file);
-	rc = mount_and_serve(&args, &o, &m, &fs);
+	}
+	cli_print_summary(&fs.idx, &cfg.layout, fs.set.nr, fs.build_seconds,
+			  &fs.index_file);
+	rc = mount_and_serve(se, &ls, &o, &m, idle_timeout);
 	shardfs_release(&fs);
 out_release_config:
 	cli_config_release(&cfg);
@@ -329,6 +365,8 @@ out_free_args:
 	free(m.uid);
 	free(m.gid);
 	free(m.umask);
+	free(m.idle_timeout);
+	free(m.log);
 	free(m.mountpoint);
 	cli_index_free(&cli);
 	fuse_opt_free_args(&args);

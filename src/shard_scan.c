@@ -12,7 +12,11 @@
  * each label member, at most LAYOUT_LABEL_FILE_MAX bytes, usually from
  * the page cache the header probe just filled) and applied in a second
  * pass over the shard's members, by binary search on the sorted labels.
+ * A member keeps its whole path under its label ("a/0001.jpg" of label 5
+ * becomes "5/a/0001.jpg"): ImageFolder recurses, and two samples whose
+ * base names collide are two files, not one lost to the other.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -203,6 +207,7 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	const char *path = sc->strings + rm->path;
 	char data[LAYOUT_LABEL_FILE_MAX], label[PATH_COMPONENT_MAX + 1];
 	struct sample_label *sl;
+	bool unmapped;
 	int len, rc;
 
 	if (m->type != TAR_FILE || m->sparse || m->size > sizeof(data) ||
@@ -211,12 +216,14 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	if (shard_source_read_full(sc->shard->src, data, m->size, m->data_offset))
 		return 0;	/* the scan reports a short shard itself */
 	XXH3_64bits_update(sc->hash, data, m->size);
-	len = layout_label(sc->layout, data, m->size, label, sizeof(label));
+	len = layout_label(sc->layout, data, m->size, label, sizeof(label), &unmapped);
 	if (len < 0) {
 		shard_scan_warn(sc, m->header_offset, "no usable label in", path,
 				rm->path_len);
 		return 0;
 	}
+	if (unmapped && !sc->unmapped++)
+		sc->unmapped_example = (uint32_t)sc->strings_len;
 	rc = array_grow((void **)&sc->labels, &sc->cap_labels, sc->nr_labels + 1,
 			sizeof(*sc->labels));
 	if (rc)
@@ -322,22 +329,34 @@ static const struct sample_label *label_find(const struct shard_scan *sc,
 	       ? NULL : &sc->labels[lo];
 }
 
-/* Rename @path (offset *at) to <dir>/<base name>; -ENAMETOOLONG if too long. */
+/* Rename @path (offset *at) to <dir>/<path>, keeping the sample's own
+ * directories so that equal base names in two directories stay apart. */
 static int move_under(struct shard_scan *sc, const char *dir, size_t dlen,
 		      uint32_t *at, uint32_t *len)
 {
-	const char *path = sc->strings + *at;
-	const char *slash = memrchr(path, '/', *len);
-	size_t blen = slash ? *len - (slash + 1 - path) : *len;
-	char buf[2 * PATH_COMPONENT_MAX + 2];
+	char label[PATH_COMPONENT_MAX + 1];
+	size_t need = dlen + 1 + *len;
+	uint32_t from = *at;
+	char *to;
+	int rc;
 
-	if (dlen + 1 + blen >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, dir, dlen);
-	buf[dlen] = '/';
-	memcpy(buf + dlen + 1, path + *len - blen, blen);
-	*len = (uint32_t)(dlen + 1 + blen);
-	return pool_add(sc, buf, *len, at);
+	assert(dlen <= PATH_COMPONENT_MAX);
+	memcpy(label, dir, dlen);	/* @dir may be in the pool that grows */
+	if (sc->strings_len + need + 1 > SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD)
+		return -E2BIG;
+	rc = array_grow((void **)&sc->strings, &sc->strings_cap,
+			sc->strings_len + need + 1, 1);
+	if (rc)
+		return rc;
+	to = sc->strings + sc->strings_len;
+	memcpy(to, label, dlen);
+	to[dlen] = '/';
+	memcpy(to + dlen + 1, sc->strings + from, *len);
+	to[need] = '\0';
+	*at = (uint32_t)sc->strings_len;
+	*len = (uint32_t)need;
+	sc->strings_len += need + 1;
+	return 0;
 }
 
 /* Distinct keys among @n unlabeled members' keys (sorted here). */
@@ -384,6 +403,8 @@ static int apply_labels(struct shard_scan *sc)
 	}
 	sc->nr_members = kept;
 	sc->unlabeled = distinct_keys(sc, unlabeled, nr_unlabeled);
+	if (nr_unlabeled)
+		sc->unlabeled_example = unlabeled[0];
 	free(unlabeled);
 	return rc;
 }

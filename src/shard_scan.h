@@ -71,6 +71,10 @@ struct shard_scan {
 	uint64_t skipped;		/* members not served: bad names */
 	uint64_t special;		/* device nodes, FIFOs, sockets */
 	uint64_t unlabeled;		/* classes layout: samples w/o label */
+	struct sample_label unlabeled_example; /* key of one of them */
+	uint64_t unmapped;		/* classes layout: labels that the
+					 * class names do not name */
+	uint32_t unmapped_example;	/* one such label, offset in strings */
 	XXH3_state_t *hash;		/* of everything the index takes from
 					 * the shard: headers and labels */
 	uint64_t digest;		/* the hash, once the scan is done */

@@ -312,27 +312,94 @@ static int shard_open(struct shard *s, char *msg, size_t msg_len)
 	free(s->path);
 	s->path = info.name;
 	s->size = s->src->size;
+	s->stored_size = info.stored_size;
 	s->mtime = info.mtime;
 	s->ctime = info.ctime;
 	return 0;
 }
 
+static int cmp_shard_path(const void *a, const void *b, void *arg)
+{
+	const struct shard *shards = arg;
+
+	return strcmp(shards[*(const uint32_t *)a].path, shards[*(const uint32_t *)b].path);
+}
+
+/* The same file twice (after realpath) would serve it twice: refuse. */
+static int check_listed_once(const struct shard_set *set, char *msg, size_t msg_len)
+{
+	uint32_t *order = malloc((set->nr + 1) * sizeof(*order));
+	int rc = 0;
+
+	if (!order)
+		return log_format(msg, msg_len, -ENOMEM, "%s", strerror(ENOMEM));
+	for (uint32_t i = 0; i < set->nr; i++)
+		order[i] = i;
+	qsort_r(order, set->nr, sizeof(*order), cmp_shard_path, set->shards);
+	for (uint32_t i = 1; !rc && i < set->nr; i++) {
+		uint32_t a = order[i - 1], b = order[i];
+
+		if (!set->shards[a].bad && !set->shards[b].bad &&
+		    !strcmp(set->shards[a].path, set->shards[b].path))
+			rc = log_format(msg, msg_len, -EINVAL, "%s: listed twice in SHARDS "
+					"(shards %u and %u)", set->shards[a].path,
+					a < b ? a : b, a < b ? b : a);
+	}
+	free(order);
+	return rc;
+}
+
+/* Close shard @s that could not be opened, for skip_bad_shards. */
+static void skip_shard(struct shard *s, const char *why)
+{
+	log_warn("%s; shard skipped", why);
+	shard_source_close(s->src);
+	s->src = NULL;
+	s->size = 0;
+	s->bad = true;
+}
+
+/*
+ * Open every shard.  When several cannot be opened, the first
+ * SHARD_SET_ERRORS_LISTED are logged here and @msg gets their count; a
+ * single one is @msg itself.
+ */
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 {
 	int rc = raise_fd_limit(set->nr, msg, msg_len);
+	char first[512] = "";
+	uint32_t failed = 0;
+	int first_rc = 0;
 
-	for (uint32_t i = 0; !rc && i < set->nr; i++) {
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < set->nr; i++) {
 		struct shard *s = &set->shards[i];
 
 		rc = shard_open(s, msg, msg_len);
-		if (rc && set->skip_bad) {
-			log_warn("%s; shard skipped", msg);
-			s->size = 0;
-			s->bad = true;
-			rc = 0;
+		if (!rc) {
+			if (!s->size)
+				log_warn("%s: empty shard (0 bytes): it adds no files",
+					 s->path);
+		} else if (set->skip_bad) {
+			skip_shard(s, msg);
+		} else if (!failed++) {
+			first_rc = rc;
+			snprintf(first, sizeof(first), "%s", msg);
+		} else {
+			if (failed == 2)
+				log_error("%s", first);
+			if (failed <= SHARD_SET_ERRORS_LISTED)
+				log_error("%s", msg);
 		}
 	}
-	return rc;
+	if (failed == 1)
+		return log_format(msg, msg_len, first_rc, "%s", first);
+	if (failed)
+		return log_format(msg, msg_len, first_rc, "%u of %u shards cannot be "
+				  "opened%s", failed, set->nr, failed > SHARD_SET_ERRORS_LISTED
+				  ? " (the first ones are listed above)" : "");
+	return check_listed_once(set, msg, msg_len);
 }
 
 void shard_set_release(struct shard_set *set)

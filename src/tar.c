@@ -792,7 +792,7 @@ static bool is_file_type(char flag)
 /*
  * Bytes of data that follow a header in the archive.  POSIX types 1-6
  * store none, and neither do v7 directories (a regular type with a
- * trailing slash), whatever their size field says, as GNU tar reads them.
+ * trailing slash) unless their data follows (slash_dir_stored()).
  */
 static uint64_t stored_bytes(char flag, enum tar_type type, uint64_t size)
 {
@@ -804,11 +804,37 @@ static uint64_t stored_bytes(char flag, enum tar_type type, uint64_t size)
 	}
 }
 
+/*
+ * Bytes stored after a regular-typed member whose name ends in '/' (a v7
+ * directory) with a nonzero size.  GNU tar's list skips that many bytes of
+ * data; its extract stores none and skips to the next valid header.  Both
+ * agree with this: when a header (or the end) follows, nothing is stored;
+ * otherwise the member's data is there and is skipped, so that "foo/"
+ * with two bytes of data, then "bar", is a directory and a file.
+ */
+static int slash_dir_stored(struct tar_scan *s, uint64_t data_off, uint64_t size,
+			    uint64_t *stored)
+{
+	const char *next;
+	int rc;
+
+	*stored = 0;
+	if (data_off > s->rd.file_size || s->rd.file_size - data_off < TAR_BLOCK_SIZE)
+		return 0;
+	rc = reader_get(s, data_off, TAR_BLOCK_SIZE, &next);
+	if (rc)
+		return rc;
+	if (!checksum_ok(next) && memcmp(next, zero_block, TAR_BLOCK_SIZE))
+		*stored = size;
+	return 0;
+}
+
 /* Report a real member (not metadata); set *next to the next header. */
 static int member_emit(struct tar_scan *s, const char *blk, uint64_t first_off,
 		       uint64_t hdr_off, uint64_t *next)
 {
 	bool ustar = !memcmp(blk + H_MAGIC, "ustar\0", 6);
+	char flag = blk[H_TYPEFLAG];	/* @blk may be gone after a read */
 	struct tar_member m = { .header_offset = first_off };
 	int64_t hsize;
 	uint64_t stored;
@@ -828,11 +854,16 @@ static int member_emit(struct tar_scan *s, const char *blk, uint64_t first_off,
 	apply_pax(&s->global, &m);
 	apply_pax(&s->local, &m);
 	m.size = s->local.has_size ? s->local.size : (uint64_t)hsize;
-	m.type = type_of(blk[H_TYPEFLAG], m.path, m.path_len);
-	stored = stored_bytes(blk[H_TYPEFLAG], m.type, m.size);
+	m.type = type_of(flag, m.path, m.path_len);
+	stored = stored_bytes(flag, m.type, m.size);
 	m.data_offset = hdr_off + TAR_BLOCK_SIZE;
-	if (blk[H_TYPEFLAG] == 'S' || s->local.sparse) {
+	if (flag == 'S' || s->local.sparse) {
 		rc = member_sparse(s, blk, hdr_off, &m, &stored);
+		if (rc)
+			return rc;
+	}
+	if (m.type == TAR_DIR && (flag == '0' || flag == '\0') && m.size) {
+		rc = slash_dir_stored(s, m.data_offset, m.size, &stored);
 		if (rc)
 			return rc;
 	}
@@ -843,7 +874,7 @@ static int member_emit(struct tar_scan *s, const char *blk, uint64_t first_off,
 		return scan_fail(s, -EINVAL, hdr_off,
 				 "member data (%llu bytes) extends past the end of the archive",
 				 (unsigned long long)stored);
-	if (m.type == TAR_FILE && !is_file_type(blk[H_TYPEFLAG]))
+	if (m.type == TAR_FILE && !is_file_type(flag))
 		scan_warn(s, hdr_off, "unknown member type, served as a regular file");
 	*next = m.data_offset + round_up_block(stored);
 	return s->ops->member(s->arg, &m);

@@ -18,7 +18,7 @@
  * Entry i is FUSE inode i + 1; the root is entry 0 (FUSE_ROOT_ID).  The
  * build is deterministic, so the same shard set gets the same inode
  * numbers on every mount.  There are no pointers inside the arrays, so the
- * same layout can be written to a file and used in place with mmap.
+ * same layout can be written to a file and read back as it is.
  *
  * Thread-safety: after shard_index_build() returns, every function here
  * only reads, and may be called from any number of threads at once.

@@ -1,11 +1,11 @@
 /*
- * index_file.h - the persistent index: one file per shard set, used in
- * place through mmap.
+ * index_file.h - the persistent index: one file per shard set, read back
+ * as it is into a private copy.
  *
  * The file holds the arrays of struct shard_index byte for byte, plus a
  * table identifying the shards it was built from, so that mounting a set
- * whose index is valid parses nothing per member: it costs one mapping,
- * a checksum pass and a bounds check pass over the arrays, and one
+ * whose index is valid parses nothing per member: it costs one sequential
+ * read into anonymous memory, a checksum pass and a bounds check pass over the arrays, and one
  * fstat per shard.  The format is documented in docs/index-format.md.
  *
  * Layout (native byte order, checked by a marker in the header):
@@ -27,10 +27,11 @@
  *
  * Writing is atomic: a temporary file in the same directory is renamed
  * over the index, so concurrent builders never leave a torn file and
- * readers keep the mapping they have.  The mapping is used in place after
- * it was checked, so an index file is only loaded when no one else can
- * write it (owned by the caller or root, not group- or world-writable),
- * and must never be modified in place while mounted: replace it by rename.
+ * readers keep the copy they have.  The load checks and then uses its
+ * private copy, so nothing done to the file afterwards (truncated, copied
+ * over, rewritten in place) reaches a mount.  An index file is only loaded
+ * when no one else can write it (owned by the caller or root, not group-
+ * or world-writable): another user could otherwise choose the tree.
  *
  * Thread-safety: loading and writing happen before the mount, single
  * threaded.

@@ -4,10 +4,16 @@
  *   tree     the member paths as stored (the default)
  *   shards   <shard name without .tar>/<member path>: one directory per
  *            shard, for tools that want to see the set's structure
- *   classes  <label>/<member base name>: an ImageFolder tree made from flat
+ *   classes  <label>/<member path>: an ImageFolder tree made from flat
  *            WebDataset shards, the label of each sample taken from its
- *            .cls member or a field of its .json member, optionally mapped
- *            to a class name through a file of "index name" lines
+ *            .cls member or a (possibly nested) field of its .json
+ *            member, optionally mapped to a class name through a file of
+ *            "index name" lines.  The member's directories stay under the
+ *            label, so that samples whose base names collide stay apart.
+ *            Numeric labels are zero-padded to the width of the largest
+ *            (0..999 -> 000..999), so that sorting the class directories
+ *            as strings, as ImageFolder does, gives the numeric order and
+ *            class_to_idx[dir] == int(label).
  *
  * A WebDataset sample is the group of members sharing a key: the member
  * path up to the first dot of its last component ("a/0001.seg.png" has the
@@ -39,8 +45,10 @@ struct layout_classname;
 
 struct layout {
 	enum layout_kind kind;		/* which layout */
-	char *json_field;		/* label from this .json field; NULL:
-					 * from the .cls member */
+	char *json_field;		/* label from this .json field ("a.b":
+					 * field b of object a); NULL: from
+					 * the .cls member */
+	char *label_source;		/* the label= option, for messages */
 	char *unlabeled;		/* directory for samples without a
 					 * label; NULL: skip them */
 	struct layout_classname *names;	/* label -> class name (uthash) */
@@ -73,10 +81,16 @@ bool layout_is_label_member(const struct layout *l, const char *path,
 /*
  * Turn the content of a label member into a directory name in @out:
  * trimmed, taken from the JSON field if configured, mapped through the
- * class names.  Returns its length, or -EINVAL when there is no usable
- * label (empty, not a valid file name, field missing).
+ * class names, a number without leading zeros (the builder pads).
+ * *@unmapped tells whether class names were given but none for this
+ * label (it is then named by itself).  Returns its length, or -EINVAL
+ * when there is no usable label (empty, not a valid file name, field
+ * missing).
  */
 int layout_label(const struct layout *l, const char *data, size_t len,
-		 char *out, size_t out_size);
+		 char *out, size_t out_size, bool *unmapped);
+
+/* Is [s, s + len) a non-empty string of ASCII digits? */
+bool layout_is_number(const char *s, size_t len);
 
 #endif

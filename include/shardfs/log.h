@@ -2,7 +2,10 @@
  * log.h - diagnostics for shardfs.
  *
  * Messages go to stderr while the process has a terminal or runs in the
- * foreground, and to syslog (the journal) once the daemon has detached.
+ * foreground, and once the daemon has detached to the -o log= file, or to
+ * syslog (the journal); without a syslog socket (containers) a warning
+ * says, before the detach, that they would be lost.  Error messages are
+ * counted wherever they go (.shardfs/stats "logged_errors").
  * Every line carries the program name so that mount helpers and systemd
  * show where it came from.
  *
@@ -13,6 +16,7 @@
 #define SHARDFS_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 enum log_level {
@@ -29,8 +33,21 @@ enum log_level log_get_level(void);
 /* Parse "error", "warn", "info" or "debug"; return 0 or -EINVAL. */
 int log_parse_level(const char *name, enum log_level *level);
 
-/* Send later messages to syslog instead of stderr (after daemonising). */
-void log_use_syslog(void);
+/* Start every line with "@name: " instead of "shardfs: " (a static string). */
+void log_set_program(const char *name);
+
+/* Open @path (appending) for the messages after log_detach(); 0 or -errno. */
+int log_use_file(const char *path);
+
+/*
+ * Before daemonising: send later messages to the log_use_file() file, or
+ * else to syslog; where there is no syslog socket (containers), warn that
+ * they will be lost.
+ */
+void log_detach(void);
+
+/* Error messages logged so far (counted whatever the level), for stats. */
+unsigned long long log_errors(void);
 
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -31,6 +31,8 @@
 
 /* Most shards a SHARDS argument may expand to. */
 #define SHARD_SET_MAX_SHARDS (1u << 20)
+/* Shards that cannot be opened named one by one; the rest are counted. */
+#define SHARD_SET_ERRORS_LISTED 5
 /* Longest SHARDS argument accepted. */
 #define SHARD_SET_SPEC_MAX (64u * 1024)
 
@@ -40,6 +42,8 @@ struct shard {
 	struct shard_source *src; /* open for the life of the mount; NULL
 				 * before shard_set_open() and for bad shards */
 	uint64_t size;		/* bytes of its tar stream (src->size) */
+	uint64_t stored_size;	/* bytes of the stored object at open (the
+				 * same for an uncompressed shard) */
 	struct timespec mtime;	/* of the stored object, at open */
 	struct timespec ctime;	/* of the stored object, at open */
 	uint64_t members;	/* members found by the index build */
@@ -71,8 +75,10 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 /*
  * Open every shard's source (source.h) and record its size and times.  Raises
  * RLIMIT_NOFILE as far as allowed first.  Returns 0 or -errno with a
- * message naming the shard that failed; with set->skip_bad, such shards
- * are logged, marked bad and skipped instead.
+ * message naming the shard that failed (when several did, the first
+ * SHARD_SET_ERRORS_LISTED are logged and the message counts them); with
+ * set->skip_bad, such shards are logged, marked bad and skipped instead.
+ * An empty shard is warned about; a file listed twice is refused.
  */
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len);
 

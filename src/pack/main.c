@@ -253,6 +253,25 @@ static int make_dirs(const char *dir)
 	return 0;
 }
 
+/*
+ * The nearest existing ancestor of @dir (itself if it exists), resolved:
+ * @dir is inside a directory exactly when this is, so the check can be
+ * made before anything is created.  NULL with errno set on failure.
+ */
+static char *real_existing(const char *dir)
+{
+	char path[PACK_PATH_MAX], *slash, *real;
+
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return errno = ENAMETOOLONG, NULL;
+	while (!(real = realpath(path, NULL)) && errno == ENOENT &&
+	       (slash = strrchr(path, '/')))
+		*(slash == path ? slash + 1 : slash) = '\0';
+	if (!real && errno == ENOENT && !strchr(path, '/'))
+		real = realpath(".", NULL);
+	return real;
+}
+
 /* Refuse an output directory inside SRC_DIR: shards would pack themselves. */
 static int check_outside(const char *src, const char *dir)
 {
@@ -263,7 +282,7 @@ static int check_outside(const char *src, const char *dir)
 	real_src = realpath(src, NULL);
 	if (!real_src)
 		return pack_errno(src, "cannot read source directory");
-	real_dir = realpath(dir, NULL);
+	real_dir = real_existing(dir);
 	if (!real_dir) {
 		rc = pack_errno(dir, "cannot resolve");
 		goto out_free_src;
@@ -379,16 +398,6 @@ static int pack_produce(const struct pack_options *opt,
 	return rc;
 }
 
-/* Create the output directory; it must not be inside SRC_DIR. */
-static int prepare_output(const struct pack_options *opt,
-			  const struct pack_pattern *pattern)
-{
-	int rc = make_dirs(pattern->dir);
-
-	return rc ? rc : check_outside(opt->root[0] ? opt->root : "/",
-				       pattern->dir);
-}
-
 /* Read the tree, plan the shards and produce them. */
 static int pack_run(const struct pack_options *opt,
 		    const struct pack_pattern *pattern,
@@ -398,7 +407,9 @@ static int pack_run(const struct pack_options *opt,
 	struct pack_plan plan;
 	int rc;
 
-	rc = prepare_output(opt, pattern);
+	/* every check before the output directory is created: a refused run
+	 * leaves the disk as it was */
+	rc = check_outside(opt->root[0] ? opt->root : "/", pattern->dir);
 	if (rc)
 		return rc;
 	rc = pack_walk(opt->root, &opt->walk, &tree);
@@ -412,6 +423,7 @@ static int pack_run(const struct pack_options *opt,
 	if (!plan.shard_count)
 		pack_warn("%s/: nothing to pack", opt->root);
 	rc = check_names(&plan, pattern);
+	rc = rc ?: make_dirs(pattern->dir);
 	if (!rc)
 		rc = pack_produce(opt, pattern, &plan, tree.skipped, start);
 	pack_plan_release(&plan);

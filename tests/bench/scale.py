@@ -365,11 +365,10 @@ class Bench:
                          "**%.2f s**" % m.seconds))
         self.section("%s members in %s shards (%d directories)"
                      % (human(a.members), human(a.shards), a.dirs), rows,
-                     "The daemon maps the index file: its RSS counts the pages of "
-                     "that mapping it has touched (\"file\": shared with the page "
-                     "cache, reclaimable, dropped again after loading), \"anon\" "
-                     "is its own heap. A mount that builds instead holds the "
-                     "index on its heap.")
+                     "The daemon reads the index file into a private copy "
+                     "(\"anon\" in its RSS), so that nothing done to the file "
+                     "later reaches the mount; a mount that builds holds the "
+                     "same arrays on its heap.")
         self.remove(d)
 
     # -- part 2: one directory of FLAT entries

@@ -264,7 +264,7 @@ def registered_mount(mountpoint):
 
 
 SUMMARY_RE = re.compile(
-    r"^shardfs: (?P<shards>\d+) shards, (?P<files>\d+) files, "
+    r"^shardfs(?:-index)?: (?P<shards>\d+) shards, (?P<files>\d+) files, "
     r"(?P<dirs>\d+) dirs, (?P<symlinks>\d+) symlinks, (?P<bytes>\d+) bytes, "
     r"(?P<duplicates>\d+) duplicates, (?P<skipped>\d+) skipped in "
     r"(?P<seconds>[0-9.]+) s\s*$", re.M)

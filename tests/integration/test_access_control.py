@@ -280,13 +280,37 @@ def test_uid_gid_above_2_31_are_honoured(tmp_path, shard):
 @pytest.mark.parametrize("opt", ["uid=-5", "gid=-2", "umask=-1",
                                  "uid=99999999999"])
 def test_invalid_owner_or_umask_is_a_usage_error(tmp_path, shard, opt):
-    """A negative or out-of-range id or umask is refused (exit 1), never
+    """A negative or out-of-range id or umask is refused (exit 2), never
     silently ignored (which would keep the tar's owners and modes)."""
     mnt = tmp_path / "mnt"
     os.makedirs(mnt)
     proc, was_mounted, daemon_left = lib.run_shardfs_expect_failure(
         shard, mnt, "-o", opt)
-    assert proc.returncode == 1, "-o %s: exit %d (expected 1, usage error)%s" % (
+    assert proc.returncode == 2, "-o %s: exit %d (expected 2, usage error)%s" % (
         opt, proc.returncode,
         ", and it mounted" if was_mounted else "")
     assert not was_mounted and not daemon_left
+
+
+def test_control_files_listing_names_are_the_owners_only(test_user, public_dir, shard):
+    """/.shardfs/members and /.shardfs/shards name files inside 0700
+    directories and the shards' absolute paths: with allow_other, another
+    user must not read them (they were 0444); stats and metrics stay
+    public; with uid= the user the mount is for reads them."""
+    user, uid, gid = test_user
+    mnt = os.path.join(public_dir, "mnt")
+    private = [".shardfs/members", ".shardfs/shards"]
+    with lib.mounted(shard, mnt, "-o", "allow_other"):
+        for rel in private:
+            st = os.stat(os.path.join(mnt, rel))
+            assert (st.st_mode & 0o777, st.st_uid) == (0o400, 0), rel
+        res = as_user(user, mnt, private + [".shardfs/stats", ".shardfs/metrics"])
+        for rel in private:
+            assert res[rel] == "errno:%d" % errno.EACCES, (rel, res[rel][:40])
+        assert res[".shardfs/stats"].startswith("ok:{")
+        assert res[".shardfs/metrics"].startswith("ok:")
+        with open(os.path.join(mnt, ".shardfs/members"), "rb") as f:
+            assert b"privdir/inner.txt" in f.read()
+    with lib.mounted(shard, mnt, "-o", "allow_other,uid=%d" % uid):
+        res = as_user(user, mnt, private)
+        assert all(v.startswith("ok:") for v in res.values()), res

@@ -1,5 +1,5 @@
-"""Bad input: each case gives the documented exit code (2 for the shard
-set, 3 for the mountpoint), an error line starting with 'shardfs: ' that
+"""Bad input: each case gives the documented exit code (1: the shard set
+or the mountpoint cannot be used), an error line starting with 'shardfs: ' that
 names the file (and 'offset N' for a bad header), and leaves nothing
 mounted and no daemon behind.  -o skip_bad_shards mounts the good shards.
 Archive quirks GNU tar accepts (no end marker, trailing garbage, a lone
@@ -65,13 +65,13 @@ def expect_failure(tmp_path, shards, code, name_in_error, offset=None,
 
 def test_missing_shard(tmp_path):
     missing = tmp_path / "nope.tar"
-    expect_failure(tmp_path, str(missing), 2, missing)
+    expect_failure(tmp_path, str(missing), 1, missing)
 
 
 def test_missing_shard_in_list(tmp_path):
     a = good_shard(tmp_path / "a.tar", "a")
     missing = tmp_path / "gone.tar"
-    expect_failure(tmp_path, "%s,%s" % (a, missing), 2, missing)
+    expect_failure(tmp_path, "%s,%s" % (a, missing), 1, missing)
 
 
 def test_missing_shard_in_brace_range(tmp_path):
@@ -79,21 +79,63 @@ def test_missing_shard_in_brace_range(tmp_path):
     os.makedirs(d)
     for i in (0, 1, 3):
         good_shard(d / ("shard-%02d.tar" % i), "s%d" % i)
-    expect_failure(tmp_path, str(d / "shard-{00..03}.tar"), 2,
+    expect_failure(tmp_path, str(d / "shard-{00..03}.tar"), 1,
                    d / "shard-02.tar")
+
+
+@pytest.mark.parametrize("missing", [4, 8])
+def test_every_missing_shard_of_a_range_is_named(tmp_path, missing):
+    """Not only the first: up to five by name, then the count."""
+    d = tmp_path / "s"
+    os.makedirs(d)
+    for i in range(missing, 10):
+        good_shard(d / ("shard-%02d.tar" % i), "s%d" % i)
+    mnt = tmp_path / "mnt"
+    os.makedirs(mnt)
+    r, was_mounted, _ = lib.run_shardfs_expect_failure(
+        str(d / "shard-{00..09}.tar"), mnt)
+    assert r.returncode == 1 and not was_mounted, r
+    named = ["shardfs: %s: No such file or directory" % (d / ("shard-%02d.tar" % i))
+             for i in range(min(missing, 5))]
+    last = "shardfs: %d of 10 shards cannot be opened%s" % (
+        missing, " (the first ones are listed above)" if missing > 5 else "")
+    assert r.stderr.splitlines() == named + [last], r.stderr
+
+
+def test_a_shard_listed_twice_is_refused(tmp_path):
+    a = good_shard(tmp_path / "a.tar", "a")
+    b = good_shard(tmp_path / "b.tar", "b")
+    mnt = tmp_path / "mnt"
+    os.makedirs(mnt)
+    r, was_mounted, _ = lib.run_shardfs_expect_failure(
+        "%s,%s,%s" % (a, b, tmp_path / "." / "a.tar"), mnt)
+    assert r.returncode == 1 and not was_mounted, r
+    assert r.stderr == ("shardfs: %s: listed twice in SHARDS (shards 0 and 2)\n"
+                        % a), r.stderr
+
+
+def test_an_empty_shard_is_warned_about(tmp_path):
+    a = good_shard(tmp_path / "a.tar", "a")
+    empty = tmp_path / "empty.tar"
+    empty.write_bytes(b"")
+    mnt = tmp_path / "mnt"
+    with lib.mounted("%s,%s" % (a, empty), mnt) as r:
+        pass
+    assert ("shardfs: warning: %s: empty shard (0 bytes): it adds no files\n"
+            % empty) in r.stderr, r.stderr
 
 
 def test_directory_without_tars(tmp_path):
     d = tmp_path / "notars"
     lib.write_file(os.path.join(d, "readme.txt"), b"no shards here\n")
     lib.write_file(os.path.join(d, "x.tgz"), b"\x1f\x8b not a tar name\n")
-    expect_failure(tmp_path, str(d), 2, d)
+    expect_failure(tmp_path, str(d), 1, d)
 
 
 def test_empty_directory(tmp_path):
     d = tmp_path / "empty"
     os.makedirs(d)
-    expect_failure(tmp_path, str(d), 2, d)
+    expect_failure(tmp_path, str(d), 1, d)
 
 
 def test_glob_matching_nothing(tmp_path):
@@ -101,12 +143,12 @@ def test_glob_matching_nothing(tmp_path):
     os.makedirs(d)
     good_shard(d / "valid-0.tar", "v")
     pattern = str(d / "train-*.tar")
-    expect_failure(tmp_path, pattern, 2, pattern)
+    expect_failure(tmp_path, pattern, 1, pattern)
 
 
 def test_brace_list_matching_nothing(tmp_path):
     pattern = str(tmp_path / "{x,y}.tar")
-    r = expect_failure(tmp_path, pattern, 2, tmp_path)
+    r = expect_failure(tmp_path, pattern, 1, tmp_path)
     assert "x.tar" in r.stderr or "{x,y}" in r.stderr
 
 
@@ -131,14 +173,14 @@ def test_non_tar_file(tmp_path, kind):
         data = raw[:off] + b"JUNK" * 128 + raw[off + 512:]
     with open(p, "wb") as f:
         f.write(data)
-    expect_failure(tmp_path, str(p), 2, p, offset=off)
+    expect_failure(tmp_path, str(p), 1, p, offset=off)
 
 
 @pytest.mark.parametrize("index", [0, 2])
 def test_corrupt_header_checksum(tmp_path, index):
     p = good_shard(tmp_path / "c.tar", "c")
     off = corrupt_checksum(p, index)
-    expect_failure(tmp_path, str(p), 2, p, offset=off)
+    expect_failure(tmp_path, str(p), 1, p, offset=off)
 
 
 def test_corrupt_shard_in_the_middle_of_a_set(tmp_path):
@@ -146,7 +188,7 @@ def test_corrupt_shard_in_the_middle_of_a_set(tmp_path):
     os.makedirs(d)
     shards = [good_shard(d / ("%d.tar" % i), "t%d" % i) for i in range(5)]
     off = corrupt_checksum(shards[3], 1)
-    expect_failure(tmp_path, str(d), 2, shards[3], offset=off)
+    expect_failure(tmp_path, str(d), 1, shards[3], offset=off)
 
 
 def test_truncated_shard_data_past_eof(tmp_path):
@@ -157,7 +199,7 @@ def test_truncated_shard_data_past_eof(tmp_path):
     assert ti.size > 200
     with open(p, "r+b") as f:
         f.truncate(ti.offset_data + 100)
-    expect_failure(tmp_path, str(p), 2, p, offset=off)
+    expect_failure(tmp_path, str(p), 1, p, offset=off)
 
 
 def test_truncated_shard_inside_a_header(tmp_path):
@@ -165,7 +207,7 @@ def test_truncated_shard_inside_a_header(tmp_path):
     off = lib.member_offsets(p)[3][1]
     with open(p, "r+b") as f:
         f.truncate(off + 300)
-    expect_failure(tmp_path, str(p), 2, p, offset=off)
+    expect_failure(tmp_path, str(p), 1, p, offset=off)
 
 
 def test_size_field_far_past_eof(tmp_path):
@@ -176,7 +218,7 @@ def test_size_field_far_past_eof(tmp_path):
         f.write(ti.tobuf(tarfile.GNU_FORMAT))
         f.write(b"x" * 4096)
         f.write(b"\0" * 1024)
-    expect_failure(tmp_path, str(p), 2, p, offset=0)
+    expect_failure(tmp_path, str(p), 1, p, offset=0)
 
 
 def test_dotdot_members_warn_and_mount(tmp_path):
@@ -201,7 +243,7 @@ def test_dotdot_members_warn_and_mount(tmp_path):
 def test_mountpoint_missing(tmp_path):
     a = good_shard(tmp_path / "a.tar", "a")
     mnt = tmp_path / "no" / "such" / "dir"
-    expect_failure(tmp_path, str(a), 3, mnt, mnt=mnt)
+    expect_failure(tmp_path, str(a), 1, mnt, mnt=mnt)
 
 
 def test_mountpoint_is_a_file(tmp_path):
@@ -209,7 +251,7 @@ def test_mountpoint_is_a_file(tmp_path):
     mnt = tmp_path / "file-not-dir"
     lib.write_file(str(mnt), b"x")
     r, was_mounted, daemon_left = lib.run_shardfs_expect_failure(str(a), mnt)
-    assert r.returncode == 3, r
+    assert r.returncode == 1, r
     assert not daemon_left
     lib.assert_error_names(r.stderr, mnt)
     with open(mnt, "rb") as fh:
@@ -220,7 +262,7 @@ def test_mountpoint_not_empty(tmp_path):
     a = good_shard(tmp_path / "a.tar", "a")
     mnt = tmp_path / "mnt"
     lib.write_file(os.path.join(mnt, "occupied"), b"x")
-    expect_failure(tmp_path, str(a), 3, mnt, mnt=mnt)
+    expect_failure(tmp_path, str(a), 1, mnt, mnt=mnt)
     assert os.listdir(mnt) == ["occupied"]
 
 
@@ -235,7 +277,7 @@ def test_mountpoint_already_mounted_and_not_empty(tmp_path):
             # a wrongly stacked second mount must not outlive the test
             lib.unmount(mnt)
             lib._register(mnt)
-        assert r.returncode == 3, r
+        assert r.returncode == 1, r
         # the first mount is untouched
         assert sorted(os.listdir(mnt)) == before
 
@@ -256,7 +298,7 @@ def test_skip_bad_shards_mounts_the_rest(tmp_path):
     with open(truncated, "wb") as f:             # its only member is cut
         f.write(ti.tobuf(tarfile.GNU_FORMAT) + b"y" * 1000)
     # without the option the set is refused
-    expect_failure(tmp_path, str(d), 2, corrupt)
+    expect_failure(tmp_path, str(d), 1, corrupt)
     start_ns = lib.extract_reference_ok(good, tmp_path / "ref")
     with lib.mounted(str(d), tmp_path / "mnt", "-o", "skip_bad_shards") as proc:
         lib.compare_trees(tmp_path / "mnt", tmp_path / "ref", start_ns)
@@ -309,7 +351,7 @@ def test_trailing_garbage_after_end_marker(tmp_path):
 
 
 def test_zero_length_file(tmp_path):
-    """GNU tar rejects an empty file; shardfs may either refuse it (exit 2
+    """GNU tar rejects an empty file; shardfs may either refuse it (exit 1
     naming it) or mount it as an empty tree like what tar extracted."""
     p = tmp_path / "empty.tar"
     open(p, "wb").close()
@@ -321,7 +363,7 @@ def test_zero_length_file(tmp_path):
         if r.returncode == 0:
             lib.compare_trees(mnt, tmp_path / "ref", start_ns)
         else:
-            assert r.returncode == 2, r
+            assert r.returncode == 1, r
             assert not lib.is_mounted(mnt)
             lib.assert_error_names(r.stderr, p)
     finally:

@@ -120,10 +120,15 @@ def test_comma_separated_mix_of_forms(tmp_path):
     check_form(tmp_path, arg, expected)
 
 
-def test_same_shard_listed_twice(tmp_path):
+def test_same_shard_listed_twice_is_refused(tmp_path):
+    """It was accepted as "N duplicates" (issue 13): refused, naming it."""
     a = order_shard(tmp_path / "a.tar", "a")
     b = order_shard(tmp_path / "b.tar", "b")
-    check_form(tmp_path, "%s,%s,%s" % (a, b, a), [a, b, a])
+    mnt = tmp_path / "mnt"
+    os.makedirs(mnt)
+    r, was_mounted, _ = lib.run_shardfs_expect_failure("%s,%s,%s" % (a, b, a), mnt)
+    assert r.returncode == 1 and not was_mounted, r
+    assert r.stderr == "shardfs: %s: listed twice in SHARDS (shards 0 and 2)\n" % a
 
 
 # ------------------------------------------------------------- options
@@ -152,11 +157,14 @@ USAGE_ERRORS = {
     "bad uid": ["-o", "uid=notanumber", "SHARDS", "MNT"],
     "bad umask": ["-o", "umask=999", "SHARDS", "MNT"],
     "-o without value": ["SHARDS", "MNT", "-o"],
+    "libfuse option misspelt": ["-o", "max_thread=4", "SHARDS", "MNT"],
+    "negative idle_timeout": ["-o", "idle_timeout=-1", "SHARDS", "MNT"],
+    "fractional idle_timeout": ["-o", "idle_timeout=1.5", "SHARDS", "MNT"],
 }
 
 
 @pytest.mark.parametrize("case", sorted(USAGE_ERRORS))
-def test_usage_errors_exit_1(tmp_path, case):
+def test_usage_errors_exit_2(tmp_path, case):
     shard = order_shard(tmp_path / "a.tar", "a")
     mnt = tmp_path / "mnt"
     os.makedirs(mnt)
@@ -167,7 +175,7 @@ def test_usage_errors_exit_1(tmp_path, case):
     r = lib.run_cmd(argv, timeout=60)
     mounted_now = lib.is_mounted(mnt)
     lib.unmount(mnt)
-    assert r.returncode == 1, r
+    assert r.returncode == 2, r
     assert not mounted_now
     assert any(line.startswith("shardfs: ") for line in r.stderr.splitlines()), \
         "no 'shardfs: ' error line: %r" % r.stderr
@@ -337,15 +345,15 @@ def test_fstab_line(tmp_path, shardfs_on_default_path):
     mnt = tmp_path / "mnt"
     os.makedirs(mnt)
     # The fstab line used (fields: source, mountpoint, type, options):
-    #   /tmp/.../s/train-*.tar,/tmp/.../s/train-0.tar  /tmp/.../mnt  fuse.shardfs  ro,allow_other,noauto,quiet  0  0
-    # i.e. a glob followed by one more shard (listed again: it wins last),
+    #   /tmp/.../s/train-[01].tar,/tmp/.../s/train-2.tar  /tmp/.../mnt  fuse.shardfs  ro,allow_other,noauto,quiet  0  0
+    # i.e. a glob followed by one more shard,
     # type fuse.shardfs so that mount(8) runs mount.fuse3, which runs
     # `shardfs SOURCE MOUNTPOINT -o OPTIONS` (found on the default PATH,
     # see shardfs_on_default_path).
-    source = "%s,%s" % (d / "train-*.tar", shards[0])
+    source = "%s,%s" % (d / "train-[01].tar", shards[2])
     line = "%s %s fuse.shardfs ro,allow_other,noauto,quiet 0 0\n" % (source, mnt)
     extract2 = tmp_path / "ref"
-    start2 = lib.extract_reference_ok(shards + [shards[0]], extract2)
+    start2 = lib.extract_reference_ok(shards, extract2)
     with open("/etc/fstab", "rb") as f:
         saved = f.read()
     try:
@@ -366,3 +374,24 @@ def test_fstab_line(tmp_path, shardfs_on_default_path):
             f.write(saved)
     with open("/etc/fstab", "rb") as f:
         assert f.read() == saved
+
+
+@pytest.mark.parametrize("option,line", [
+    ("bogus", "shardfs: fuse: unknown option(s): `-o bogus'"),
+    ("max_thread=4", "shardfs: fuse: unknown option(s): `-o max_thread=4'"),
+    ("idle_timeout=-1", "shardfs: bad idle_timeout (whole seconds) '-1'"),
+    ("idle_timeout=1.5", "shardfs: bad idle_timeout (whole seconds) '1.5'"),
+])
+def test_bad_options_are_refused_before_any_shard_is_read(tmp_path, option, line):
+    """Every option is checked before the scan: no summary, no index file
+    written, and one line naming the option (libfuse's message was broken
+    over three lines after a full scan)."""
+    d = tmp_path / "set"
+    os.makedirs(d)
+    shard = order_shard(d / "a.tar", "a")
+    mnt = tmp_path / "mnt"
+    os.makedirs(mnt)
+    r, was_mounted, _ = lib.run_shardfs_expect_failure(str(shard), mnt, "-o", option)
+    assert r.returncode == 2 and not was_mounted, r
+    assert r.stderr == line + "\n", r.stderr
+    assert os.listdir(d) == ["a.tar"], "an index was written: %r" % os.listdir(d)

@@ -7,11 +7,11 @@ stale) and what shardfs must do:
 
   match     GNU tar extracts it without error: the mount must equal the
             extraction (paths, types, bytes, modes, mtimes, owners, links).
-  refuse    GNU tar rejects it: shardfs must exit 2 with a 'shardfs: ' line
+  refuse    GNU tar rejects it: shardfs must exit 1 with a 'shardfs: ' line
             naming the archive and 'offset N' (N inside the file), leave
             nothing mounted.
   compressed  a compressed tar: shardfs serves raw tar only, so the file
-            itself must be refused (exit 2, offset 0); the test then
+            itself must be refused (exit 1, offset 0); the test then
             decompresses it and treats the result by the inner entry
             ('match' or 'refuse').
 """
@@ -184,7 +184,7 @@ def expect_refusal(tmp_path, archive):
     mnt = tmp_path / "mnt"
     os.makedirs(mnt, exist_ok=True)
     r, was_mounted, daemon_left = lib.run_shardfs_expect_failure(str(archive), mnt)
-    assert r.returncode == 2, "expected exit 2 (refused), got %r" % (r,)
+    assert r.returncode == 1, "expected exit 1 (refused), got %r" % (r,)
     assert not was_mounted and not daemon_left
     size = os.path.getsize(archive)
     lib.assert_error_names(r.stderr, archive, set(range(0, max(size, 1))))
@@ -213,7 +213,7 @@ def test_conformance_archive(tmp_path, name):
         mnt = tmp_path / "mnt"
         os.makedirs(mnt)
         r, was_mounted, daemon_left = lib.run_shardfs_expect_failure(path, mnt)
-        assert r.returncode == 2, r
+        assert r.returncode == 1, r
         assert not was_mounted and not daemon_left
         lib.assert_error_names(r.stderr, path, 0)
         inner = decompress(path, str(tmp_path / "inner.tar"))

@@ -233,4 +233,4 @@ def test_io_uring_threads_is_bounded(tmp_path, shard_set):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     r = lib.run_cmd(lib.shardfs_argv(shards, mnt, "-o", "io_uring_threads=65"))
-    assert r.returncode == 1 and "io_uring_threads=65" in r.stderr, r
+    assert r.returncode == 2 and "io_uring_threads=65" in r.stderr, r

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import tarfile
 import threading
+import time
 
 import pytest
 
@@ -268,7 +269,7 @@ def test_shard_truncated_mid_member_fails_instead_of_loading(tmp_path):
     os.truncate(shards[1], third.offset_data + 10)    # inside its data
     restore_times(shards[1], st)
     r, was_mounted, left = lib.run_shardfs_expect_failure(d, mnt)
-    assert r.returncode == 2, r
+    assert r.returncode == 1, r
     assert not was_mounted and not left
     assert "s-001.tar" in r.stderr, r.stderr
 
@@ -536,7 +537,7 @@ def test_index_mode_require(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     r, was_mounted, left = lib.run_shardfs_expect_failure(d, mnt, "-o", "index_mode=require")
-    assert r.returncode == 2, r
+    assert r.returncode == 1, r
     assert not was_mounted and not left
     assert "no valid index" in r.stderr and os.path.realpath(index_of(d)) in r.stderr, r.stderr
     assert not os.path.exists(index_of(d))
@@ -547,7 +548,7 @@ def test_index_mode_require(tmp_path):
 
     lib.tar_from_members(d / "s-003.tar", shard_members(3))   # now stale
     r, _, _ = lib.run_shardfs_expect_failure(d, mnt, "-o", "index_mode=require")
-    assert r.returncode == 2 and "no valid index" in r.stderr, r
+    assert r.returncode == 1 and "no valid index" in r.stderr, r
 
 
 def test_index_mode_off_writes_nothing(tmp_path):
@@ -589,8 +590,8 @@ def test_unknown_index_mode_is_a_usage_error(tmp_path):
     (tmp_path / "mnt").mkdir()
     r, was_mounted, _ = lib.run_shardfs_expect_failure(d, tmp_path / "mnt",
                                                        "-o", "index_mode=sometimes")
-    assert r.returncode == 1 and "index_mode" in r.stderr, r
-    assert run_index(d, "-o", "index_mode=sometimes").returncode == 1
+    assert r.returncode == 2 and "index_mode" in r.stderr, r
+    assert run_index(d, "-o", "index_mode=sometimes").returncode == 2
 
 
 # ---------------------------------------------------------- shardfs-index
@@ -620,7 +621,7 @@ def test_index_tool_check(tmp_path):
     idx = index_of(d)
 
     r = run_index(d, "--check")
-    assert r.returncode == 2, r                       # missing
+    assert r.returncode == 1, r                       # missing
     assert not os.path.exists(idx), "--check must build nothing"
     assert run_index(d).returncode == 0
     r = run_index(d, "--check")
@@ -628,7 +629,7 @@ def test_index_tool_check(tmp_path):
     assert os.path.realpath(idx) in r.stderr
 
     lib.tar_from_members(d / "s-003.tar", shard_members(3))
-    assert run_index(d, "--check").returncode == 2    # stale: appended
+    assert run_index(d, "--check").returncode == 1    # stale: appended
     os.unlink(d / "s-003.tar")
     assert run_index(d, "--check").returncode == 0
 
@@ -638,7 +639,7 @@ def test_index_tool_check(tmp_path):
     with open(idx, "wb") as f:
         f.write(data)
     r = run_index(d, "--check")
-    assert r.returncode == 2, r
+    assert r.returncode == 1, r
     assert os.path.realpath(idx) in r.stderr and "offset" in r.stderr, r.stderr
     # a mount warns, naming the file, and rebuilds it
     snap, m, r = mount_snapshot(d, mnt)
@@ -650,10 +651,10 @@ def test_index_tool_check(tmp_path):
 
     # corrupt: truncated, and not an index at all
     os.truncate(idx, 100)
-    assert run_index(d, "--check").returncode == 2
+    assert run_index(d, "--check").returncode == 1
     with open(idx, "wb") as f:
         f.write(b"not an index\n" * 100)
-    assert run_index(d, "--check").returncode == 2
+    assert run_index(d, "--check").returncode == 1
 
 
 def parse_list(text):
@@ -744,16 +745,119 @@ def test_concurrent_builders_and_mounts(tmp_path, round_):
     assert snap == ref
 
 
-def test_index_writable_by_others_is_not_trusted(tmp_path):
-    """The mapping is used in place, so an index others could change under
-    the mount is rebuilt (and replaced by a private one), never loaded."""
+@pytest.mark.parametrize("mode,why", [
+    (0o666, "writable by others (mode 0666)"),
+    (0o664, "writable by its group (mode 0664)")])
+def test_index_writable_by_others_is_not_trusted(tmp_path, mode, why):
+    """An index others could choose the tree with is rebuilt (and replaced
+    by a private one), never loaded; the message says which rule it broke."""
     d = tmp_path / "shards"
     make_set(d, 2)
     mnt = tmp_path / "mnt"
     mount_snapshot(d, mnt)
-    os.chmod(index_of(d), 0o666)
+    os.chmod(index_of(d), mode)
     snap, m, r = mount_snapshot(d, mnt)
-    assert "not trusted" in r.stderr, r.stderr
+    assert "%s: not trusted: %s" % (index_of(d), why) in r.stderr, r.stderr
     expect_origin(m, "built", saved=True)
     assert os.stat(index_of(d)).st_mode & 0o777 == 0o644
     assert snap == fresh(d, mnt)
+
+
+def test_index_owned_by_another_user_is_not_trusted(tmp_path):
+    d = tmp_path / "shards"
+    make_set(d, 2)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    os.chown(index_of(d), 12345, 12345)
+    _, m, r = mount_snapshot(d, mnt)
+    assert ("%s: not trusted: owned by uid 12345, neither us (uid 0) nor root"
+            % index_of(d)) in r.stderr, r.stderr
+    expect_origin(m, "built", saved=True)
+
+
+def garble_in_place(path):
+    """Overwrite the middle of PATH in place (dd conv=notrunc)."""
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size // 4)
+        f.write(b"\xff" * (size // 2))
+
+
+@pytest.mark.parametrize("how", ["truncate", "cp-over", "dd-notrunc"])
+def test_loaded_index_changed_under_the_mount_does_not_matter(tmp_path, how):
+    """After the load verified it, the daemon must not depend on the index
+    file: truncating it, copying another index over it or garbling it in
+    place must neither kill the daemon (SIGBUS) nor change the tree."""
+    d = tmp_path / "shards"
+    make_set(d, 3)
+    other = tmp_path / "other"
+    make_set(other, 5, first=7)
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    mount_snapshot(other, tmp_path / "mnt2")
+    with lib.mounted(d, mnt, "-o", "loglevel=debug") as r:
+        expect_origin(ORIGIN_RE.search(r.stderr), "loaded")
+        pid = lib.daemon_pid(mnt)
+        lib.drop_caches()
+        if how == "truncate":
+            os.truncate(index_of(d), 0)
+        elif how == "cp-over":
+            subprocess.run(["cp", os.path.join(other, ".s-007.tar.shardfs-index"),
+                            index_of(d)], check=True)
+        else:
+            garble_in_place(index_of(d))
+        lib.drop_caches()
+        snap = snapshot(mnt)
+        assert lib.process_alive(pid)
+    assert snap == fresh(d, mnt)
+
+
+# ------------------------------------------- shardfs-index says when it failed
+
+
+def test_index_tool_fails_when_it_saved_nothing(tmp_path, ro_bind):
+    """No index saved is a failure for shardfs-index (it exited 0), with
+    its own prefix; --check names every path it looked at."""
+    d = tmp_path / "shards"
+    make_set(d)
+    r = run_index(d, "-o", "index=/nonexistent/dir/x.idx")
+    assert r.returncode == 1, r
+    assert r.stderr.endswith(
+        "shardfs-index: warning: /nonexistent/dir/x.idx: cannot write the index: "
+        "No such file or directory\n"
+        "shardfs-index: no index file was saved for %s\n" % d), r.stderr
+    assert not [ln for ln in r.stderr.splitlines()
+                if not ln.startswith("shardfs-index: ")], r.stderr
+    r = run_index(d, "--check", "-o", "index=/nonexistent/dir/x.idx")
+    assert r.returncode == 1, r
+    assert ("shardfs-index: no valid index for this shard set (looked in "
+            "/nonexistent/dir/x.idx)\n") in r.stderr, r.stderr
+    src, ro = ro_bind
+    make_set(src)
+    r = run_index(ro, "-o", "index=%s" % (ro / "set.idx"))
+    assert r.returncode == 1, r
+    assert "shardfs-index: no index file was saved for %s\n" % ro in r.stderr, r.stderr
+    r = run_index(d, "-o", "index_mode=off")
+    assert r.returncode == 1, r
+    assert ("shardfs-index: no index file was saved for %s (index_mode=off)\n"
+            % d) in r.stderr, r.stderr
+
+
+def test_stale_temporary_index_files_are_removed(tmp_path):
+    """A writer that crashed leaves PATH.tmp.XXXXXX; the next write removes
+    it when it is old enough to belong to no live writer, and only then."""
+    d = tmp_path / "shards"
+    make_set(d)
+    idx = index_of(d)
+    old, fresh_tmp, other = idx + ".tmp.AbC123", idx + ".tmp.XyZ789", idx + ".tmpfile"
+    for p in (old, fresh_tmp, other):
+        with open(p, "wb") as f:
+            f.write(b"\0" * 4096)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    os.utime(other, (time.time() - 3600, time.time() - 3600))
+    r = run_index(d, "-o", "loglevel=info")
+    assert r.returncode == 0, r
+    assert not os.path.exists(old)
+    assert os.path.exists(fresh_tmp) and os.path.exists(other)
+    assert ("shardfs-index: %s: removed a temporary index file left by a writer "
+            "that did not finish\n" % old) in r.stderr, r.stderr

@@ -10,8 +10,8 @@ present in two shards, and one shard whose name has a dot before `.tar`.
   order;
 * shards must equal extracting each shard into its own directory named
   after the shard file without `.tar`;
-* classes must show `<label>/<basename of member>` for every member of
-  every labelled sample, with the label taken from the `.cls` (trimmed)
+* classes must show `<label>/<member path>` for every member of
+  every labelled sample (numeric labels zero-padded to the widest), with the label taken from the `.cls` (trimmed)
   or from a `.json` field (`label=json:FIELD`), optionally renamed by a
   `classnames=FILE` of `index name` lines, and unlabelled samples under
   `unlabeled=DIR` (default `_unlabeled`) or left out and counted
@@ -55,7 +55,8 @@ def require(tmp_path_factory, *options):
     if key not in _option_support:
         work = tmp_path_factory.mktemp("probe")
         shard = imagedata.write_shards(work, [[imagedata.Sample(
-            "k", 0, {"k.cls": b"0\n"})]])[0]
+            "k", 0, {"k.cls": b"0\n",
+                     "k.json": b'{"label": 0, "name": "n"}'})]])[0]
         argv = [a for o in options for a in ("-o", o)]
         mnt = work / "mnt"
         mnt.mkdir()
@@ -105,21 +106,30 @@ def renamed(label_fn, names):
     return label
 
 
+def padded(labels):
+    """{label: directory}: numbers without leading zeros, zero-padded to
+    the width of the largest, so that string order is numeric order."""
+    numbers = [str(int(l)) for l in labels if l.isdigit()]
+    width = max((len(n) for n in numbers), default=0)
+    return {l: str(int(l)).zfill(width) if l.isdigit() else l for l in labels}
+
+
 def classes_tree(per_shard, label_fn, unlabeled="_unlabeled"):
     """{path: bytes} that layout=classes must show: every member of every
-    sample as `<label>/<basename>`, unlabelled ones under UNLABELED or
+    sample as `<label>/<path>`, unlabelled ones under UNLABELED or
     left out when it is "skip"; later shards win.  Also returns the number
     of unlabelled samples."""
+    samples = [s for shard in per_shard for s in shard]
+    dirs = padded({label_fn(s) for s in samples} - {None})
     tree, without_label = {}, 0
-    for sample in (s for shard in per_shard for s in shard):
+    for sample in samples:
         label = label_fn(sample)
         if label is None:
             without_label += 1
             if unlabeled == "skip":
                 continue
-            label = unlabeled
         for name, content in sample.files.items():
-            tree["%s/%s" % (label, os.path.basename(name))] = content
+            tree["%s/%s" % (dirs.get(label, unlabeled), name)] = content
     return tree, without_label
 
 
@@ -192,7 +202,7 @@ def test_shards_layout_is_each_shard_extracted_apart(data, tmp_path, tmp_path_fa
 def test_classes_layout_labels_from_cls(data, tmp_path, tmp_path_factory):
     require(tmp_path_factory, "layout=classes")
     expected, without_label = classes_tree(data[0], label_from_cls)
-    assert without_label > 0 and "3/000003.seg.png" in expected
+    assert without_label > 0 and "3/part/v1.0/000003.seg.png" in expected
     mount_and_compare(data, tmp_path, ["layout=classes"], expected, without_label)
 
 
@@ -256,3 +266,130 @@ def test_imagefolder_over_the_classes_layout(data, tmp_path, tmp_path_factory):
         if control_files.available(mnt):
             order = list(ShardAwareSampler(on_mount, window=2))
             assert sorted(order) == list(range(len(on_mount)))
+
+
+# --------------------------------------------------------------------------
+# numeric labels, colliding base names, missing labels (issue 13)
+
+
+def cls_sample(key, cls_text, extra=None):
+    files = {key + ".jpg": b"jpeg of " + key.encode(), key + ".cls": cls_text}
+    files.update(extra or {})
+    return imagedata.Sample(key, None, files)
+
+
+def mount_classes(tmp_path, samples_per_shard, *options):
+    shards = imagedata.write_shards(tmp_path, samples_per_shard)
+    argv = [a for o in ("layout=classes",) + options for a in ("-o", o)]
+    os.makedirs(tmp_path / "mnt", exist_ok=True)
+    return shards, argv
+
+
+def test_numeric_labels_give_imagefolder_their_own_index(tmp_path):
+    """1,000 classes: ImageFolder's class_to_idx[dir] must be int(label)
+    for every class, and every sample's target its label ("007" is 7)."""
+    samples = [cls_sample("%04d" % n, b"%d\n" % n) for n in range(1000)]
+    samples.append(cls_sample("again7", b"007\n"))
+    shards, argv = mount_classes(tmp_path, imagedata.split(samples, 3))
+    mnt = tmp_path / "mnt"
+    with lib.mounted(",".join(shards), mnt, *argv):
+        folder = datasets.ImageFolder(mnt, loader=lambda p: p)
+        assert len(folder.classes) == 1000
+        assert folder.classes[:3] == ["000", "001", "002"]
+        assert all(folder.class_to_idx[d] == int(d) for d in folder.classes)
+        targets = {os.path.basename(p): t for p, t in folder.samples}
+        assert all(targets["%04d.jpg" % n] == n for n in range(1000))
+        assert targets["again7.jpg"] == 7
+        assert sorted(os.listdir(mnt / "007")) == ["0007.cls", "0007.jpg",
+                                                  "again7.cls", "again7.jpg"]
+
+
+def test_numeric_labels_are_padded_across_shards_and_index_reuse(tmp_path):
+    """The width is the widest label of the whole set, also when an index
+    file of the first shards is extended by a later shard."""
+    shard_dir = tmp_path / "w"
+    first = [[cls_sample("a%d" % n, b"%d" % n) for n in range(3)]]
+    shards = imagedata.write_shards(shard_dir, first)
+    index = tmp_path / "set.idx"
+    mnt = tmp_path / "mnt"
+    opts = ("-o", "layout=classes", "-o", "index=%s" % index)
+    with lib.mounted(shards[0], mnt, *opts):
+        assert sorted(os.listdir(mnt)) == ["0", "1", "2"]
+    more = imagedata.write_shards(tmp_path / "w2", [[cls_sample("b12", b"12")]])
+    with lib.mounted(",".join(shards + more), mnt, *opts) as proc:
+        assert sorted(os.listdir(mnt)) == ["00", "01", "02", "12"], proc.stderr
+
+
+def test_colliding_base_names_stay_two_samples(tmp_path):
+    """part1/0001 and part2/0001 are two samples of one class: both stay,
+    under their own directories; the same key twice is one (the last)."""
+    samples = [cls_sample("part1/0001", b"5"), cls_sample("part2/0001", b"5")]
+    again = cls_sample("part1/0001", b"5", {"part1/0001.jpg": b"the last one"})
+    shards, argv = mount_classes(tmp_path, [samples, [again]])
+    mnt = tmp_path / "mnt"
+    with lib.mounted(",".join(shards), mnt, *argv) as proc:
+        assert sorted(mounted_files(mnt)) == [
+            "5/part1/0001.cls", "5/part1/0001.jpg",
+            "5/part2/0001.cls", "5/part2/0001.jpg"]
+        assert (mnt / "5/part1/0001.jpg").read_bytes() == b"the last one"
+        folder = datasets.ImageFolder(mnt, loader=lambda p: p)
+        assert len(folder.samples) == 2
+    assert lib.parse_summary(proc.stderr)["duplicates"] == 2
+
+
+def test_a_label_source_no_sample_has_refuses_to_mount(tmp_path):
+    samples = [cls_sample("k%d" % n, b"1", {"k%d.json" % n: b'{"label": 1}'})
+               for n in range(3)]
+    shards, argv = mount_classes(tmp_path, [samples], "label=json:nosuch")
+    proc, mounted, _ = lib.run_shardfs_expect_failure(shards[0], tmp_path / "mnt",
+                                                      *argv)
+    assert proc.returncode == 1 and not mounted
+    assert ("shardfs: layout=classes: no sample has a label from "
+            "label=json:nosuch (sample 'k0' of %s has none); not mounting a "
+            "tree of one class\n" % shards[0]) in proc.stderr
+
+
+def test_samples_without_a_label_are_counted_and_placed(tmp_path):
+    samples = [cls_sample("k1", b"1"), imagedata.Sample("k2", None, {"k2.jpg": b"x"})]
+    shards, argv = mount_classes(tmp_path, [samples])
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards[0], mnt, *argv) as proc:
+        assert sorted(os.listdir(mnt)) == ["1", "_unlabeled"]
+    assert ("shardfs: warning: 1 samples without a label from label=cls: under "
+            "_unlabeled/\n") in proc.stderr
+
+
+def test_nested_json_label_field(tmp_path):
+    samples = [imagedata.Sample("k%d" % n, None, {
+        "k%d.jpg" % n: b"x", "k%d.json" % n: json.dumps(
+            {"label": "outer", "meta": {"other": [1, {"label": 9}], "label": n}}).encode()})
+        for n in (3, 10)]
+    shards, argv = mount_classes(tmp_path, [samples], "label=json:meta.label")
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards[0], mnt, *argv):
+        assert sorted(mounted_files(mnt)) == ["03/k3.jpg", "03/k3.json",
+                                              "10/k10.jpg", "10/k10.json"]
+
+
+@pytest.mark.parametrize("label", ["json:", "json:.a", "json:a..b", "json:a."])
+def test_malformed_json_label_sources_are_refused(tmp_path, label):
+    shards, argv = mount_classes(tmp_path, [[cls_sample("k", b"1")]], "label=" + label)
+    proc, mounted, _ = lib.run_shardfs_expect_failure(shards[0], tmp_path / "mnt",
+                                                      *argv)
+    assert proc.returncode == 2 and not mounted
+    assert ("shardfs: bad label source '%s' (cls, json:FIELD or "
+            "json:FIELD.FIELD...)\n" % label) in proc.stderr
+
+
+def test_labels_missing_from_classnames_are_reported(tmp_path):
+    samples = [cls_sample("k%d" % n, b"%d" % n) for n in range(4)]
+    names = tmp_path / "names.txt"
+    names.write_text("0 zero\n1 one\n")
+    shards, argv = mount_classes(tmp_path, [samples], "classnames=%s" % names)
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards[0], mnt, *argv) as proc:
+        assert sorted(os.listdir(mnt)) == ["2", "3", "one", "zero"]
+    assert ("shardfs: warning: 2 samples have a label that the classnames= "
+            "file does not name; their directories are named by the label "
+            "itself\nshardfs: warning: %s: label '2' is not in the classnames= file\n" % shards[0]
+            ) in proc.stderr

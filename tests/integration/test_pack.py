@@ -635,6 +635,7 @@ def test_output_patterns(tmp_path):
         ".x%-0.tar.shardfs-index", "shards.json", "x%-0.tar", "x%-1.tar"]
     r = pack(src, str(tmp_path / "c/s-{0..1}.tar"), "-c", "2", check=False)
     assert r.returncode == 1 and "names for 2 shards" in r.stderr
+    assert not os.path.exists(tmp_path / "c"), "a refused run created its output"
 
 
 @pytest.mark.parametrize("args,status,message", [
@@ -652,3 +653,22 @@ def test_usage_errors(tmp_path, args, status, message):
     argv = [a.format(src=src, tmp=tmp_path) for a in args]
     r = lib.run_cmd([PACK, *argv])
     assert r.returncode == status and message in r.stderr + r.stdout, r
+
+
+def test_refused_runs_leave_the_disk_as_it_was(tmp_path):
+    """Asked to write inside its own source tree, shardfs-pack refused but
+    had created the output directory (and a later --resume then failed
+    with a size mismatch): every check comes before anything is made."""
+    src = build_samples(str(tmp_path / "src"), 3)
+    before = sorted(os.listdir(src))
+    r = lib.run_cmd([PACK, src, os.path.join(src, "out/deeper/s-%d.tar")])
+    assert r.returncode == 1, r
+    assert ("%s: the output directory is inside SRC_DIR %s"
+            % (os.path.join(src, "out/deeper"), src)) in r.stderr, r.stderr
+    assert sorted(os.listdir(src)) == before
+    r = lib.run_cmd([PACK, src, str(tmp_path / "o/s-{0..0}.tar"), "-c", "1"])
+    assert r.returncode == 1 and "OUT_PATTERN has names for 1 shards" in r.stderr, r
+    assert not os.path.exists(tmp_path / "o")
+    pack(src, str(tmp_path / "o/s-%d.tar"), "-c", "1")
+    r = lib.run_cmd([PACK, src, str(tmp_path / "o/s-%d.tar"), "-c", "1", "--resume"])
+    assert r.returncode == 0, r

@@ -86,6 +86,30 @@ static void test_trailing_slash_directories(void **state)
 	tb_free(&a);
 }
 
+/*
+ * A regular-typed "foo/" with two bytes of data, then "bar": a directory
+ * whose data is skipped, then the file (GNU tar lists and extracts both).
+ */
+static void test_trailing_slash_member_with_data(void **state)
+{
+	struct tb a = { 0 };
+	struct tb_scan r;
+	uint64_t bar;
+
+	tb_add(&a, "foo/", '0', "ab", 2);
+	bar = tb_file(&a, "bar", "hello");
+	tb_end(&a);
+	tb_scan(&r, &a);
+
+	assert_int_equal(r.rc, 0);
+	assert_int_equal(r.nr, 2);
+	tb_assert_member(&r.m[0], "foo/", TAR_DIR, 0);
+	tb_assert_member(&r.m[1], "bar", TAR_FILE, 5);
+	assert_int_equal(r.m[1].header_offset, bar);
+	tb_scan_free(&r);
+	tb_free(&a);
+}
+
 /* A header of @fmt whose prefix is @plen bytes of 'p' and name 100 of 'n'. */
 static void full_prefix_header(char *blk, enum tb_format fmt, size_t plen)
 {
@@ -505,6 +529,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_v7_file_dir_and_links),
 		cmocka_unit_test(test_trailing_slash_directories),
+		cmocka_unit_test(test_trailing_slash_member_with_data),
 		cmocka_unit_test(test_ustar_prefix_155),
 		cmocka_unit_test(test_star_prefix_131),
 		cmocka_unit_test(test_gnu_header_has_no_prefix),
