@@ -482,21 +482,16 @@ static const char *const xattr_names[] = {
 
 #define NR_XATTRS (sizeof(xattr_names) / sizeof(xattr_names[0]))
 
-/* The WebDataset key: the path up to the first dot of its last component. */
+/* The WebDataset key of entry @e (path.h), NUL-terminated in @buf. */
 static ssize_t entry_key(const struct shardfs *fs, uint32_t e, char *buf,
 			 size_t size)
 {
 	ssize_t len = shardfs_entry_path(fs, e, buf, size);
-	char *base, *dot;
 
 	if (len < 0)
 		return len;
-	base = strrchr(buf, '/');
-	dot = strchr(base ? base + 1 : buf, '.');
-	if (dot) {
-		*dot = '\0';
-		len = dot - buf;
-	}
+	len = (ssize_t)path_sample_key_len(buf, (size_t)len);
+	buf[len] = '\0';
 	return len;
 }
 

@@ -18,7 +18,6 @@
 #include <uthash.h>
 #include <xxhash.h>
 
-#include "shardfs/control.h"
 #include "shardfs/layout.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -27,8 +26,8 @@
 #define LAYOUT_JSON_DEPTH_MAX 64
 /* Bumped when the names the classes layout makes change, so that index
  * files made under the old names are not reused (2: numbers padded,
- * sample directories kept). */
-#define LAYOUT_NAMING_VERSION 2
+ * sample directories kept; 3: a leading dot is part of the key). */
+#define LAYOUT_NAMING_VERSION 3
 
 struct layout_classname {
 	char *label;		/* as found in the label member */
@@ -36,20 +35,11 @@ struct layout_classname {
 	UT_hash_handle hh;	/* uthash linkage, keyed by label */
 };
 
-size_t layout_key_len(const char *path, size_t len)
-{
-	const char *slash = memrchr(path, '/', len);
-	size_t base = slash ? (size_t)(slash - path) + 1 : 0;
-	const char *dot = memchr(path + base, '.', len - base);
-
-	return dot ? (size_t)(dot - path) : len;
-}
-
 bool layout_is_label_member(const struct layout *l, const char *path,
 			    size_t len)
 {
 	const char *ext = l->json_field ? ".json" : ".cls";
-	size_t key = layout_key_len(path, len), elen = strlen(ext);
+	size_t key = path_sample_key_len(path, len), elen = strlen(ext);
 
 	return len - key == elen && !memcmp(path + key, ext, elen);
 }
@@ -427,7 +417,8 @@ uint64_t layout_hash(const struct layout *l)
 
 	if (!l || l->kind == LAYOUT_TREE)
 		return 0;
-	h = hash_str(l->json_field, l->kind + LAYOUT_NAMING_VERSION);
+	h = hash_str(l->json_field,
+		     (uint64_t)LAYOUT_NAMING_VERSION << 8 | l->kind);
 	h = hash_str(l->unlabeled, h);
 	for (cn = l->names; cn; cn = cn->hh.next)
 		h = hash_str(cn->name, hash_str(cn->label, h));

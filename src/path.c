@@ -41,6 +41,17 @@ enum path_verdict path_normalise(char *path, size_t *len)
 	return out ? PATH_VALID : PATH_IS_ROOT;
 }
 
+size_t path_sample_key_len(const char *path, size_t len)
+{
+	const char *slash = memrchr(path, '/', len), *dot;
+	size_t base = slash ? (size_t)(slash - path) + 1 : 0;
+
+	if (base + 1 >= len)
+		return len;	/* empty or one byte: no room for an extension */
+	dot = memchr(path + base + 1, '.', len - base - 1);
+	return dot ? (size_t)(dot - path) : len;
+}
+
 const char *path_verdict_str(enum path_verdict verdict)
 {
 	switch (verdict) {

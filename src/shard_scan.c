@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "shard_scan.h"
-#include "shardfs/control.h"
 #include "shardfs/index.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -230,7 +229,7 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 		return rc;
 	sl = &sc->labels[sc->nr_labels];
 	*sl = (struct sample_label){
-		.key = rm->path, .key_len = (uint32_t)layout_key_len(path, rm->path_len),
+		.key = rm->path, .key_len = (uint32_t)path_sample_key_len(path, rm->path_len),
 		.label_len = (uint32_t)len, .seq = (uint32_t)sc->nr_labels,
 	};
 	sc->nr_labels++;
@@ -386,7 +385,7 @@ static int apply_labels(struct shard_scan *sc)
 		qsort_r(sc->labels, sc->nr_labels, sizeof(*sc->labels), label_cmp, sc);
 	for (size_t i = 0; !rc && i < sc->nr_members; i++) {
 		struct raw_member rm = sc->members[i];
-		uint32_t klen = (uint32_t)layout_key_len(sc->strings + rm.path, rm.path_len);
+		uint32_t klen = (uint32_t)path_sample_key_len(sc->strings + rm.path, rm.path_len);
 		const struct sample_label *l = label_find(sc, rm.path, klen);
 		const char *dir = l ? sc->strings + l->label : sc->layout->unlabeled;
 

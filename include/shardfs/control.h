@@ -41,9 +41,9 @@
 #include <sys/types.h>
 #include <time.h>
 
-struct shardfs;
+#include "shardfs/path.h"
 
-#define CONTROL_DIR_NAME ".shardfs"
+struct shardfs;
 
 /* Entries of `members` between two checkpoints of its line offsets. */
 #define CONTROL_MEMBERS_STRIDE 1024u

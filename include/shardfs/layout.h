@@ -17,7 +17,8 @@
  *
  * A WebDataset sample is the group of members sharing a key: the member
  * path up to the first dot of its last component ("a/0001.seg.png" has the
- * key "a/0001").  The classes layout reads each label member (at most
+ * key "a/0001"; a leading dot is part of the name, path_sample_key_len()
+ * in path.h).  The classes layout reads each label member (at most
  * LAYOUT_LABEL_FILE_MAX bytes) during the index scan; this is the only
  * layout that reads member data at mount time.
  *
@@ -70,9 +71,6 @@ void layout_release(struct layout *l);
  * layout), so that an index built under other options is not reused.
  */
 uint64_t layout_hash(const struct layout *l);
-
-/* Bytes of @path that form its WebDataset key. */
-size_t layout_key_len(const char *path, size_t len);
 
 /* Does the member at @path carry its sample's label under @l? */
 bool layout_is_label_member(const struct layout *l, const char *path,

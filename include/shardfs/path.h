@@ -19,6 +19,13 @@
 /* Longest single path component; Linux cannot look up anything longer. */
 #define PATH_COMPONENT_MAX 255
 
+/*
+ * The one name no member may take at the top of the mount: the hidden
+ * control directory (control.h).  Members under it are not served, and
+ * the classes layout never makes a class of it.
+ */
+#define CONTROL_DIR_NAME ".shardfs"
+
 enum path_verdict {
 	PATH_VALID,		/* a normal relative path */
 	PATH_IS_ROOT,		/* normalised to the empty path (the root) */
@@ -34,6 +41,18 @@ enum path_verdict {
  * "." component, and is not NUL-terminated by this function.
  */
 enum path_verdict path_normalise(char *path, size_t *len);
+
+/*
+ * Bytes of the (normalised) member path @path that form its WebDataset
+ * sample key: everything up to the first '.' of the last component, so
+ * that "a/0001.seg.png" belongs to sample "a/0001".  A leading dot is part
+ * of the name (a hidden file): ".x.txt" has the key ".x" and ".cls" is a
+ * sample of its own with no extension.  A component without a dot is its
+ * own key.  Directories above the last component are part of the key,
+ * dots and all ("a.d/x.y" -> "a.d/x").  Used by the mount's layouts, the
+ * user.shardfs.key attribute and shardfs-pack alike.
+ */
+size_t path_sample_key_len(const char *path, size_t len);
 
 /* A short English description of a verdict, for warnings. */
 const char *path_verdict_str(enum path_verdict verdict);

@@ -68,9 +68,6 @@ void pack_tree_release(struct pack_tree *tree);
 /* Fill uname and gname of every entry from the user and group databases. */
 int pack_owner_names(struct pack_tree *tree);
 
-/* Length of the WebDataset sample key at the start of a member path. */
-size_t pack_sample_key_len(const char *path, size_t len);
-
 /* How samples are ordered and cut into shards. */
 struct pack_plan_options {
 	uint64_t max_size;	/* bytes a shard may not exceed */

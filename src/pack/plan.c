@@ -54,20 +54,6 @@ struct planner {
 	unsigned char header[PACK_HEADER_MAX]; /* scratch for sizing headers */
 };
 
-size_t pack_sample_key_len(const char *path, size_t len)
-{
-	size_t base = len;
-	const char *dot;
-
-	while (base > 0 && path[base - 1] != '/')
-		base--;
-	/* A leading dot belongs to the name: ".x.txt" is sample ".x". */
-	if (base + 1 >= len)
-		return len;
-	dot = memchr(path + base + 1, '.', len - base - 1);
-	return dot ? (size_t)(dot - path) : len;
-}
-
 /* Compare byte strings bytewise; a proper prefix sorts first. */
 static int cmp_bytes(const char *a, size_t alen, const char *b, size_t blen)
 {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "shardfs/path.h"
 
 /* A directory to read; all of them live until the walk ends. */
 struct walk_dir {
@@ -178,7 +179,7 @@ static struct pack_entry *walk_new_entry(struct walk_worker *w,
 	*e = (struct pack_entry){
 		.path = path,
 		.path_len = len,
-		.key_len = type == '5' ? len : pack_sample_key_len(path, len),
+		.key_len = type == '5' ? len : path_sample_key_len(path, len),
 		.size = type == '0' ? (uint64_t)st->st_size : 0,
 		.mtime_sec = st->st_mtim.tv_sec,
 		.mtime_nsec = opt->whole_seconds ? 0 : st->st_mtim.tv_nsec,

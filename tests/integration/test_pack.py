@@ -672,3 +672,58 @@ def test_refused_runs_leave_the_disk_as_it_was(tmp_path):
     pack(src, str(tmp_path / "o/s-%d.tar"), "-c", "1")
     r = lib.run_cmd([PACK, src, str(tmp_path / "o/s-%d.tar"), "-c", "1", "--resume"])
     assert r.returncode == 0, r
+
+
+# ------------------------------------------- one sample key, pack and mount
+
+# Awkward names and the sample each belongs to (WebDataset's key, with a
+# leading dot part of the name: path_sample_key_len() in src/path.c).
+AWKWARD_SAMPLES = {
+    "plain": ["plain.jpg", "plain.cls"],
+    "multi": ["multi.seg.png", "multi.tar.gz", "multi.cls"],
+    "noext": ["noext", "noext.cls"],
+    ".hidden": [".hidden.txt", ".hidden.cls"],
+    "sub/.x": ["sub/.x.txt", "sub/.x.cls", "sub/.x.a.b"],
+    "sub/.": ["sub/..y.jpg", "sub/..cls"],
+    "dot.dir/x": ["dot.dir/x.y.jpg", "dot.dir/x.cls"],
+    "dot.dir/.d.e/z": ["dot.dir/.d.e/z.jpg", "dot.dir/.d.e/z.cls"],
+    "trail": ["trail.", "trail.cls"],
+}
+
+
+def test_pack_and_classes_layout_group_awkward_names_alike(tmp_path):
+    """shardfs-pack, the classes layout and user.shardfs.key compute one
+    sample key: one sample per shard (--max-count 1), each labelled by
+    its .cls member, lands whole under its label, and every member's key
+    attribute names the sample its shard holds."""
+    src = str(tmp_path / "src")
+    labels = {}
+    for n, (key, names) in enumerate(sorted(AWKWARD_SAMPLES.items())):
+        labels[key] = "class%d" % n
+        for name in names:
+            data = (labels[key] if name.endswith(".cls") else name).encode()
+            lib.write_file(_j(src, name), data)
+    out = str(tmp_path / "out")
+    pack(src, _j(out, "s-%03d.tar"), "--max-count", "1", "--no-index")
+    packed = {}
+    for shard in shards_in(out):
+        files = [m.name for m in members(shard) if m.isfile()]
+        keys = {k for k, names in AWKWARD_SAMPLES.items() if files[0] in names}
+        assert len(keys) == 1, (shard, files)
+        packed[keys.pop()] = sorted(files)
+    assert packed == {k: sorted(v) for k, v in AWKWARD_SAMPLES.items()}
+
+    mnt = tmp_path / "mnt"
+    with lib.mounted(",".join(shards_in(out)), mnt):
+        for key, names in AWKWARD_SAMPLES.items():
+            for name in names:
+                assert os.getxattr(mnt / name, "user.shardfs.key") == \
+                    key.encode(), name
+    with lib.mounted(",".join(shards_in(out)), mnt, "-o", "layout=classes"):
+        assert sorted(os.listdir(mnt)) == sorted(labels.values())
+        for key, names in AWKWARD_SAMPLES.items():
+            for name in names:
+                path = mnt / labels[key] / name
+                assert path.is_file(), path
+                assert os.getxattr(path, "user.shardfs.key") == \
+                    (labels[key] + "/" + key).encode(), path

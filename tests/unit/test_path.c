@@ -172,6 +172,47 @@ static void test_verdict_strings(void **state)
 	}
 }
 
+/*
+ * WebDataset's rule, the key is the path up to the first dot of the last
+ * component, with shardfs's reading of a leading dot: part of the name.
+ */
+static void test_sample_key(void **state)
+{
+	static const struct {
+		const char *path;	/* normalised member path */
+		const char *key;	/* its sample key */
+	} cases[] = {
+		{ "0001.jpg", "0001" },
+		{ "0001.seg.png", "0001" },		/* first dot */
+		{ "a/b/0001.cls", "a/b/0001" },
+		{ "README", "README" },			/* no dot */
+		{ "a/README", "a/README" },
+		{ "x.", "x" },				/* trailing dot */
+		{ ".x.txt", ".x" },			/* hidden file */
+		{ "a/.x.txt", "a/.x" },
+		{ ".cls", ".cls" },			/* a name, no extension */
+		{ "a/.hidden", "a/.hidden" },
+		{ "..x", "." },				/* dot after the leading one */
+		{ "a/..x.y", "a/." },
+		{ ".", "." },				/* one byte */
+		{ "a.d/x.y", "a.d/x" },			/* dots in directories */
+		{ "a.d/b.e/noext", "a.d/b.e/noext" },
+		{ "a.d/.x.y.z", "a.d/.x" },
+		{ "", "" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = path_sample_key_len(cases[i].path,
+						 strlen(cases[i].path));
+
+		if (len != strlen(cases[i].key) ||
+		    memcmp(cases[i].path, cases[i].key, len))
+			fail_msg("key of '%s': '%.*s', expected '%s'",
+				 cases[i].path, (int)len, cases[i].path,
+				 cases[i].key);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +223,7 @@ int main(void)
 		cmocka_unit_test(test_component_length_limit),
 		cmocka_unit_test(test_bytes_are_not_decoded),
 		cmocka_unit_test(test_verdict_strings),
+		cmocka_unit_test(test_sample_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
