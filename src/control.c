@@ -30,11 +30,7 @@
 #include <time.h>
 
 #include "shardfs/control.h"
-#include "shardfs/fs.h"
 #include "shardfs/log.h"
-
-/* Longest members line: a path with every byte escaped, three numbers. */
-#define MEMBERS_LINE_MAX (2 * PATH_MAX + 3 * 21 + 1)
 
 /* A growing buffer a snapshot is rendered into. */
 struct control_buf {
@@ -45,7 +41,7 @@ struct control_buf {
 };
 
 /* Renders the whole content of a changing file. */
-typedef void (*control_render_fn)(const struct shardfs *fs,
+typedef void (*control_render_fn)(const struct control_source *src,
 				  struct control_buf *b);
 
 static void buf_printf(struct control_buf *b, const char *fmt, ...)
@@ -99,36 +95,36 @@ static const char *const op_names[SHARDFS_NR_OPS] = {
 	"statfs",
 };
 
-static void render_stats_ops(const struct shardfs *fs, struct control_buf *b)
+static void render_stats_ops(const struct control_source *src, struct control_buf *b)
 {
 	buf_printf(b, "  \"ops\": {\n");
 	for (int i = 0; i < SHARDFS_NR_OPS; i++)
 		buf_printf(b, "    \"%s\": {\"count\": %llu, \"mean_us\": %.2f}%s\n",
-			   op_names[i], counter(&fs->counters.ops[i].count),
-			   op_mean_us(&fs->counters.ops[i]),
+			   op_names[i], counter(&src->counters->ops[i].count),
+			   op_mean_us(&src->counters->ops[i]),
 			   i + 1 < SHARDFS_NR_OPS ? "," : "");
 	buf_printf(b, "  },\n");
 }
 
-static void render_stats(const struct shardfs *fs, struct control_buf *b)
+static void render_stats(const struct control_source *src, struct control_buf *b)
 {
-	const struct shard_index_counts *c = &fs->idx.counts;
-	const struct shardfs_counters *k = &fs->counters;
+	const struct shard_index_counts *c = &src->idx->counts;
+	const struct shardfs_counters *k = src->counters;
 	unsigned long long br = counter(&k->backing_reads);
 
 	buf_printf(b, "{\n  \"shards\": %u,\n  \"bad_shards\": %u,\n"
 		   "  \"files\": %llu,\n  \"dirs\": %llu,\n  \"symlinks\": %llu,\n"
 		   "  \"hardlinks\": %llu,\n  \"bytes\": %llu,\n"
 		   "  \"duplicates\": %llu,\n  \"skipped\": %llu,\n"
-		   "  \"special\": %llu,\n", fs->set.nr, c->bad_shards,
+		   "  \"special\": %llu,\n", src->set->nr, c->bad_shards,
 		   (unsigned long long)c->files, (unsigned long long)c->dirs,
 		   (unsigned long long)c->symlinks, (unsigned long long)c->hardlinks,
 		   (unsigned long long)c->bytes, (unsigned long long)c->duplicates,
 		   (unsigned long long)c->skipped, (unsigned long long)c->special);
 	buf_printf(b, "  \"index_entries\": %u,\n  \"index_build_seconds\": %.3f,\n"
-		   "  \"index_bytes_per_entry\": %.1f,\n", fs->idx.nr_inodes,
-		   fs->build_seconds, shard_index_bytes_per_entry(&fs->idx));
-	render_stats_ops(fs, b);
+		   "  \"index_bytes_per_entry\": %.1f,\n", src->idx->nr_inodes,
+		   *src->build_seconds, shard_index_bytes_per_entry(src->idx));
+	render_stats_ops(src, b);
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
@@ -137,17 +133,17 @@ static void render_stats(const struct shardfs *fs, struct control_buf *b)
 		   "  \"io_uring_requests\": %llu\n}\n",
 		   counter(&k->read_bytes), br, counter(&k->backing_bytes),
 		   br ? (double)counter(&k->backing_bytes) / br : 0.0,
-		   counter(&k->errors), log_errors(), (unsigned long long)fs->opt.readahead,
+		   counter(&k->errors), log_errors(), (unsigned long long)src->opt->readahead,
 		   counter(&k->readahead_hits), counter(&k->readahead_misses),
 		   counter(&k->uring_requests));
 }
 
-static void render_shards(const struct shardfs *fs, struct control_buf *b)
+static void render_shards(const struct control_source *src, struct control_buf *b)
 {
-	for (uint32_t i = 0; i < fs->set.nr; i++) {
-		const struct shard *s = &fs->set.shards[i];
-		unsigned long long lo = counter(&fs->streams[i].served_lo);
-		unsigned long long hi = counter(&fs->streams[i].served_hi);
+	for (uint32_t i = 0; i < src->set->nr; i++) {
+		const struct shard *s = &src->set->shards[i];
+		unsigned long long lo = counter(&src->streams[i].served_lo);
+		unsigned long long hi = counter(&src->streams[i].served_hi);
 
 		buf_printf(b, "%u\t%s\t%llu\t%llu\t", i, s->path,
 			   (unsigned long long)s->size,
@@ -166,10 +162,10 @@ static void metric(struct control_buf *b, const char *name, const char *type,
 		   name, help, name, type, name, value);
 }
 
-static void render_metrics(const struct shardfs *fs, struct control_buf *b)
+static void render_metrics(const struct control_source *src, struct control_buf *b)
 {
-	const struct shardfs_counters *k = &fs->counters;
-	const struct shard_index_counts *c = &fs->idx.counts;
+	const struct shardfs_counters *k = src->counters;
+	const struct shard_index_counts *c = &src->idx->counts;
 
 	metric(b, "reads_total", "counter", "Read requests answered.",
 	       counter(&k->ops[SHARDFS_OP_READ].count));
@@ -191,9 +187,9 @@ static void render_metrics(const struct shardfs *fs, struct control_buf *b)
 	metric(b, "files", "gauge", "Regular files served.", c->files);
 	metric(b, "dirs", "gauge", "Directories served.", c->dirs);
 	metric(b, "bytes", "gauge", "Bytes in regular files.", c->bytes);
-	metric(b, "shards", "gauge", "Shards mounted.", fs->set.nr - c->bad_shards);
+	metric(b, "shards", "gauge", "Shards mounted.", src->set->nr - c->bad_shards);
 	metric(b, "index_build_seconds", "gauge", "Seconds the index took to build.",
-	       fs->build_seconds);
+	       *src->build_seconds);
 }
 
 static const struct {
@@ -206,9 +202,9 @@ static const struct {
 	[CONTROL_METRICS] = { "metrics", render_metrics },
 };
 
-void control_init(struct control_state *st)
+void control_init(struct control_state *st, const struct control_source *src)
 {
-	*st = (struct control_state){ 0 };
+	*st = (struct control_state){ .src = *src };
 	pthread_mutex_init(&st->lock, NULL);
 	clock_gettime(CLOCK_REALTIME, &st->mounted);
 }
@@ -238,14 +234,13 @@ static struct timespec next_mtime(struct timespec prev)
 }
 
 /* Render a new snapshot of changing file @node.  0 or -ENOMEM. */
-static int snapshot_take(struct shardfs *fs, enum control_node node)
+static int snapshot_take(struct control_state *st, enum control_node node)
 {
-	struct control_state *st = &fs->control;
 	struct control_buf b = { 0 };
 	struct control_snapshot *snap = &st->snap[node];
 	char *old;
 
-	control_files[node].render(fs, &b);
+	control_files[node].render(&st->src, &b);
 	if (b.failed) {
 		free(b.data);
 		return -ENOMEM;
@@ -275,23 +270,19 @@ static size_t escape_path(const char *s, char *out)
 	return n;
 }
 
-/*
- * The members line of entry @e into @line (MEMBERS_LINE_MAX bytes);
- * returns its length, 0 when @e has no line (not a regular file, or a
- * path too long to name).
- */
-static size_t members_line(const struct shardfs *fs, uint32_t e, char *line)
+size_t control_members_line(const struct shard_index *idx, uint32_t e,
+			    char *line)
 {
-	const struct shard_inode *in = &fs->idx.inodes[e];
+	const struct shard_inode *in = &idx->inodes[e];
 	char path[PATH_MAX];
 	size_t n;
 
-	if (!S_ISREG(in->mode) || shardfs_entry_path(fs, e, path, sizeof(path)) < 0)
+	if (!S_ISREG(in->mode) || shard_index_entry_path(idx, e, path, sizeof(path)) < 0)
 		return 0;
 	n = escape_path(path, line);
-	n += snprintf(line + n, MEMBERS_LINE_MAX - n, "\t%u\t%llu\t%llu\n",
+	n += snprintf(line + n, CONTROL_MEMBERS_LINE_MAX - n, "\t%u\t%llu\t%llu\n",
 		      in->shard,
-		      (unsigned long long)shardfs_data_offset(&fs->idx, in),
+		      (unsigned long long)shard_index_data_offset(idx, in),
 		      (unsigned long long)in->size);
 	return n;
 }
@@ -303,11 +294,10 @@ static size_t members_checkpoints(uint32_t nr)
 }
 
 /* Size members and record its checkpoints, once.  0 or -ENOMEM. */
-static int members_index(struct shardfs *fs)
+static int members_index(struct control_state *st)
 {
-	struct control_state *st = &fs->control;
-	uint32_t nr = fs->idx.nr_inodes;
-	char line[MEMBERS_LINE_MAX];
+	uint32_t nr = st->src.idx->nr_inodes;
+	char line[CONTROL_MEMBERS_LINE_MAX];
 	uint64_t pos = 0, *at;
 	int rc = 0;
 
@@ -323,7 +313,7 @@ static int members_index(struct shardfs *fs)
 	for (uint32_t e = 0; e < nr; e++) {
 		if (e % CONTROL_MEMBERS_STRIDE == 0)
 			at[e / CONTROL_MEMBERS_STRIDE] = pos;
-		pos += members_line(fs, e, line);
+		pos += control_members_line(st->src.idx, e, line);
 	}
 	st->members_at = at;
 	st->members_size = pos;
@@ -351,15 +341,14 @@ static uint32_t members_checkpoint(const struct control_state *st, uint32_t nr,
 	return lo;
 }
 
-static ssize_t members_read(struct shardfs *fs, char *buf, size_t size,
+static ssize_t members_read(struct control_state *st, char *buf, size_t size,
 			    uint64_t off)
 {
-	const struct control_state *st = &fs->control;
-	uint32_t nr = fs->idx.nr_inodes, e;
-	char line[MEMBERS_LINE_MAX];
+	uint32_t nr = st->src.idx->nr_inodes, e;
+	char line[CONTROL_MEMBERS_LINE_MAX];
 	size_t done = 0;
 	uint64_t pos;
-	int rc = members_index(fs);
+	int rc = members_index(st);
 
 	if (rc)
 		return rc;
@@ -368,7 +357,7 @@ static ssize_t members_read(struct shardfs *fs, char *buf, size_t size,
 	e = members_checkpoint(st, nr, off) * CONTROL_MEMBERS_STRIDE;
 	for (pos = st->members_at[e / CONTROL_MEMBERS_STRIDE];
 	     e < nr && done < size; e++) {
-		size_t len = members_line(fs, e, line);
+		size_t len = control_members_line(st->src.idx, e, line);
 		uint64_t want = off + done;
 
 		if (pos + len > want) {
@@ -383,14 +372,14 @@ static ssize_t members_read(struct shardfs *fs, char *buf, size_t size,
 	return (ssize_t)done;
 }
 
-uint64_t control_ino(const struct shardfs *fs, enum control_node node)
+uint64_t control_ino(const struct control_state *st, enum control_node node)
 {
-	return (uint64_t)fs->idx.nr_inodes + 1 + node;
+	return (uint64_t)st->src.idx->nr_inodes + 1 + node;
 }
 
-int control_node_of(const struct shardfs *fs, uint64_t ino)
+int control_node_of(const struct control_state *st, uint64_t ino)
 {
-	uint64_t first = control_ino(fs, CONTROL_DIR);
+	uint64_t first = control_ino(st, CONTROL_DIR);
 
 	return ino >= first && ino < first + CONTROL_NR_NODES ? (int)(ino - first) : -1;
 }
@@ -400,39 +389,38 @@ bool control_changes(int node)
 	return node > CONTROL_DIR && control_files[node].render;
 }
 
-int control_lookup(struct shardfs *fs, const char *name, uint64_t *ino)
+int control_lookup(struct control_state *st, const char *name, uint64_t *ino)
 {
 	for (int n = CONTROL_DIR + 1; n < CONTROL_NR_NODES; n++) {
 		if (strcmp(name, control_files[n].name))
 			continue;
-		*ino = control_ino(fs, n);
-		return control_files[n].render ? snapshot_take(fs, n) : 0;
+		*ino = control_ino(st, n);
+		return control_files[n].render ? snapshot_take(st, n) : 0;
 	}
 	return -ENOENT;
 }
 
-int control_readdir_entry(const struct shardfs *fs, uint64_t pos,
+int control_readdir_entry(const struct control_state *st, uint64_t pos,
 			  const char **name, uint64_t *ino)
 {
 	if (pos >= CONTROL_NR_NODES - 1)
 		return -ENOENT;
 	*name = control_files[pos + 1].name;
-	*ino = control_ino(fs, pos + 1);
+	*ino = control_ino(st, pos + 1);
 	return 0;
 }
 
 /* Size and mtime of changing file @node, taking a first snapshot if needed. */
-static int snapshot_attrs(struct shardfs *fs, enum control_node node,
+static int snapshot_attrs(struct control_state *cs, enum control_node node,
 			  struct stat *st)
 {
-	struct control_state *cs = &fs->control;
 	bool none;
 	int rc;
 
 	pthread_mutex_lock(&cs->lock);
 	none = !cs->snap[node].data;
 	pthread_mutex_unlock(&cs->lock);
-	if (none && (rc = snapshot_take(fs, node)))
+	if (none && (rc = snapshot_take(cs, node)))
 		return rc;
 	pthread_mutex_lock(&cs->lock);
 	st->st_size = (off_t)cs->snap[node].len;
@@ -441,40 +429,41 @@ static int snapshot_attrs(struct shardfs *fs, enum control_node node,
 	return 0;
 }
 
-int control_getattr(struct shardfs *fs, enum control_node node, struct stat *st)
+int control_getattr(struct control_state *cs, enum control_node node,
+		    struct stat *st)
 {
+	const struct shardfs_options *opt = cs->src.opt;
 	int rc = 0;
 
 	memset(st, 0, sizeof(*st));
-	st->st_ino = control_ino(fs, node);
+	st->st_ino = control_ino(cs, node);
 	st->st_mode = node == CONTROL_DIR ? S_IFDIR | 0555 : S_IFREG | 0444;
 	/* members and shards name what directory modes may hide (names in
 	 * 0700 directories, the shards' paths): the mount's owner only */
 	if (node == CONTROL_MEMBERS || node == CONTROL_SHARDS)
 		st->st_mode = S_IFREG | 0400;
-	st->st_uid = fs->opt.set_uid ? fs->opt.uid : geteuid();
-	st->st_gid = fs->opt.set_gid ? fs->opt.gid : getegid();
+	st->st_uid = opt->set_uid ? opt->uid : geteuid();
+	st->st_gid = opt->set_gid ? opt->gid : getegid();
 	st->st_nlink = node == CONTROL_DIR ? 2 : 1;
 	st->st_blksize = SHARDFS_BLKSIZE;
-	st->st_mtim = fs->control.mounted;
+	st->st_mtim = cs->mounted;
 	if (control_files[node].render)
-		rc = snapshot_attrs(fs, node, st);
-	else if (node == CONTROL_MEMBERS && !(rc = members_index(fs)))
-		st->st_size = (off_t)fs->control.members_size;
+		rc = snapshot_attrs(cs, node, st);
+	else if (node == CONTROL_MEMBERS && !(rc = members_index(cs)))
+		st->st_size = (off_t)cs->members_size;
 	st->st_blocks = (st->st_size + 511) / 512;
 	st->st_atim = st->st_ctim = st->st_mtim;
 	return rc;
 }
 
-ssize_t control_read(struct shardfs *fs, enum control_node node, char *buf,
-		     size_t size, uint64_t off)
+ssize_t control_read(struct control_state *st, enum control_node node,
+		     char *buf, size_t size, uint64_t off)
 {
-	struct control_state *st = &fs->control;
 	const struct control_snapshot *snap = &st->snap[node];
 	size_t n = 0;
 
 	if (!control_files[node].render)
-		return members_read(fs, buf, size, off);
+		return members_read(st, buf, size, off);
 	pthread_mutex_lock(&st->lock);
 	if (off < snap->len) {
 		n = snap->len - off < size ? snap->len - off : size;

@@ -70,8 +70,11 @@ int shardfs_init_built(struct shardfs *fs)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < fs->set.nr; i++)
 		atomic_init(&fs->streams[i].served_lo, ~0ull);
-	clock_gettime(CLOCK_MONOTONIC, &fs->mounted_at);
-	control_init(&fs->control);
+	control_init(&fs->control, &(struct control_source){
+		.idx = &fs->idx, .set = &fs->set, .streams = fs->streams,
+		.counters = &fs->counters, .opt = &fs->opt,
+		.build_seconds = &fs->build_seconds,
+	});
 	return 0;
 }
 
@@ -87,10 +90,10 @@ void shardfs_release(struct shardfs *fs)
 int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
-	int node = control_node_of(fs, ino);
+	int node = control_node_of(&fs->control, ino);
 
 	if (node >= 0)
-		return control_getattr(fs, node, st);
+		return control_getattr(&fs->control, node, st);
 	if (!in)
 		return -ENOENT;
 	memset(st, 0, sizeof(*st));
@@ -115,10 +118,10 @@ int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 	size_t len = strlen(name);
 	int64_t e;
 
-	if (control_node_of(fs, parent) == CONTROL_DIR)
-		return control_lookup(fs, name, ino);
+	if (control_node_of(&fs->control, parent) == CONTROL_DIR)
+		return control_lookup(&fs->control, name, ino);
 	if (parent == SHARDFS_ROOT_INO && !strcmp(name, CONTROL_DIR_NAME)) {
-		*ino = control_ino(fs, CONTROL_DIR);
+		*ino = control_ino(&fs->control, CONTROL_DIR);
 		return 0;
 	}
 	if (!shard_index_get(&fs->idx, parent))
@@ -138,8 +141,8 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	const struct shard_inode *d = shard_index_get(&fs->idx, dir);
 	uint64_t e;
 
-	if (control_node_of(fs, dir) == CONTROL_DIR)
-		return control_readdir_entry(fs, pos, name, ino);
+	if (control_node_of(&fs->control, dir) == CONTROL_DIR)
+		return control_readdir_entry(&fs->control, pos, name, ino);
 	if (!d)
 		return -ENOENT;
 	if (!S_ISDIR(d->mode))
@@ -173,7 +176,7 @@ int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target
 
 bool shardfs_changes(const struct shardfs *fs, uint64_t ino)
 {
-	return control_changes(control_node_of(fs, ino));
+	return control_changes(control_node_of(&fs->control, ino));
 }
 
 /*
@@ -350,17 +353,6 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 	return n;
 }
 
-uint64_t shardfs_data_offset(const struct shard_index *idx,
-			     const struct shard_inode *in)
-{
-	const struct shard_sparse *sp;
-
-	if (!(in->flags & SHARD_INODE_SPARSE))
-		return in->data;
-	sp = &idx->sparse[in->data];
-	return sp->count ? idx->extents[sp->first].physical : 0;
-}
-
 /* First run of @sp that ends after @off (binary search). */
 static uint64_t extent_at(const struct shard_index *idx,
 			  const struct shard_sparse *sp, uint64_t off)
@@ -410,13 +402,13 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 		     uint64_t off)
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
-	int node = control_node_of(fs, ino);
+	int node = control_node_of(&fs->control, ino);
 	ssize_t rc;
 
 	if (node == CONTROL_DIR)
 		return -EISDIR;
 	if (node > CONTROL_DIR)
-		return control_read(fs, node, buf, size, off);
+		return control_read(&fs->control, node, buf, size, off);
 	if (!in)
 		return -ENOENT;
 	if (!S_ISREG(in->mode))
@@ -449,31 +441,6 @@ void shardfs_statfs(const struct shardfs *fs, struct statvfs *sv)
 	sv->f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
 }
 
-ssize_t shardfs_entry_path(const struct shardfs *fs, uint32_t e, char *buf,
-			   size_t size)
-{
-	size_t len = 0;
-
-	/* Walk up to the root writing components from the end backwards. */
-	if (size == 0)
-		return -ENAMETOOLONG;
-	buf[size - 1] = '\0';
-	for (uint32_t cur = e; cur != 0; cur = fs->idx.inodes[cur].parent) {
-		const struct shard_inode *in = &fs->idx.inodes[cur];
-		size_t need = in->name_len + (len ? 1 : 0);
-
-		if (len + need + 1 > size)
-			return -ENAMETOOLONG;
-		if (len)
-			buf[size - 2 - len] = '/';
-		len += need;
-		memcpy(buf + size - 1 - len, shard_index_name(&fs->idx, in),
-		       in->name_len);
-	}
-	memmove(buf, buf + size - 1 - len, len + 1);
-	return (ssize_t)len;
-}
-
 /* Names of the attributes, in listxattr order. */
 static const char *const xattr_names[] = {
 	"user.shardfs.shard", "user.shardfs.shard_index",
@@ -486,7 +453,7 @@ static const char *const xattr_names[] = {
 static ssize_t entry_key(const struct shardfs *fs, uint32_t e, char *buf,
 			 size_t size)
 {
-	ssize_t len = shardfs_entry_path(fs, e, buf, size);
+	ssize_t len = shard_index_entry_path(&fs->idx, e, buf, size);
 
 	if (len < 0)
 		return len;
@@ -507,7 +474,7 @@ static ssize_t xattr_value(const struct shardfs *fs, uint32_t e, size_t i,
 	case 1:
 		return snprintf(val, size, "%" PRIu32, in->shard);
 	case 2:
-		return snprintf(val, size, "%" PRIu64, shardfs_data_offset(&fs->idx, in));
+		return snprintf(val, size, "%" PRIu64, shard_index_data_offset(&fs->idx, in));
 	default:
 		return entry_key(fs, e, val, size);
 	}
@@ -579,5 +546,21 @@ void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns)
 
 	atomic_fetch_add_explicit(&c->count, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->nsec, shardfs_now_ns() - start_ns,
+				  memory_order_relaxed);
+}
+
+uint64_t shardfs_requests(const struct shardfs *fs)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < SHARDFS_NR_OPS; i++)
+		n += atomic_load_explicit(&fs->counters.ops[i].count,
+					  memory_order_relaxed);
+	return n;
+}
+
+void shardfs_count_uring_request(struct shardfs *fs)
+{
+	atomic_fetch_add_explicit(&fs->counters.uring_requests, 1,
 				  memory_order_relaxed);
 }

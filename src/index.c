@@ -68,6 +68,42 @@ uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e)
 	return (uint64_t)idx->hardlinks[lo].first + 1;
 }
 
+uint64_t shard_index_data_offset(const struct shard_index *idx,
+				 const struct shard_inode *in)
+{
+	const struct shard_sparse *sp;
+
+	if (!(in->flags & SHARD_INODE_SPARSE))
+		return in->data;
+	sp = &idx->sparse[in->data];
+	return sp->count ? idx->extents[sp->first].physical : 0;
+}
+
+ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
+			       char *buf, size_t size)
+{
+	size_t len = 0;
+
+	/* Walk up to the root writing components from the end backwards. */
+	if (size == 0)
+		return -ENAMETOOLONG;
+	buf[size - 1] = '\0';
+	for (uint32_t cur = e; cur != 0; cur = idx->inodes[cur].parent) {
+		const struct shard_inode *in = &idx->inodes[cur];
+		size_t need = in->name_len + (len ? 1 : 0);
+
+		if (len + need + 1 > size)
+			return -ENAMETOOLONG;
+		if (len)
+			buf[size - 2 - len] = '/';
+		len += need;
+		memcpy(buf + size - 1 - len, shard_index_name(idx, in),
+		       in->name_len);
+	}
+	memmove(buf, buf + size - 1 - len, len + 1);
+	return (ssize_t)len;
+}
+
 double shard_index_bytes_per_entry(const struct shard_index *idx)
 {
 	uint64_t bytes = (uint64_t)idx->nr_inodes * sizeof(*idx->inodes) +

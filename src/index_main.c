@@ -6,7 +6,6 @@
  * It accepts the same index options as shardfs and therefore finds,
  * validates and writes exactly the index file a mount would.
  */
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,8 +46,8 @@ static void usage(const char *prog)
 	       "so that mounting it later scans nothing.\n\n"
 	       "    --check                verify the index (checksums, bounds, and\n"
 	       "                           that it matches the shards); build nothing\n"
-	       "    --list                 print the files as TSV: path, size, shard,\n"
-	       "                           offset of the data in the shard\n"
+	       "    --list                 print the files as TSV: path, shard, offset\n"
+	       "                           of the data in the shard, size\n"
 	       "    -j N                   scanning threads (default: CPUs)\n"
 	       "%s\n"
 	       "exit status: 0 success, 1 failure (bad shard set, no index saved,\n"
@@ -60,25 +59,13 @@ static int keep_args(void *data, const char *arg, int key, struct fuse_args *out
 	return 1;	/* SHARDS and the index options, for cli_index_parse() */
 }
 
-/* One TSV line per regular file; tabs and newlines in names escaped. */
+/* One TSV line per regular file, as /.shardfs/members has it (control.h). */
 static void list_members(const struct shardfs *fs)
 {
-	char path[PATH_MAX];
+	char line[CONTROL_MEMBERS_LINE_MAX];
 
-	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++) {
-		const struct shard_inode *in = &fs->idx.inodes[e];
-
-		if (!S_ISREG(in->mode) || shardfs_entry_path(fs, e, path, sizeof(path)) < 0)
-			continue;
-		for (const char *c = path; *c; c++) {
-			if (*c == '\t' || *c == '\n' || *c == '\\')
-				printf("\\%c", *c == '\t' ? 't' : *c == '\n' ? 'n' : '\\');
-			else
-				putchar(*c);
-		}
-		printf("\t%" PRIu64 "\t%" PRIu32 "\t%" PRIu64 "\n", in->size, in->shard,
-		       shardfs_data_offset(&fs->idx, in));
-	}
+	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++)
+		fwrite(line, 1, control_members_line(&fs->idx, e, line), stdout);
 }
 
 int main(int argc, char *argv[])

@@ -114,16 +114,6 @@ struct idle_timer {
 	bool stop;			/* the session is ending anyway */
 };
 
-static unsigned long long requests(struct shardfs *fs)
-{
-	unsigned long long n = 0;
-
-	for (int i = 0; i < SHARDFS_NR_OPS; i++)
-		n += atomic_load_explicit(&fs->counters.ops[i].count,
-					  memory_order_relaxed);
-	return n;
-}
-
 /*
  * A plain unmount, which fails with EBUSY while a file or a working
  * directory is open in the mount: idle means unused, not just quiet.
@@ -168,11 +158,11 @@ static bool idle_wait(struct idle_timer *t)
 static void *idle_thread(void *arg)
 {
 	struct idle_timer *t = arg;
-	unsigned long long seen = requests(t->fs), now;
+	unsigned long long seen = shardfs_requests(t->fs), now;
 	unsigned idle = 0;
 
 	while (!idle_wait(t)) {
-		now = requests(t->fs);
+		now = shardfs_requests(t->fs);
 		idle = now == seen ? idle + 1 : 0;
 		seen = now;
 		if (idle < t->seconds)

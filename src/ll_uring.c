@@ -233,8 +233,7 @@ static void worker_serve(struct uring_worker *w)
 	memcpy(&in, w->hdr->in_out, sizeof(in));
 	w->unique = in.unique;
 	w->replied = false;
-	atomic_fetch_add_explicit(&w->u->ls->fs->counters.uring_requests, 1,
-				  memory_order_relaxed);
+	shardfs_count_uring_request(w->u->ls->fs);
 	if (in.len < sizeof(in) + (size_t)payload || payload > w->u->payload_size ||
 	    (fixed = in.len - sizeof(in) - payload) > FUSE_URING_OP_IN_OUT_SZ) {
 		log_error("io_uring: request %u of %u bytes with a %u-byte payload "

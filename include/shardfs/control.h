@@ -41,12 +41,16 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "shardfs/index.h"
+#include "shardfs/mount.h"
 #include "shardfs/path.h"
-
-struct shardfs;
+#include "shardfs/shardset.h"
 
 /* Entries of `members` between two checkpoints of its line offsets. */
 #define CONTROL_MEMBERS_STRIDE 1024u
+
+/* Longest members line: a path with every byte escaped, three numbers. */
+#define CONTROL_MEMBERS_LINE_MAX (2 * PATH_MAX + 3 * 21 + 1)
 
 enum control_node {
 	CONTROL_DIR,		/* /.shardfs itself */
@@ -64,8 +68,22 @@ struct control_snapshot {
 	struct timespec mtime;	/* when taken; strictly increasing */
 };
 
+/*
+ * What the control files report on: parts of the mount, never the mount
+ * itself (they outlive nothing; the mount owns them all).
+ */
+struct control_source {
+	const struct shard_index *idx;		/* the namespace */
+	const struct shard_set *set;		/* the shards */
+	const struct shard_stream *streams;	/* per shard, set->nr of them */
+	const struct shardfs_counters *counters; /* activity since mount */
+	const struct shardfs_options *opt;	/* owner and readahead */
+	const double *build_seconds;		/* time the index took */
+};
+
 /* What the control files keep between requests. */
 struct control_state {
+	struct control_source src; /* what they report on */
 	pthread_mutex_t lock;	/* guards snap[] and the members build */
 	struct control_snapshot snap[CONTROL_NR_NODES]; /* changing files */
 	atomic_bool members_ready; /* set (release) once the fields below
@@ -77,17 +95,20 @@ struct control_state {
 	struct timespec mounted; /* mtime of the directory and members */
 };
 
-/* Set up @st (empty: content is rendered when first asked for). */
-void control_init(struct control_state *st);
+/*
+ * Set up @st over @src (empty: content is rendered when first asked
+ * for).  What @src points to must outlive @st.
+ */
+void control_init(struct control_state *st, const struct control_source *src);
 
 /* Free the snapshots and checkpoints. */
 void control_release(struct control_state *st);
 
 /* Inode number of @node: the first numbers after the index's entries. */
-uint64_t control_ino(const struct shardfs *fs, enum control_node node);
+uint64_t control_ino(const struct control_state *st, enum control_node node);
 
 /* The node behind @ino, or -1 when @ino is not a control inode. */
-int control_node_of(const struct shardfs *fs, uint64_t ino);
+int control_node_of(const struct control_state *st, uint64_t ino);
 
 /* True when @node (or -1: not a control inode) is served from snapshots. */
 bool control_changes(int node);
@@ -96,24 +117,34 @@ bool control_changes(int node);
  * Look up @name inside /.shardfs; a changing file gets a new snapshot.
  * 0, -ENOENT, or -ENOMEM when the snapshot cannot be rendered.
  */
-int control_lookup(struct shardfs *fs, const char *name, uint64_t *ino);
+int control_lookup(struct control_state *st, const char *name, uint64_t *ino);
+
+/*
+ * The members line of index entry @e into @line (CONTROL_MEMBERS_LINE_MAX
+ * bytes): path, shard, data offset, size, tab-separated, the path escaped
+ * as above.  Returns its length; 0 when @e has no line (not a regular
+ * file, or a path too long to name).  shardfs-index --list writes the
+ * same lines.
+ */
+size_t control_members_line(const struct shard_index *idx, uint32_t e,
+			    char *line);
 
 /* The @pos-th file of /.shardfs.  0 or -ENOENT past the end. */
-int control_readdir_entry(const struct shardfs *fs, uint64_t pos,
+int control_readdir_entry(const struct control_state *st, uint64_t pos,
 			  const char **name, uint64_t *ino);
 
 /*
  * Attributes of @node: the size and mtime of its current content (a
  * changing file never looked up gets its first snapshot).  0 or -ENOMEM.
  */
-int control_getattr(struct shardfs *fs, enum control_node node,
+int control_getattr(struct control_state *cs, enum control_node node,
 		    struct stat *st);
 
 /*
  * Up to @size bytes of @node's content at @off (fewer only at the end).
  * Returns the count, 0 past the end, or -ENOMEM.
  */
-ssize_t control_read(struct shardfs *fs, enum control_node node, char *buf,
-		     size_t size, uint64_t off);
+ssize_t control_read(struct control_state *st, enum control_node node,
+		     char *buf, size_t size, uint64_t off);
 
 #endif

@@ -31,13 +31,11 @@
 #include "shardfs/control.h"
 #include "shardfs/index.h"
 #include "shardfs/index_store.h"
+#include "shardfs/mount.h"
 #include "shardfs/shardset.h"
 
 /* Inode number of the root directory (FUSE_ROOT_ID). */
 #define SHARDFS_ROOT_INO 1
-
-/* Preferred I/O size reported in st_blksize: big reads suit shards. */
-#define SHARDFS_BLKSIZE (128 * 1024)
 
 /* Default shard readahead for forward-moving readers (-o readahead=). */
 #define SHARDFS_READAHEAD_DEFAULT (4u << 20)
@@ -54,66 +52,6 @@
 /* Forward reads in a row before a readahead window opens (see fs.c). */
 #define SHARDFS_READAHEAD_STREAK 3
 
-/* Mount-wide options that change answers or I/O, not the index. */
-struct shardfs_options {
-	bool set_uid;		/* report uid instead of the tar's owner */
-	bool set_gid;		/* report gid instead of the tar's group */
-	uint32_t uid;		/* owner to report when set_uid */
-	uint32_t gid;		/* group to report when set_gid */
-	mode_t umask;		/* permission bits to clear (default 0) */
-	uint64_t readahead;	/* bytes prefetched ahead of forward
-				 * readers of a shard; 0 turns it off */
-};
-
-/* Operations timed for /.shardfs/stats. */
-enum shardfs_op {
-	SHARDFS_OP_LOOKUP,
-	SHARDFS_OP_GETATTR,
-	SHARDFS_OP_READDIR,
-	SHARDFS_OP_OPEN,
-	SHARDFS_OP_READ,
-	SHARDFS_OP_READLINK,
-	SHARDFS_OP_XATTR,
-	SHARDFS_OP_STATFS,
-	SHARDFS_NR_OPS
-};
-
-/* Count and total latency of one kind of operation. */
-struct shardfs_op_counter {
-	atomic_ullong count;	/* requests answered */
-	atomic_ullong nsec;	/* time spent answering them */
-};
-
-/* Activity since mount, for /.shardfs/; all relaxed atomics. */
-struct shardfs_counters {
-	struct shardfs_op_counter ops[SHARDFS_NR_OPS]; /* per operation */
-	atomic_ullong read_bytes;	/* bytes returned by reads */
-	atomic_ullong backing_reads;	/* pread calls on shards */
-	atomic_ullong backing_bytes;	/* bytes those calls returned */
-	atomic_ullong errors;		/* requests answered with EIO */
-	atomic_ullong readahead_hits;	/* reads inside a prefetched range */
-	atomic_ullong readahead_misses;	/* forward reads past it */
-	atomic_ullong uring_requests;	/* requests that came over io_uring */
-};
-
-/*
- * What the read path learns about one shard while mounted: hints for
- * readahead and statistics (relaxed atomics, racy by design: a lost
- * update costs a hint), and the one fact that is about correctness,
- * @changed, which once set stays set.
- */
-struct shard_stream {
-	atomic_bool changed;	/* a read found the shard changed under
-				 * the mount: every later read gets EIO */
-	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
-	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
-	atomic_ullong served_hi; /* end of the highest range read */
-	atomic_ullong last_end;	/* end of the latest read, for readahead */
-	atomic_uint forward;	/* reads in a row that moved forward */
-	atomic_ullong ra_start;	/* start of the range last prefetched */
-	atomic_ullong ra_end;	/* end of the range last prefetched */
-};
-
 struct shardfs {
 	struct shard_set set;		/* shards, open for the mount's life */
 	struct shard_stream *streams;	/* read-path state, one per shard */
@@ -122,7 +60,6 @@ struct shardfs {
 	struct shardfs_counters counters; /* activity since mount */
 	double build_seconds;		/* time the index build took */
 	struct index_store_result index_file; /* where the index came from */
-	struct timespec mounted_at;	/* CLOCK_MONOTONIC at shardfs_init */
 	struct control_state control;	/* the /.shardfs/ files' content */
 };
 
@@ -203,22 +140,17 @@ ssize_t shardfs_getxattr(const struct shardfs *fs, uint64_t ino,
 ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
 			  size_t size);
 
-/*
- * Write the path of entry @e relative to the mount root into @buf
- * (NUL-terminated).  Returns its length or -ENAMETOOLONG.
- */
-ssize_t shardfs_entry_path(const struct shardfs *fs, uint32_t e, char *buf,
-			   size_t size);
-
-/* Offset in its shard of the first stored byte of file entry @in. */
-uint64_t shardfs_data_offset(const struct shard_index *idx,
-			     const struct shard_inode *in);
-
 /* Monotonic nanoseconds, for shardfs_op_done(). */
 uint64_t shardfs_now_ns(void);
 
 /* Count one @op that started at @start_ns (from shardfs_now_ns()). */
 void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns);
+
+/* Requests answered so far, over every operation (the idle timer). */
+uint64_t shardfs_requests(const struct shardfs *fs);
+
+/* Count one request that came over io_uring rather than /dev/fuse. */
+void shardfs_count_uring_request(struct shardfs *fs);
 
 void shardfs_statfs(const struct shardfs *fs, struct statvfs *sv);
 

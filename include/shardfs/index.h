@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "shardfs/layout.h"
 #include "shardfs/shardset.h"
@@ -191,6 +192,17 @@ int shard_index_name_cmp(const char *a, size_t alen, const char *b,
  * hard-link group, which share the inode of the group's first entry.
  */
 uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e);
+
+/*
+ * Write the path of entry @e relative to the root into @buf
+ * (NUL-terminated).  Returns its length or -ENAMETOOLONG.
+ */
+ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
+			       char *buf, size_t size);
+
+/* Offset in its shard of the first stored byte of file entry @in. */
+uint64_t shard_index_data_offset(const struct shard_index *idx,
+				 const struct shard_inode *in);
 
 /* Bytes of index memory per entry, for the -d summary. */
 double shard_index_bytes_per_entry(const struct shard_index *idx);

@@ -46,7 +46,7 @@ static void walk(const struct shardfs *fs)
 
 		fuzz_touch(shard_index_name(idx, in), in->name_len + 1);
 		FUZZ_CHECK(shard_index_ino(idx, e) <= idx->nr_inodes, "entry %u", e);
-		shardfs_entry_path(fs, e, path, sizeof(path));
+		shard_index_entry_path(&fs->idx, e, path, sizeof(path));
 		if (S_ISLNK(in->mode))
 			fuzz_touch(idx->names + in->data, in->size + 1);
 		for (uint64_t i = 0; S_ISDIR(in->mode) &&

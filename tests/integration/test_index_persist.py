@@ -660,7 +660,7 @@ def test_index_tool_check(tmp_path):
 def parse_list(text):
     rows = {}
     for line in text.splitlines():
-        path, size, shard, offset = line.split("\t")
+        path, shard, offset, size = line.split("\t")
         path = path.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
         rows[path] = (int(size), int(shard), int(offset))
     return rows
@@ -679,6 +679,8 @@ def test_index_tool_list_matches_the_mount(tmp_path):
     assert parse_list(run_index(d, "--list").stdout) == rows   # and then loads
 
     with lib.mounted(d, mnt):
+        with open(mnt / ".shardfs/members") as f:           # one writer
+            assert f.read() == r.stdout
         files = {}
         for dirpath, _, names in os.walk(mnt):
             for n in names:

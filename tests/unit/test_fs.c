@@ -132,9 +132,9 @@ static void test_unknown_inodes_and_wrong_types(void **state)
 	assert_int_equal(shardfs_getattr(&e->fs, UINT32_MAX, &st), -ENOENT);
 	assert_int_equal(shardfs_read(&e->fs, tb_ino(&e->fs, "dir"), buf, 8, 0),
 			 -EISDIR);
-	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs, CONTROL_DIR),
+	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs.control, CONTROL_DIR),
 				      buf, 8, 0), -EISDIR);
-	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs, CONTROL_DIR) +
+	assert_int_equal(shardfs_read(&e->fs, control_ino(&e->fs.control, CONTROL_DIR) +
 				      CONTROL_NR_NODES, buf, 8, 0), -ENOENT);
 	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "sym"), &s), 0);
 	assert_string_equal(s, "some/where");
@@ -213,7 +213,7 @@ static void test_read_drops_the_shard_pages_it_consumed(void **state)
 	tb_env_shard(e, "s.tar", &a);
 	tb_env_build(e);
 	in = shard_index_get(&e->fs.idx, tb_ino(&e->fs, "big"));
-	data = shardfs_data_offset(&e->fs.idx, in);
+	data = shard_index_data_offset(&e->fs.idx, in);
 	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
@@ -415,7 +415,7 @@ static void test_dot_shardfs_member_is_reserved(void **state)
 	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 1, &name,
 					       &listed), -ENOENT);
 	assert_int_equal(shardfs_lookup(&e->fs, SHARDFS_ROOT_INO, ".shardfs", &found), 0);
-	assert_int_equal(found, control_ino(&e->fs, CONTROL_DIR));
+	assert_int_equal(found, control_ino(&e->fs.control, CONTROL_DIR));
 }
 
 static void test_init_from_a_spec(void **state)

@@ -340,8 +340,8 @@ static void expect_same_entry(struct shardfs *a, struct shardfs *b, uint32_t e)
 	assert_int_equal(shardfs_getattr(a, ino, &sa), 0);
 	assert_int_equal(shardfs_getattr(b, ino, &sb), 0);
 	assert_memory_equal(&sa, &sb, sizeof(sa));
-	assert_int_equal(shardfs_entry_path(a, e, pa, sizeof(pa)),
-			 shardfs_entry_path(b, e, pb, sizeof(pb)));
+	assert_int_equal(shard_index_entry_path(&a->idx, e, pa, sizeof(pa)),
+			 shard_index_entry_path(&b->idx, e, pb, sizeof(pb)));
 	assert_string_equal(pa, pb);
 	if (e)
 		assert_int_equal(tb_ino(b, pa), tb_ino(a, pa));

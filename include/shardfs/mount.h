@@ -1,0 +1,83 @@
+/*
+ * mount.h - what a mount is told and what it counts: its options, its
+ * activity counters and the read path's state per shard.
+ *
+ * fs.c writes these and control.c (/.shardfs/) reads them; they live here
+ * so that neither needs the other's structures (control.c never sees
+ * struct shardfs).
+ *
+ * Thread-safety: counters and streams are relaxed atomics, written by any
+ * number of threads; options are set before the mount serves requests.
+ */
+#ifndef SHARDFS_MOUNT_H
+#define SHARDFS_MOUNT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Preferred I/O size reported in st_blksize: big reads suit shards. */
+#define SHARDFS_BLKSIZE (128 * 1024)
+
+/* Mount-wide options that change answers or I/O, not the index. */
+struct shardfs_options {
+	bool set_uid;		/* report uid instead of the tar's owner */
+	bool set_gid;		/* report gid instead of the tar's group */
+	uint32_t uid;		/* owner to report when set_uid */
+	uint32_t gid;		/* group to report when set_gid */
+	mode_t umask;		/* permission bits to clear (default 0) */
+	uint64_t readahead;	/* bytes prefetched ahead of forward
+				 * readers of a shard; 0 turns it off */
+};
+
+/* Operations timed for /.shardfs/stats. */
+enum shardfs_op {
+	SHARDFS_OP_LOOKUP,
+	SHARDFS_OP_GETATTR,
+	SHARDFS_OP_READDIR,
+	SHARDFS_OP_OPEN,
+	SHARDFS_OP_READ,
+	SHARDFS_OP_READLINK,
+	SHARDFS_OP_XATTR,
+	SHARDFS_OP_STATFS,
+	SHARDFS_NR_OPS
+};
+
+/* Count and total latency of one kind of operation. */
+struct shardfs_op_counter {
+	atomic_ullong count;	/* requests answered */
+	atomic_ullong nsec;	/* time spent answering them */
+};
+
+/* Activity since mount, for /.shardfs/; all relaxed atomics. */
+struct shardfs_counters {
+	struct shardfs_op_counter ops[SHARDFS_NR_OPS]; /* per operation */
+	atomic_ullong read_bytes;	/* bytes returned by reads */
+	atomic_ullong backing_reads;	/* pread calls on shards */
+	atomic_ullong backing_bytes;	/* bytes those calls returned */
+	atomic_ullong errors;		/* requests answered with EIO */
+	atomic_ullong readahead_hits;	/* reads inside a prefetched range */
+	atomic_ullong readahead_misses;	/* forward reads past it */
+	atomic_ullong uring_requests;	/* requests that came over io_uring */
+};
+
+/*
+ * What the read path learns about one shard while mounted: hints for
+ * readahead and statistics (relaxed atomics, racy by design: a lost
+ * update costs a hint), and the one fact that is about correctness,
+ * @changed, which once set stays set.
+ */
+struct shard_stream {
+	atomic_bool changed;	/* a read found the shard changed under
+				 * the mount: every later read gets EIO */
+	atomic_uint read_errors; /* failed reads, to rate-limit their logs */
+	atomic_ullong served_lo; /* lowest shard offset read (~0: none) */
+	atomic_ullong served_hi; /* end of the highest range read */
+	atomic_ullong last_end;	/* end of the latest read, for readahead */
+	atomic_uint forward;	/* reads in a row that moved forward */
+	atomic_ullong ra_start;	/* start of the range last prefetched */
+	atomic_ullong ra_end;	/* end of the range last prefetched */
+};
+
+#endif
