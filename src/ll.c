@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ll.h"
 #include "ll_uring.h"
 #include "shardfs/fs.h"
-#include "shardfs/ll.h"
 #include "shardfs/log.h"
 
 /* Seconds the kernel may cache entries and attributes: nothing changes. */

@@ -39,9 +39,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "ll_session.h"
 #include "ll_uring.h"
 #include "shardfs/fs.h"
-#include "shardfs/ll.h"
 #include "shardfs/log.h"
 
 /*

@@ -22,7 +22,7 @@
  * kernel sends them there), served by the ordinary libfuse loop, as is
  * everything when io_uring is not offered or cannot be set up.
  *
- * Thread-safety: ll_uring_new() and ll_uring_free() are called by the
+ * Thread-safety: ll_uring_attach() and ll_uring_free() are called by the
  * main thread around the session loop; ll_uring_reply_buf() by any
  * thread.
  */

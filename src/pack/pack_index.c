@@ -1,5 +1,5 @@
 /*
- * index.c - write the shardfs index of the shards just packed, so that the
+ * pack_index.c - write the shardfs index of the shards just packed, so that the
  * first mount of a fresh shard set maps an index instead of scanning.
  *
  * The index is built by the same code a mount uses (shardfs_core), from

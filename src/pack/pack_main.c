@@ -1,5 +1,5 @@
 /*
- * main.c - shardfs-pack: pack a directory tree into WebDataset tar shards.
+ * pack_main.c - shardfs-pack: pack a directory tree into WebDataset tar shards.
  *
  * Parses the command line, prepares the output directory, then runs the
  * stages of pack.h in order (walk, plan, write, manifest) and prints a

@@ -1,5 +1,5 @@
 /*
- * main.c - the shardfs command: options, index build, mount, serve.
+ * shardfs_main.c - the shardfs command: options, index build, mount, serve.
  *
  * The order matters to users: the index is built before anything is
  * mounted, and the process daemonises only after the mount exists, so
@@ -20,9 +20,9 @@
 
 #include "cli.h"
 #include "lifecycle.h"
+#include "ll.h"
 #include "ll_uring.h"
 #include "shardfs/fs.h"
-#include "shardfs/ll.h"
 #include "shardfs/log.h"
 
 /* Kernel readahead per open file: one maximal (256-page) FUSE read. */
