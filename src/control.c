@@ -31,6 +31,7 @@
 
 #include "shardfs/control.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* A growing buffer a snapshot is rendered into. */
 struct control_buf {
@@ -52,30 +53,23 @@ static void buf_printf(struct control_buf *b, const char *fmt, ...)
 	va_list ap;
 	int n;
 
-	if (!b->cap && !b->failed) {
-		b->data = malloc(4096);
-		b->cap = b->data ? 4096 : 0;
-		b->failed = !b->data;
-	}
+	if (b->failed || array_grow((void **)&b->data, &b->cap, b->len + 256, 1))
+		goto out_failed;
 	for (;;) {
 		va_start(ap, fmt);
 		n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
 		va_end(ap);
-		if (n < 0 || b->failed)
+		if (n < 0)
 			return;
 		if ((size_t)n < b->cap - b->len)
 			break;
-		size_t cap = (b->cap ? b->cap * 2 : 4096) + n;
-		char *p = realloc(b->data, cap);
-
-		if (!p) {
-			b->failed = true;
-			return;
-		}
-		b->data = p;
-		b->cap = cap;
+		if (array_grow((void **)&b->data, &b->cap, b->len + n + 1, 1))
+			goto out_failed;
 	}
 	b->len += n;
+	return;
+out_failed:
+	b->failed = true;
 }
 
 static double op_mean_us(const struct shardfs_op_counter *c)

@@ -75,12 +75,11 @@ struct builder {
 
 static void scan_one_shard(struct builder *b, uint32_t i)
 {
-	static const struct layout tree = { .kind = LAYOUT_TREE };
 	struct shard_scan *sc = &b->scans[i];
 
 	if (b->set->shards[i].bad)	/* could not even be opened */
 		return;
-	shard_scan_run(sc, &b->set->shards[i], b->opt->layout ?: &tree);
+	shard_scan_run(sc, &b->set->shards[i], layout_or_tree(b->opt->layout));
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }

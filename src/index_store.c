@@ -21,20 +21,19 @@
 #include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 #define INDEX_SUFFIX ".shardfs-index"
 
 int index_mode_parse(const char *name, enum index_mode *mode)
 {
 	static const char *const names[] = { "auto", "require", "rebuild", "off" };
+	int i = name_table_find(names, ARRAY_SIZE(names), name);
 
-	for (int i = 0; i < 4; i++) {
-		if (!strcmp(name, names[i])) {
-			*mode = (enum index_mode)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	if (i < 0)
+		return -EINVAL;
+	*mode = (enum index_mode)i;
+	return 0;
 }
 
 /* @path with its directory resolved, so shard names compare exactly. */
@@ -243,7 +242,6 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 		     const struct index_store_options *so,
 		     struct index_store_result *res)
 {
-	static const struct layout tree = { .kind = LAYOUT_TREE };
 	struct shard_index_build_options opt = *bo;
 	struct shard_index base = { 0 };
 	char paths[2][PATH_MAX];
@@ -253,7 +251,7 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 
 	*res = (struct index_store_result){ .origin = INDEX_BUILT };
 	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
-	    !try_load(&base, set, paths, n, so, bo->layout ?: &tree, &covered,
+	    !try_load(&base, set, paths, n, so, layout_or_tree(bo->layout), &covered,
 		      &rescanned, res->path) &&
 	    covered == set->nr) {
 		*idx = base;

@@ -21,6 +21,7 @@
 #include "shardfs/layout.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
+#include "shardfs/util.h"
 
 /* Deepest JSON nesting skipped over while looking for the field. */
 #define LAYOUT_JSON_DEPTH_MAX 64
@@ -362,12 +363,11 @@ static int classnames_load(struct layout *l, const char *file)
 static int parse_kind(const char *kind, enum layout_kind *out)
 {
 	static const char *const names[] = { "tree", "shards", "classes" };
+	int i = name_table_find(names, ARRAY_SIZE(names), kind);
 
-	for (int i = 0; i < 3; i++) {
-		if (!strcmp(kind, names[i])) {
-			*out = (enum layout_kind)i;
-			return 0;
-		}
+	if (i >= 0) {
+		*out = (enum layout_kind)i;
+		return 0;
 	}
 	return log_error("unknown layout '%s' (tree, shards or classes)", kind), -EINVAL;
 }
@@ -423,6 +423,13 @@ uint64_t layout_hash(const struct layout *l)
 	for (cn = l->names; cn; cn = cn->hh.next)
 		h = hash_str(cn->name, hash_str(cn->label, h));
 	return h;
+}
+
+const struct layout *layout_or_tree(const struct layout *l)
+{
+	static const struct layout tree = { .kind = LAYOUT_TREE };
+
+	return l ? l : &tree;
 }
 
 void layout_release(struct layout *l)

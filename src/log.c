@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* The socket syslog(3) writes to; without it messages would be lost. */
 #define LOG_SYSLOG_SOCKET "/dev/log"
@@ -39,22 +40,15 @@ void log_set_level(enum log_level level)
 	max_level = level;
 }
 
-enum log_level log_get_level(void)
-{
-	return max_level;
-}
-
 int log_parse_level(const char *name, enum log_level *level)
 {
 	static const char *const names[] = { "error", "warn", "info", "debug" };
+	int i = name_table_find(names, ARRAY_SIZE(names), name);
 
-	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (!strcmp(name, names[i])) {
-			*level = (enum log_level)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	if (i < 0)
+		return -EINVAL;
+	*level = (enum log_level)i;
+	return 0;
 }
 
 int log_format(char *buf, size_t len, int rc, const char *fmt, ...)

@@ -19,6 +19,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -292,9 +293,7 @@ static int scan_member(void *arg, const struct tar_member *m)
 static int key_cmp(const struct shard_scan *sc, uint32_t a, uint32_t alen,
 		   uint32_t b, uint32_t blen)
 {
-	int c = memcmp(sc->strings + a, sc->strings + b, alen < blen ? alen : blen);
-
-	return c ? c : (alen > blen) - (alen < blen);
+	return shard_index_name_cmp(sc->strings + a, alen, sc->strings + b, blen);
 }
 
 static int label_cmp(const void *pa, const void *pb, void *arg)

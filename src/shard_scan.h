@@ -9,14 +9,13 @@
 #ifndef SHARDFS_SHARD_SCAN_H
 #define SHARDFS_SHARD_SCAN_H
 
-#include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "shardfs/index.h"
 #include "shardfs/layout.h"
 #include "shardfs/shardset.h"
 #include "shardfs/tar.h"
+#include "shardfs/util.h"
 
 #include <xxhash.h>
 
@@ -81,25 +80,6 @@ struct shard_scan {
 	int rc;				/* result of the scan */
 	struct tar_error err;		/* why the scan failed */
 };
-
-/* Grow *array (of @elem-byte items) to hold @need; capacity doubles. */
-static inline int array_grow(void **array, size_t *cap, size_t need,
-			     size_t elem)
-{
-	size_t n = *cap ? *cap : 64;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*array, n * elem);
-	if (!p)
-		return -ENOMEM;
-	*array = p;
-	*cap = n;
-	return 0;
-}
 
 /*
  * Scan @shard into @sc (zeroed by the caller) under @layout.  The result

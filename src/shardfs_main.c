@@ -24,6 +24,7 @@
 #include "ll_uring.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* Kernel readahead per open file: one maximal (256-page) FUSE read. */
 #define SHARDFS_KERNEL_READAHEAD_KIB 1024
@@ -78,7 +79,7 @@ static void usage(const char *prog)
 	       "    -o umask=OCTAL         clear these permission bits\n"
 	       "    -o nonempty            allow a non-empty mountpoint\n"
 	       "    -o readahead=SIZE      prefetch ahead of forward readers of a\n"
-	       "                           shard (K/M/G suffixes; 0: off; default 4M)\n"
+	       "                           shard (K/M/G/T suffixes; 0: off; default 4M)\n"
 	       "    -o notify_fd=N         write READY=1 to fd N once mounted\n"
 	       "                           (NOTIFY_SOCKET is honoured as well)\n"
 	       "    -o idle_timeout=SECS   unmount after SECS without requests\n"
@@ -140,28 +141,6 @@ static int check_mountpoint(const char *mp, int nonempty)
 	if (entries)
 		return log_error("%s: mountpoint is not empty (use -o nonempty)", mp),
 		       -ENOTEMPTY;
-	return 0;
-}
-
-/* A byte count with an optional K, M or G suffix (powers of 1024). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	int shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno)
-		return -EINVAL;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	}
-	if (*end || v > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
 	return 0;
 }
 

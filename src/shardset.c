@@ -21,6 +21,7 @@
 
 #include "shardfs/log.h"
 #include "shardfs/shardset.h"
+#include "shardfs/util.h"
 
 /* Descriptors kept free for FUSE, logging and the C library. */
 #define SHARD_SET_SPARE_FDS 64
@@ -31,13 +32,9 @@ static int set_add(struct shard_set *set, const char *path, size_t len)
 
 	if (set->nr >= SHARD_SET_MAX_SHARDS)
 		return -E2BIG;
-	/* capacity is the next power of two, so growth is amortised O(1) */
-	if ((set->nr & (set->nr - 1)) == 0) {
-		s = realloc(set->shards, (set->nr ? 2 * set->nr : 1) * sizeof(*s));
-		if (!s)
-			return -ENOMEM;
-		set->shards = s;
-	}
+	if (array_grow((void **)&set->shards, &set->cap, set->nr + 1,
+		       sizeof(*set->shards)))
+		return -ENOMEM;
 	s = &set->shards[set->nr];
 	*s = (struct shard){ .path = strndup(path, len) };
 	if (!s->path)

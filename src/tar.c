@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "shardfs/tar.h"
+#include "shardfs/util.h"
 
 /* Bytes read at once while headers are dense; a probe when they are not. */
 #define TAR_WINDOW_SIZE (64u * 1024)
@@ -136,20 +137,7 @@ static uint64_t round_up_block(uint64_t n)
 /* Make room for @len bytes plus a terminator. */
 static int buf_reserve(struct tar_buf *b, size_t len)
 {
-	char *p;
-	size_t cap;
-
-	if (len < b->cap)
-		return 0;
-	cap = b->cap ? b->cap : 256;
-	while (cap <= len)
-		cap *= 2;
-	p = realloc(b->data, cap);
-	if (!p)
-		return -ENOMEM;
-	b->data = p;
-	b->cap = cap;
-	return 0;
+	return array_grow((void **)&b->data, &b->cap, len + 1, 1);
 }
 
 static int buf_set(struct tar_buf *b, const char *src, size_t len)
@@ -350,18 +338,14 @@ static int parse_pax_time(const char *p, size_t len, int64_t *sec,
 
 static int extent_push(struct tar_scan *s, uint64_t logical, uint64_t length)
 {
-	if (s->nr_extents == s->cap_extents) {
-		size_t cap = s->cap_extents ? s->cap_extents * 2 : 16;
-		struct tar_extent *e;
+	int rc;
 
-		if (s->nr_extents >= TAR_SPARSE_EXTENTS_MAX)
-			return -E2BIG;
-		e = realloc(s->extents, cap * sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		s->extents = e;
-		s->cap_extents = cap;
-	}
+	if (s->nr_extents >= TAR_SPARSE_EXTENTS_MAX)
+		return -E2BIG;
+	rc = array_grow((void **)&s->extents, &s->cap_extents, s->nr_extents + 1,
+			sizeof(*s->extents));
+	if (rc)
+		return rc;
 	s->extents[s->nr_extents++] = (struct tar_extent){ logical, length, 0 };
 	return 0;
 }

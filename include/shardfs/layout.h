@@ -66,6 +66,9 @@ int layout_init(struct layout *l, const char *kind, const char *label,
 
 void layout_release(struct layout *l);
 
+/* @l, or the tree layout when @l is NULL (options that name no layout). */
+const struct layout *layout_or_tree(const struct layout *l);
+
 /*
  * A hash of everything in @l that changes the tree (NULL: the tree
  * layout), so that an index built under other options is not reused.

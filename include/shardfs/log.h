@@ -28,7 +28,6 @@ enum log_level {
 
 /* Messages above this level are dropped.  Default LOG_LEVEL_INFO. */
 void log_set_level(enum log_level level);
-enum log_level log_get_level(void);
 
 /* Parse "error", "warn", "info" or "debug"; return 0 or -EINVAL. */
 int log_parse_level(const char *name, enum log_level *level);

@@ -58,6 +58,7 @@ struct shard {
 struct shard_set {
 	struct shard *shards;	/* in shard order */
 	uint32_t nr;		/* entries in shards */
+	size_t cap;		/* entries allocated in shards */
 	bool skip_bad;		/* set before shard_set_open(): a shard that
 				 * cannot be opened (or later scanned) is
 				 * marked bad and left out, not an error */

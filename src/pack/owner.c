@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "pack.h"
+#include "shardfs/util.h"
 
 /* Largest buffer offered to getpwuid_r/getgrgid_r before giving up. */
 #define OWNER_BUF_MAX (1u << 20)
@@ -81,19 +82,15 @@ static int owner_lookup(uint32_t id, bool group, char **name)
 /* Give @name (NULL for none) to the tree; *kept is what entries point to. */
 static int owner_keep(struct pack_tree *tree, char *name, const char **kept)
 {
-	char **names;
-
 	*kept = "";
 	if (!name)
 		return 0;
-	names = realloc(tree->owner_names,
-			(tree->owner_name_count + 1) * sizeof(*names));
-	if (!names) {
+	if (array_grow((void **)&tree->owner_names, &tree->owner_name_cap,
+		       tree->owner_name_count + 1, sizeof(*tree->owner_names))) {
 		free(name);
 		return -ENOMEM;
 	}
-	tree->owner_names = names;
-	names[tree->owner_name_count++] = name;
+	tree->owner_names[tree->owner_name_count++] = name;
 	*kept = name;
 	return 0;
 }
@@ -111,15 +108,8 @@ static int owner_name(struct pack_tree *tree, struct owner_table *t,
 			return 0;
 		}
 	}
-	if (t->count == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 8;
-		struct owner_id *ids = realloc(t->ids, cap * sizeof(*ids));
-
-		if (!ids)
-			return -ENOMEM;
-		t->ids = ids;
-		t->cap = cap;
-	}
+	if (array_grow((void **)&t->ids, &t->cap, t->count + 1, sizeof(*t->ids)))
+		return -ENOMEM;
 	rc = owner_lookup(id, t->group, &found);
 	if (!rc)
 		rc = owner_keep(tree, found, name);

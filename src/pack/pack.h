@@ -50,6 +50,7 @@ struct pack_tree {
 	uint64_t skipped;		/* special files and loops left out */
 	char **owner_names;		/* what uname and gname point to */
 	size_t owner_name_count;	/* entries in owner_names */
+	size_t owner_name_cap;		/* entries allocated in owner_names */
 };
 
 /* How the walk treats what it finds. */

@@ -21,7 +21,8 @@ static int planned_set(struct shard_set *set, const struct pack_pattern *pattern
 {
 	char path[PACK_PATH_MAX];
 
-	*set = (struct shard_set){ .shards = calloc(count, sizeof(*set->shards)) };
+	*set = (struct shard_set){ .shards = calloc(count, sizeof(*set->shards)),
+				   .cap = count };
 	if (!set->shards)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < count; i++) {

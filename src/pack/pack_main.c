@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "shardfs/util.h"
 
 /* --max-size when none is given: 1 GiB, in the recommended range. */
 #define DEFAULT_MAX_SIZE (1ull << 30)
@@ -97,28 +98,6 @@ static int parse_u64(const char *s, uint64_t min, uint64_t *value,
 	return errno || *value < min ? -EINVAL : 0;
 }
 
-/* Parse a size: a number with an optional K, M, G or T (powers of 1024). */
-static int parse_size(const char *s, uint64_t *size)
-{
-	static const char units[] = "KMGT";
-	const char *unit;
-	char *end;
-	int shift;
-
-	if (parse_u64(s, 1, size, &end))
-		return -EINVAL;
-	if (!*end)
-		return 0;
-	unit = strchr(units, end[0] & ~0x20);
-	if (!unit || !*unit || end[1])
-		return -EINVAL;
-	shift = 10 * (int)(unit - units + 1);
-	if (*size > UINT64_MAX >> shift)
-		return -EINVAL;
-	*size <<= shift;
-	return 0;
-}
-
 /* Parse a whole option argument as a number of at least @min. */
 static int parse_count(const char *s, uint64_t min, uint64_t *value)
 {
@@ -134,7 +113,8 @@ static int parse_option(struct pack_options *opt, int c, const char *arg)
 
 	switch (c) {
 	case 's':
-		return parse_size(arg, &opt->plan.max_size);
+		return parse_size(arg, &opt->plan.max_size) ||
+		       !opt->plan.max_size ? -EINVAL : 0;
 	case 'c':
 		return parse_count(arg, 1, &opt->plan.max_count);
 	case OPT_SHUFFLE:

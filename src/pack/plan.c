@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "pack.h"
+#include "shardfs/index.h"
+#include "shardfs/util.h"
 
 /* A run of consecutive entries of planner->members with one key. */
 struct pack_sample {
@@ -54,27 +56,19 @@ struct planner {
 	unsigned char header[PACK_HEADER_MAX]; /* scratch for sizing headers */
 };
 
-/* Compare byte strings bytewise; a proper prefix sorts first. */
-static int cmp_bytes(const char *a, size_t alen, const char *b, size_t blen)
-{
-	int c = memcmp(a, b, alen < blen ? alen : blen);
-
-	return c ? c : (alen > blen) - (alen < blen);
-}
-
 static int dir_cmp(const void *pa, const void *pb)
 {
 	const struct pack_entry *a = *(const struct pack_entry *const *)pa;
 	const struct pack_entry *b = *(const struct pack_entry *const *)pb;
 
-	return cmp_bytes(a->path, a->path_len, b->path, b->path_len);
+	return shard_index_name_cmp(a->path, a->path_len, b->path, b->path_len);
 }
 
 static int member_cmp(const void *pa, const void *pb)
 {
 	const struct pack_entry *a = *(const struct pack_entry *const *)pa;
 	const struct pack_entry *b = *(const struct pack_entry *const *)pb;
-	int c = cmp_bytes(a->path, a->key_len, b->path, b->key_len);
+	int c = shard_index_name_cmp(a->path, a->key_len, b->path, b->key_len);
 
 	return c ? c : dir_cmp(pa, pb);
 }
@@ -88,7 +82,7 @@ static size_t planner_find_dir(const struct planner *pl, const char *path,
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const struct pack_entry *d = pl->dirs[mid];
-		int c = cmp_bytes(d->path, d->path_len, path, len);
+		int c = shard_index_name_cmp(d->path, d->path_len, path, len);
 
 		if (!c)
 			return mid;
@@ -165,7 +159,7 @@ out_free_has_child:
 
 static bool same_key(const struct pack_entry *a, const struct pack_entry *b)
 {
-	return !cmp_bytes(a->path, a->key_len, b->path, b->key_len);
+	return !shard_index_name_cmp(a->path, a->key_len, b->path, b->key_len);
 }
 
 /* Cut the sorted members into samples: runs with one key. */
@@ -231,16 +225,9 @@ static int plan_open_shard(struct planner *pl)
 {
 	struct pack_plan *plan = pl->plan;
 
-	if (plan->shard_count == pl->shards_cap) {
-		size_t cap = pl->shards_cap ? 2 * pl->shards_cap : 16;
-		struct pack_shard *shards;
-
-		shards = realloc(plan->shards, cap * sizeof(*shards));
-		if (!shards)
-			return -ENOMEM;
-		plan->shards = shards;
-		pl->shards_cap = cap;
-	}
+	if (array_grow((void **)&plan->shards, &pl->shards_cap,
+		       plan->shard_count + 1, sizeof(*plan->shards)))
+		return -ENOMEM;
 	plan->shards[plan->shard_count++] = (struct pack_shard){
 		.first = plan->item_count,
 		.bytes = 2 * PACK_BLOCK,	/* the end-of-archive marker */
@@ -255,16 +242,9 @@ static int plan_append(struct planner *pl, const struct pack_entry *e)
 	struct pack_plan *plan = pl->plan;
 	struct pack_shard *shard = &plan->shards[plan->shard_count - 1];
 
-	if (plan->item_count == pl->items_cap) {
-		size_t cap = 2 * pl->items_cap + 1024;
-		const struct pack_entry **items;
-
-		items = realloc(plan->items, cap * sizeof(*items));
-		if (!items)
-			return -ENOMEM;
-		plan->items = items;
-		pl->items_cap = cap;
-	}
+	if (array_grow((void **)&plan->items, &pl->items_cap,
+		       plan->item_count + 1, sizeof(*plan->items)))
+		return -ENOMEM;
 	plan->items[plan->item_count++] = e;
 	shard->count++;
 	if (e->type != '5') {

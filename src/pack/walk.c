@@ -25,6 +25,7 @@
 
 #include "pack.h"
 #include "shardfs/path.h"
+#include "shardfs/util.h"
 
 /* A directory to read; all of them live until the walk ends. */
 struct walk_dir {
@@ -158,15 +159,9 @@ static struct pack_entry *walk_new_entry(struct walk_worker *w,
 	struct pack_entry *e;
 	char *path;
 
-	if (w->found.count == w->cap) {
-		size_t cap = w->cap ? 2 * w->cap : 256;
-
-		e = realloc(w->found.entries, cap * sizeof(*e));
-		if (!e)
-			return NULL;
-		w->found.entries = e;
-		w->cap = cap;
-	}
+	if (array_grow((void **)&w->found.entries, &w->cap, w->found.count + 1,
+		       sizeof(*w->found.entries)))
+		return NULL;
 	path = malloc(len + 2);
 	if (!path)
 		return NULL;
