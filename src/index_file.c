@@ -29,53 +29,30 @@
 #include "shardfs/index_file.h"
 #include "shardfs/log.h"
 
-#define INDEX_BYTE_ORDER 0x01020304u
 /* A temporary index file untouched this long belongs to no live writer. */
 #define INDEX_TMP_STALE_SECONDS (15 * 60)
 /* Bytes per read(2) while copying an index file in. */
 #define INDEX_READ_CHUNK (8u << 20)
-#define SECTION_ALIGN 64
+/* The totals the file stores: one list for both directions. */
+#define INDEX_COUNT_FIELDS(X) X(files) X(dirs) X(symlinks) X(hardlinks) \
+	X(bytes) X(members) X(duplicates) X(skipped) X(special) X(unlabeled) \
+	X(bad_shards)
+#define COPY_FIELD(name) to->name = from->name;
 
-enum index_section {
-	SEC_SHARDS,
-	SEC_SHARD_NAMES,
-	SEC_INODES,
-	SEC_NAMES,
-	SEC_SPARSE,
-	SEC_EXTENTS,
-	SEC_HARDLINKS,
-	NR_SECTIONS
-};
+static struct index_file_counts counts_to_file(const struct shard_index_counts *from)
+{
+	struct index_file_counts f = { 0 }, *to = &f;
 
-struct index_section_entry {
-	uint64_t offset;	/* from the start of the file */
-	uint64_t length;	/* bytes */
-	uint64_t xxh3;		/* XXH3_64bits of those bytes */
-};
+	INDEX_COUNT_FIELDS(COPY_FIELD)
+	return f;
+}
 
-struct index_file_header {
-	char magic[8];		/* INDEX_FILE_MAGIC */
-	uint32_t version;	/* INDEX_FILE_VERSION */
-	uint32_t byte_order;	/* INDEX_BYTE_ORDER as written */
-	uint64_t file_size;	/* bytes in the whole file */
-	uint64_t options_hash;	/* hash of the layout options */
-	uint32_t nr_shards;	/* entries in SEC_SHARDS */
-	uint32_t nr_inodes;	/* entries in SEC_INODES */
-	struct shard_index_counts counts; /* totals of the build */
-	struct index_section_entry sections[NR_SECTIONS]; /* where is what */
-	uint64_t header_xxh3;	/* of this header with this field zero */
-};
-
-/* Size of one record of each section (1 for byte sections). */
-static const size_t section_record[NR_SECTIONS] = {
-	[SEC_SHARDS] = sizeof(struct index_file_shard),
-	[SEC_SHARD_NAMES] = 1,
-	[SEC_INODES] = sizeof(struct shard_inode),
-	[SEC_NAMES] = 1,
-	[SEC_SPARSE] = sizeof(struct shard_sparse),
-	[SEC_EXTENTS] = sizeof(struct shard_extent),
-	[SEC_HARDLINKS] = sizeof(struct shard_hardlink),
-};
+static void counts_from_file(struct shard_index_counts *to,
+			     const struct index_file_counts *from)
+{
+	*to = (struct shard_index_counts){ 0 };
+	INDEX_COUNT_FIELDS(COPY_FIELD)
+}
 
 int index_file_fingerprint(struct shard_source *src, uint64_t *fp)
 {
@@ -174,19 +151,19 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 
 /* Write the sections after the header and fill in the section table. */
 static int write_sections(int fd, struct index_file_header *h,
-			  const void *const data[NR_SECTIONS],
-			  const uint64_t len[NR_SECTIONS])
+			  const void *const data[INDEX_NR_SECTIONS],
+			  const uint64_t len[INDEX_NR_SECTIONS])
 {
-	uint64_t off = (sizeof(*h) + SECTION_ALIGN - 1) & ~(uint64_t)(SECTION_ALIGN - 1);
+	uint64_t off = (sizeof(*h) + INDEX_SECTION_ALIGN - 1) & ~(uint64_t)(INDEX_SECTION_ALIGN - 1);
 
-	for (int s = 0; s < NR_SECTIONS; s++) {
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		int rc = write_all(fd, data[s], len[s], off);
 
 		if (rc)
 			return rc;
 		h->sections[s] = (struct index_section_entry){
 			off, len[s], XXH3_64bits(data[s], len[s]) };
-		off = (off + len[s] + SECTION_ALIGN - 1) & ~(uint64_t)(SECTION_ALIGN - 1);
+		off = (off + len[s] + INDEX_SECTION_ALIGN - 1) & ~(uint64_t)(INDEX_SECTION_ALIGN - 1);
 	}
 	h->file_size = off;
 	return ftruncate(fd, (off_t)off) ? -errno : 0;
@@ -199,7 +176,7 @@ static int write_file(int fd, const char *path, const struct shard_index *idx,
 		.magic = INDEX_FILE_MAGIC, .version = INDEX_FILE_VERSION,
 		.byte_order = INDEX_BYTE_ORDER, .options_hash = options_hash,
 		.nr_shards = set->nr, .nr_inodes = idx->nr_inodes,
-		.counts = idx->counts,
+		.counts = counts_to_file(&idx->counts),
 	};
 	struct index_file_shard *recs = NULL;
 	char *names = NULL;
@@ -207,10 +184,10 @@ static int write_file(int fd, const char *path, const struct shard_index *idx,
 	int rc = shard_table(path, set, &recs, &names, &names_len);
 
 	if (!rc) {
-		const void *const data[NR_SECTIONS] = {
+		const void *const data[INDEX_NR_SECTIONS] = {
 			recs, names, idx->inodes, idx->names, idx->sparse,
 			idx->extents, idx->hardlinks };
-		const uint64_t len[NR_SECTIONS] = {
+		const uint64_t len[INDEX_NR_SECTIONS] = {
 			set->nr * sizeof(*recs), names_len,
 			(uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
 			idx->names_len, idx->nr_sparse * sizeof(*idx->sparse),
@@ -305,7 +282,7 @@ int index_file_reseal(void *image, size_t len)
 
 	if (len < sizeof(*h))
 		return -EINVAL;
-	for (int s = 0; s < NR_SECTIONS; s++) {
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		struct index_section_entry *e = &h->sections[s];
 
 		if (e->offset <= len && e->length <= len - e->offset)
@@ -333,16 +310,16 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 	if (h->file_size != size)
 		return log_format(msg, msg_len, -EINVAL, "offset 16: file is %llu bytes, header says %llu",
 			    (unsigned long long)size, (unsigned long long)h->file_size);
-	for (int s = 0; s < NR_SECTIONS; s++) {
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		const struct index_section_entry *e = &h->sections[s];
 
-		if (e->offset % SECTION_ALIGN || e->offset < sizeof(*h) ||
+		if (e->offset % INDEX_SECTION_ALIGN || e->offset < sizeof(*h) ||
 		    e->offset > size || e->length > size - e->offset ||
-		    e->length % section_record[s])
+		    e->length % index_section_record(s))
 			return log_format(msg, msg_len, -EINVAL, "section %d: bad offset or length", s);
 	}
-	if (h->sections[SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
-	    h->sections[SEC_INODES].length / sizeof(struct shard_inode) != h->nr_inodes ||
+	if (h->sections[INDEX_SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
+	    h->sections[INDEX_SEC_INODES].length / sizeof(struct shard_inode) != h->nr_inodes ||
 	    h->nr_inodes == 0)
 		return log_format(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
 	return 0;
@@ -351,7 +328,7 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 static int check_checksums(const struct index_file_header *h, const char *map,
 			   char *msg, size_t msg_len)
 {
-	for (int s = 0; s < NR_SECTIONS; s++) {
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		const struct index_section_entry *e = &h->sections[s];
 
 		if (XXH3_64bits(map + e->offset, e->length) != e->xxh3)
@@ -497,7 +474,7 @@ static int check_structure(const struct shard_index *idx,
 			    (unsigned long long)(idx->nr_inodes - next_child));
 	if (!hardlinks_ok(idx))
 		return log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
-			    SEC_HARDLINKS);
+			    INDEX_SEC_HARDLINKS);
 	return 0;
 }
 
@@ -507,20 +484,20 @@ static void point_into(const struct index_file_header *h, char *map,
 {
 	const struct index_section_entry *s = h->sections;
 
-	idx->inodes = (struct shard_inode *)(map + s[SEC_INODES].offset);
+	idx->inodes = (struct shard_inode *)(map + s[INDEX_SEC_INODES].offset);
 	idx->nr_inodes = h->nr_inodes;
-	idx->names = map + s[SEC_NAMES].offset;
-	idx->names_len = s[SEC_NAMES].length;
-	idx->sparse = (struct shard_sparse *)(map + s[SEC_SPARSE].offset);
-	idx->nr_sparse = s[SEC_SPARSE].length / sizeof(*idx->sparse);
-	idx->extents = (struct shard_extent *)(map + s[SEC_EXTENTS].offset);
-	idx->nr_extents = s[SEC_EXTENTS].length / sizeof(*idx->extents);
-	idx->hardlinks = (struct shard_hardlink *)(map + s[SEC_HARDLINKS].offset);
-	idx->nr_hardlinks = s[SEC_HARDLINKS].length / sizeof(*idx->hardlinks);
-	idx->counts = h->counts;
-	sh->shards = (const struct index_file_shard *)(map + s[SEC_SHARDS].offset);
+	idx->names = map + s[INDEX_SEC_NAMES].offset;
+	idx->names_len = s[INDEX_SEC_NAMES].length;
+	idx->sparse = (struct shard_sparse *)(map + s[INDEX_SEC_SPARSE].offset);
+	idx->nr_sparse = s[INDEX_SEC_SPARSE].length / sizeof(*idx->sparse);
+	idx->extents = (struct shard_extent *)(map + s[INDEX_SEC_EXTENTS].offset);
+	idx->nr_extents = s[INDEX_SEC_EXTENTS].length / sizeof(*idx->extents);
+	idx->hardlinks = (struct shard_hardlink *)(map + s[INDEX_SEC_HARDLINKS].offset);
+	idx->nr_hardlinks = s[INDEX_SEC_HARDLINKS].length / sizeof(*idx->hardlinks);
+	counts_from_file(&idx->counts, &h->counts);
+	sh->shards = (const struct index_file_shard *)(map + s[INDEX_SEC_SHARDS].offset);
 	sh->nr = h->nr_shards;
-	sh->names = map + s[SEC_SHARD_NAMES].offset;
+	sh->names = map + s[INDEX_SEC_SHARD_NAMES].offset;
 	sh->options_hash = h->options_hash;
 }
 
@@ -616,10 +593,10 @@ int index_file_load(const char *path, struct shard_index *idx,
 		point_into(h, map, idx, sh);
 		for (uint32_t i = 0; !rc && i < sh->nr; i++)
 			if (!range_ok(sh->shards[i].name, sh->shards[i].name_len,
-				      h->sections[SEC_SHARD_NAMES].length) ||
+				      h->sections[INDEX_SEC_SHARD_NAMES].length) ||
 			    sh->shards[i].name_len == 0)
 				rc = log_format(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
-		rc = rc ?: check_structure(idx, sh, h->sections[SEC_INODES].offset,
+		rc = rc ?: check_structure(idx, sh, h->sections[INDEX_SEC_INODES].offset,
 					   msg, msg_len);
 	}
 	if (rc)

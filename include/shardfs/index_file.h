@@ -6,15 +6,7 @@
  * table identifying the shards it was built from, so that mounting a set
  * whose index is valid parses nothing per member: it costs one sequential
  * read into anonymous memory, a checksum pass and a bounds check pass over the arrays, and one
- * fstat per shard.  The format is documented in docs/index-format.md.
- *
- * Layout (native byte order, checked by a marker in the header):
- *
- *   struct index_file_header   magic, version, sizes, counts, section
- *                              table, xxh3 of the header itself
- *   sections, 64-byte aligned  SHARDS, SHARD_NAMES, INODES, NAMES,
- *                              SPARSE, EXTENTS, HARDLINKS; each with its
- *                              offset, length and xxh3 in the header
+ * fstat per shard.  The format, byte for byte, is index_format.h.
  *
  * A shard is identified by its path (relative to the index file's
  * directory when it lies below it, so that a set moved or copied together
@@ -43,29 +35,11 @@
 #include <stdint.h>
 
 #include "shardfs/index.h"
+#include "shardfs/index_format.h"
 #include "shardfs/shardset.h"
 
-#define INDEX_FILE_MAGIC "SHARDIDX"
-#define INDEX_FILE_VERSION 1
 /* Bytes of a shard hashed into its fingerprint. */
 #define INDEX_FINGERPRINT_BYTES (64u * 1024)
-
-/* One shard as the index file records it. */
-struct index_file_shard {
-	uint64_t size;		/* bytes at build time */
-	int64_t mtime_sec;	/* mtime at build time */
-	int64_t ctime_sec;	/* ctime at build time */
-	uint32_t mtime_nsec;	/* mtime at build time, nanoseconds */
-	uint32_t ctime_nsec;	/* ctime at build time, nanoseconds */
-	uint64_t name;		/* offset of its path in SHARD_NAMES */
-	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
-	uint32_t flags;		/* INDEX_SHARD_* */
-	uint64_t fingerprint;	/* xxh3 of its first bytes */
-	uint64_t digest;	/* of its headers and labels (shard_scan.h) */
-	uint64_t members;	/* members its scan found */
-};
-
-#define INDEX_SHARD_ABSOLUTE 0x1 /* name is absolute, not index-relative */
 
 /* A loaded index file's shard table (points into the mapping). */
 struct index_file_shards {

@@ -17,7 +17,7 @@
  * naming an offset or a section, leave the index empty, and not crash;
  * the suite also runs under valgrind (see the report in the test plan).
  *
- * The header layout is private to index_file.c; struct ifh mirrors it and
+ * The header layout is private to index_file.c; struct index_file_header mirrors it and
  * test_round_trip checks the mirror against a written file, so a format
  * change fails loudly here instead of corrupting the wrong bytes.
  */
@@ -34,45 +34,11 @@
 #include "shardfs/index_file.h"
 #include "tarbuild.h"
 
-/* ---- the file format, as index_file.c lays it out ------------------- */
-
-enum {
-	SEC_SHARDS, SEC_SHARD_NAMES, SEC_INODES, SEC_NAMES, SEC_SPARSE,
-	SEC_EXTENTS, SEC_HARDLINKS, NR_SECTIONS
-};
-
-static const char *const section_names[NR_SECTIONS] = {
+static const char *const section_names[INDEX_NR_SECTIONS] = {
 	"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
 	"HARDLINKS",
 };
 
-/* Bytes of one record of each section (1: a byte pool). */
-static const size_t section_record[NR_SECTIONS] = {
-	sizeof(struct index_file_shard), 1, sizeof(struct shard_inode), 1,
-	sizeof(struct shard_sparse), sizeof(struct shard_extent),
-	sizeof(struct shard_hardlink),
-};
-
-struct ifh_section {
-	uint64_t offset, length, xxh3;
-};
-
-struct ifh {
-	char magic[8];
-	uint32_t version;
-	uint32_t byte_order;
-	uint64_t file_size;
-	uint64_t options_hash;
-	uint32_t nr_shards;
-	uint32_t nr_inodes;
-	struct shard_index_counts counts;
-	struct ifh_section sections[NR_SECTIONS];
-	uint64_t header_xxh3;
-};
-
-_Static_assert(sizeof(struct ifh) == 304, "header mirror out of date");
-
-#define BYTE_ORDER_MARK 0x01020304u
 #define OPTIONS_HASH 0x0123456789abcdefULL
 
 /* ---- fixture: shards with every kind of entry, and their index ------ */
@@ -182,9 +148,9 @@ static int fx_teardown(void **state)
 
 /* ---- editing the copy ----------------------------------------------- */
 
-static struct ifh *hdr(struct fx *f)
+static struct index_file_header *hdr(struct fx *f)
 {
-	return (struct ifh *)f->buf;
+	return (struct index_file_header *)f->buf;
 }
 
 static void *section(struct fx *f, int s)
@@ -194,33 +160,33 @@ static void *section(struct fx *f, int s)
 
 static uint64_t count(struct fx *f, int s)
 {
-	return hdr(f)->sections[s].length / section_record[s];
+	return hdr(f)->sections[s].length / index_section_record(s);
 }
 
 static struct shard_inode *inode(struct fx *f, int64_t e)
 {
-	assert_true(e >= 0 && (uint64_t)e < count(f, SEC_INODES));
-	return (struct shard_inode *)section(f, SEC_INODES) + e;
+	assert_true(e >= 0 && (uint64_t)e < count(f, INDEX_SEC_INODES));
+	return (struct shard_inode *)section(f, INDEX_SEC_INODES) + e;
 }
 
 static struct index_file_shard *shard_rec(struct fx *f, uint32_t i)
 {
-	return (struct index_file_shard *)section(f, SEC_SHARDS) + i;
+	return (struct index_file_shard *)section(f, INDEX_SEC_SHARDS) + i;
 }
 
 static struct shard_sparse *sparse_map(struct fx *f, uint64_t i)
 {
-	return (struct shard_sparse *)section(f, SEC_SPARSE) + i;
+	return (struct shard_sparse *)section(f, INDEX_SEC_SPARSE) + i;
 }
 
 static struct shard_extent *extent(struct fx *f, uint64_t i)
 {
-	return (struct shard_extent *)section(f, SEC_EXTENTS) + i;
+	return (struct shard_extent *)section(f, INDEX_SEC_EXTENTS) + i;
 }
 
 static struct shard_hardlink *hardlink(struct fx *f, uint64_t i)
 {
-	return (struct shard_hardlink *)section(f, SEC_HARDLINKS) + i;
+	return (struct shard_hardlink *)section(f, INDEX_SEC_HARDLINKS) + i;
 }
 
 /* Entry number of @path in the fixture's index (must exist). */
@@ -247,10 +213,10 @@ static void reset(struct fx *f)
  */
 static void fixup(struct fx *f)
 {
-	struct ifh *h = hdr(f);
+	struct index_file_header *h = hdr(f);
 
-	for (int s = 0; s < NR_SECTIONS; s++) {
-		struct ifh_section *e = &h->sections[s];
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		struct index_section_entry *e = &h->sections[s];
 
 		if (e->offset <= f->len && e->length <= f->len - e->offset)
 			e->xxh3 = XXH3_64bits(f->buf + e->offset, e->length);
@@ -409,7 +375,7 @@ static void test_round_trip(void **state)
 	struct shard_index idx;
 	struct index_file_shards sh;
 	struct shardfs loaded = { 0 };
-	const struct ifh *h = (const struct ifh *)f->good;
+	const struct index_file_header *h = (const struct index_file_header *)f->good;
 	char msg[512] = "";
 
 	/* the fixture exercises every section */
@@ -421,12 +387,12 @@ static void test_round_trip(void **state)
 	/* the header mirror agrees with the writer */
 	assert_memory_equal(h->magic, INDEX_FILE_MAGIC, 8);
 	assert_int_equal(h->version, INDEX_FILE_VERSION);
-	assert_int_equal(h->byte_order, BYTE_ORDER_MARK);
+	assert_int_equal(h->byte_order, INDEX_BYTE_ORDER);
 	assert_int_equal(h->file_size, f->good_len);
 	assert_int_equal(h->options_hash, OPTIONS_HASH);
 	assert_int_equal(h->nr_shards, set->nr);
 	assert_int_equal(h->nr_inodes, built->nr_inodes);
-	for (int s = 0; s < NR_SECTIONS; s++) {
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		assert_int_equal(h->sections[s].offset % 64, 0);
 		assert_true(h->sections[s].offset >= sizeof(*h));
 		assert_true(h->sections[s].offset + h->sections[s].length <= f->good_len);
@@ -600,7 +566,7 @@ static void test_bad_magic_version_byte_order(void **state)
 	expect_lie_rejected(f, "version 0");
 
 	reset(f);
-	hdr(f)->byte_order = __builtin_bswap32(BYTE_ORDER_MARK);
+	hdr(f)->byte_order = __builtin_bswap32(INDEX_BYTE_ORDER);
 	expect_lie_rejected(f, "the other byte order");
 	reset(f);
 	hdr(f)->byte_order = 0;
@@ -611,7 +577,7 @@ static void test_bad_header_checksum(void **state)
 {
 	struct fx *f = *state;
 
-	for (size_t off = 8; off < sizeof(struct ifh); off += 8) {
+	for (size_t off = 8; off < sizeof(struct index_file_header); off += 8) {
 		char what[64];
 
 		reset(f);
@@ -641,8 +607,8 @@ static void test_truncated_file(void **state)
 {
 	struct fx *f = *state;
 	const size_t cuts[] = {
-		0, 1, 8, 16, sizeof(struct ifh) - 1, sizeof(struct ifh),
-		sizeof(struct ifh) + 1, 0 /* half */, 0 /* all but one byte */,
+		0, 1, 8, 16, sizeof(struct index_file_header) - 1, sizeof(struct index_file_header),
+		sizeof(struct index_file_header) + 1, 0 /* half */, 0 /* all but one byte */,
 		0 /* all but the last section */,
 	};
 
@@ -651,7 +617,7 @@ static void test_truncated_file(void **state)
 
 		reset(f);
 		f->len = i == 7 ? f->good_len / 2 : i == 8 ? f->good_len - 1 :
-			 i == 9 ? hdr(f)->sections[SEC_HARDLINKS].offset : cuts[i];
+			 i == 9 ? hdr(f)->sections[INDEX_SEC_HARDLINKS].offset : cuts[i];
 		snprintf(what, sizeof(what), "truncated to %zu of %zu bytes", f->len,
 			 f->good_len);
 		expect_rejected(f, what);
@@ -662,8 +628,8 @@ static void test_bad_section_table(void **state)
 {
 	struct fx *f = *state;
 
-	for (int s = 0; s < NR_SECTIONS; s++) {
-		struct ifh_section *e;
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		struct index_section_entry *e;
 		char what[128];
 
 #define SECTION_CASE(desc, edit) do { \
@@ -683,7 +649,7 @@ static void test_bad_section_table(void **state)
 		SECTION_CASE("length past the end", e->length = f->good_len);
 		SECTION_CASE("length wraps around", e->length = UINT64_MAX - e->offset + 65);
 		SECTION_CASE("length 2^64 - 1", e->length = UINT64_MAX);
-		if (section_record[s] > 1)
+		if (index_section_record(s) > 1)
 			SECTION_CASE("length not a whole number of records",
 				     e->length -= 1);
 #undef SECTION_CASE
@@ -700,7 +666,7 @@ static void test_bad_section_table(void **state)
 	expect_lie_rejected(f, "nr_shards one more than the section holds");
 	reset(f);
 	hdr(f)->nr_inodes = 0;
-	hdr(f)->sections[SEC_INODES].length = 0;
+	hdr(f)->sections[INDEX_SEC_INODES].length = 0;
 	expect_lie_rejected(f, "no entries at all (not even the root)");
 }
 
@@ -708,8 +674,8 @@ static void test_bad_section_checksums(void **state)
 {
 	struct fx *f = *state;
 
-	for (int s = 0; s < NR_SECTIONS; s++) {
-		const struct ifh_section *e = &((struct ifh *)f->good)->sections[s];
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		const struct index_section_entry *e = &((struct index_file_header *)f->good)->sections[s];
 		const uint64_t where[] = { 0, e->length / 2, e->length - 1 };
 		char what[128];
 
@@ -726,7 +692,7 @@ static void test_bad_section_checksums(void **state)
 		snprintf(what, sizeof(what), "section %s: stored xxh3 wrong (header fixed up)",
 			 section_names[s]);
 		hdr(f)->header_xxh3 = 0;
-		hdr(f)->header_xxh3 = XXH3_64bits(hdr(f), sizeof(struct ifh));
+		hdr(f)->header_xxh3 = XXH3_64bits(hdr(f), sizeof(struct index_file_header));
 		expect_rejected(f, what);
 	}
 }
@@ -736,7 +702,7 @@ static void test_bad_section_checksums(void **state)
 static void test_lie_child_range(void **state)
 {
 	struct fx *f = *state;
-	uint32_t dir = entry(f, "dir"), n = ((struct ifh *)f->good)->nr_inodes;
+	uint32_t dir = entry(f, "dir"), n = ((struct index_file_header *)f->good)->nr_inodes;
 
 	reset(f);
 	inode(f, 0)->size = n;
@@ -833,7 +799,7 @@ static void test_lie_unsorted_children(void **state)
 	reset(f);
 	/* the control: "a.txt" shortened to "a" is still in order */
 	inode(f, a)->name_len = 1;
-	f->buf[hdr(f)->sections[SEC_NAMES].offset + inode(f, a)->name + 1] = '\0';
+	f->buf[hdr(f)->sections[INDEX_SEC_NAMES].offset + inode(f, a)->name + 1] = '\0';
 	fixup(f);
 	expect_loads(f);
 }
@@ -845,14 +811,14 @@ static void test_lie_names(void **state)
 	uint32_t link = entry(f, "link");
 	char *names;
 
-#define NAMES() (f->buf + hdr(f)->sections[SEC_NAMES].offset)
+#define NAMES() (f->buf + hdr(f)->sections[INDEX_SEC_NAMES].offset)
 	reset(f);
 	names = NAMES();
 	names[inode(f, a)->name + inode(f, a)->name_len] = 'x';
 	expect_lie_rejected(f, "dir/a.txt's name not NUL-terminated");
 	reset(f);
 	names = NAMES();
-	names[hdr(f)->sections[SEC_NAMES].length - 1] = 'x';
+	names[hdr(f)->sections[INDEX_SEC_NAMES].length - 1] = 'x';
 	expect_lie_rejected(f, "the last name of the pool not NUL-terminated");
 	reset(f);
 	inode(f, a)->name_len += 1;
@@ -874,13 +840,13 @@ static void test_lie_names(void **state)
 	inode(f, a)->name = inode(f, 0)->name;	/* the root's empty name */
 	expect_lie_rejected(f, "dir/a.txt has an empty name");
 	reset(f);
-	inode(f, a)->name = hdr(f)->sections[SEC_NAMES].length;
+	inode(f, a)->name = hdr(f)->sections[INDEX_SEC_NAMES].length;
 	expect_lie_rejected(f, "dir/a.txt's name starts at the end of the pool");
 	reset(f);
-	inode(f, 0)->name = hdr(f)->sections[SEC_NAMES].length + 10;
+	inode(f, 0)->name = hdr(f)->sections[INDEX_SEC_NAMES].length + 10;
 	expect_lie_rejected(f, "the root's name outside the pool");
 	reset(f);
-	inode(f, link)->data = hdr(f)->sections[SEC_NAMES].length;
+	inode(f, link)->data = hdr(f)->sections[INDEX_SEC_NAMES].length;
 	expect_lie_rejected(f, "symlink target starts at the end of the pool");
 	reset(f);
 	inode(f, link)->size += 1;
@@ -914,7 +880,7 @@ static void test_lie_name_far_outside_the_pool(void **state)
 		snprintf(what, sizeof(what), "%s's name at 2^64 - 4", victims[v]);
 		expect_lie_rejected(f, what);
 		reset(f);
-		inode(f, entry(f, victims[v]))->name = hdr(f)->sections[SEC_NAMES].length - 2;
+		inode(f, entry(f, victims[v]))->name = hdr(f)->sections[INDEX_SEC_NAMES].length - 2;
 		inode(f, entry(f, victims[v]))->name_len = 65535;
 		snprintf(what, sizeof(what), "%s's name runs 64 KiB past the pool", victims[v]);
 		expect_lie_rejected(f, what);
@@ -925,7 +891,7 @@ static void test_lie_parents(void **state)
 {
 	struct fx *f = *state;
 	uint32_t a = entry(f, "dir/a.txt"), dir = entry(f, "dir");
-	uint32_t hard1 = entry(f, "hard1"), n = ((struct ifh *)f->good)->nr_inodes;
+	uint32_t hard1 = entry(f, "hard1"), n = ((struct index_file_header *)f->good)->nr_inodes;
 
 	reset(f);
 	inode(f, a)->parent = a;
@@ -1017,8 +983,8 @@ static void test_lie_sparse(void **state)
 
 	reset(f);
 	assert_true(inode(f, holes)->flags & SHARD_INODE_SPARSE);
-	nr_sparse = count(f, SEC_SPARSE);
-	nr_extents = count(f, SEC_EXTENTS);
+	nr_sparse = count(f, INDEX_SEC_SPARSE);
+	nr_extents = count(f, INDEX_SEC_EXTENTS);
 	sp = sparse_map(f, inode(f, holes)->data);
 	assert_true(sp->count >= 2);
 	shard_size = shard_rec(f, inode(f, holes)->shard)->size;
@@ -1088,10 +1054,10 @@ static void test_lie_hardlinks(void **state)
 	struct fx *f = *state;
 	uint32_t dir = entry(f, "dir"), c = entry(f, "dir/c.txt");
 	uint64_t nr;
-	uint32_t n = ((struct ifh *)f->good)->nr_inodes;
+	uint32_t n = ((struct index_file_header *)f->good)->nr_inodes;
 
 	reset(f);
-	nr = count(f, SEC_HARDLINKS);
+	nr = count(f, INDEX_SEC_HARDLINKS);
 	assert_true(nr >= 2);
 
 	reset(f);
@@ -1125,7 +1091,7 @@ static void test_lie_hardlinks(void **state)
 	inode(f, c)->flags |= SHARD_INODE_LINKED;
 	expect_lie_rejected(f, "an entry flagged as a later name the table lacks");
 	reset(f);
-	hdr(f)->sections[SEC_HARDLINKS].length -= sizeof(struct shard_hardlink);
+	hdr(f)->sections[INDEX_SEC_HARDLINKS].length -= sizeof(struct shard_hardlink);
 	expect_lie_rejected(f, "hard link table one entry short");
 }
 
@@ -1135,7 +1101,7 @@ static void test_lie_shard_table(void **state)
 	uint64_t pool;
 
 	reset(f);
-	pool = hdr(f)->sections[SEC_SHARD_NAMES].length;
+	pool = hdr(f)->sections[INDEX_SEC_SHARD_NAMES].length;
 	for (uint32_t i = 0; i < 2; i++) {
 		char what[128];
 

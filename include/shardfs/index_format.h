@@ -1,0 +1,141 @@
+/*
+ * index_format.h - the index file's bytes: the one definition of the
+ * format, used by the writer and the loader (index_file.c) and the tests.
+ *
+ * A file is, in native byte order (the header's byte_order field tells a
+ * file from another byte order apart, and such a file is refused):
+ *
+ *   struct index_file_header     304 bytes at offset 0: magic, version,
+ *                                sizes, counts, the section table, and
+ *                                an xxh3 of the header itself (computed
+ *                                with header_xxh3 zero)
+ *   sections                     each at an offset that is a multiple of
+ *                                INDEX_SECTION_ALIGN, with its offset,
+ *                                length and xxh3 in the section table:
+ *
+ *   INDEX_SEC_SHARDS       struct index_file_shard, one per shard in order
+ *   INDEX_SEC_SHARD_NAMES  their paths, a byte pool (not NUL-terminated)
+ *   INDEX_SEC_INODES       struct shard_inode (index.h), 64 bytes each
+ *   INDEX_SEC_NAMES        names and link targets, NUL-terminated
+ *   INDEX_SEC_SPARSE       struct shard_sparse
+ *   INDEX_SEC_EXTENTS      struct shard_extent
+ *   INDEX_SEC_HARDLINKS    struct shard_hardlink
+ *
+ * The arrays are those of struct shard_index byte for byte, so the
+ * static assertions below pin every size the format depends on: a struct
+ * that changes size breaks the build here, and whoever changes it must
+ * move INDEX_FILE_VERSION.  The in-memory totals (struct
+ * shard_index_counts) are not part of the format: the file has its own
+ * struct index_file_counts, converted field by field.
+ */
+#ifndef SHARDFS_INDEX_FORMAT_H
+#define SHARDFS_INDEX_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/index.h"
+
+#define INDEX_FILE_MAGIC "SHARDIDX"
+/* Moves with every change of the bytes below. */
+#define INDEX_FILE_VERSION 1
+/* Written as is: read back equal only in the same byte order. */
+#define INDEX_BYTE_ORDER 0x01020304u
+/* Sections start on a multiple of this many bytes. */
+#define INDEX_SECTION_ALIGN 64
+
+enum index_section {
+	INDEX_SEC_SHARDS,	/* struct index_file_shard[] */
+	INDEX_SEC_SHARD_NAMES,	/* shard paths, a byte pool */
+	INDEX_SEC_INODES,	/* struct shard_inode[] */
+	INDEX_SEC_NAMES,	/* names and link targets */
+	INDEX_SEC_SPARSE,	/* struct shard_sparse[] */
+	INDEX_SEC_EXTENTS,	/* struct shard_extent[] */
+	INDEX_SEC_HARDLINKS,	/* struct shard_hardlink[] */
+	INDEX_NR_SECTIONS
+};
+
+/* Where one section is, in the header's table. */
+struct index_section_entry {
+	uint64_t offset;	/* from the start of the file */
+	uint64_t length;	/* bytes */
+	uint64_t xxh3;		/* XXH3_64bits of those bytes */
+};
+
+/* The totals of the build, as the file stores them. */
+struct index_file_counts {
+	uint64_t files;		/* regular files (hard-link groups once) */
+	uint64_t dirs;		/* directories */
+	uint64_t symlinks;	/* symbolic links */
+	uint64_t hardlinks;	/* extra names of files */
+	uint64_t bytes;		/* sum of regular file sizes */
+	uint64_t members;	/* members the tar scanner reported */
+	uint64_t duplicates;	/* paths present more than once */
+	uint64_t skipped;	/* members not served */
+	uint64_t special;	/* device nodes, FIFOs, sockets */
+	uint64_t unlabeled;	/* classes layout: samples without a label */
+	uint32_t bad_shards;	/* shards dropped with skip_bad_shards */
+	uint32_t reserved;	/* zero */
+};
+
+struct index_file_header {
+	char magic[8];		/* INDEX_FILE_MAGIC, no NUL */
+	uint32_t version;	/* INDEX_FILE_VERSION */
+	uint32_t byte_order;	/* INDEX_BYTE_ORDER as written */
+	uint64_t file_size;	/* bytes in the whole file */
+	uint64_t options_hash;	/* layout_hash() of the build's layout */
+	uint32_t nr_shards;	/* entries in INDEX_SEC_SHARDS */
+	uint32_t nr_inodes;	/* entries in INDEX_SEC_INODES */
+	struct index_file_counts counts; /* totals of the build */
+	struct index_section_entry sections[INDEX_NR_SECTIONS]; /* where */
+	uint64_t header_xxh3;	/* of this header with this field zero */
+};
+
+/* One shard as the index file records it. */
+struct index_file_shard {
+	uint64_t size;		/* bytes at build time */
+	int64_t mtime_sec;	/* mtime at build time */
+	int64_t ctime_sec;	/* ctime at build time */
+	uint32_t mtime_nsec;	/* mtime at build time, nanoseconds */
+	uint32_t ctime_nsec;	/* ctime at build time, nanoseconds */
+	uint64_t name;		/* offset of its path in SHARD_NAMES */
+	uint32_t name_len;	/* bytes of its path in SHARD_NAMES */
+	uint32_t flags;		/* INDEX_SHARD_* */
+	uint64_t fingerprint;	/* xxh3 of its first bytes */
+	uint64_t digest;	/* of its headers and labels (shard_scan.h) */
+	uint64_t members;	/* members its scan found */
+};
+
+#define INDEX_SHARD_ABSOLUTE 0x1 /* name is absolute, not index-relative */
+
+/* Bytes of one record of section @s (1 for the byte pools). */
+static inline size_t index_section_record(enum index_section s)
+{
+	switch (s) {
+	case INDEX_SEC_SHARDS:
+		return sizeof(struct index_file_shard);
+	case INDEX_SEC_INODES:
+		return sizeof(struct shard_inode);
+	case INDEX_SEC_SPARSE:
+		return sizeof(struct shard_sparse);
+	case INDEX_SEC_EXTENTS:
+		return sizeof(struct shard_extent);
+	case INDEX_SEC_HARDLINKS:
+		return sizeof(struct shard_hardlink);
+	default:
+		return 1;
+	}
+}
+
+_Static_assert(sizeof(struct shard_inode) == 64, "struct shard_inode: 64 bytes");
+_Static_assert(sizeof(struct shard_sparse) == 16, "struct shard_sparse: 16 bytes");
+_Static_assert(sizeof(struct shard_extent) == 24, "struct shard_extent: 24 bytes");
+_Static_assert(sizeof(struct shard_hardlink) == 8, "struct shard_hardlink: 8 bytes");
+_Static_assert(sizeof(struct index_file_shard) == 72, "index_file_shard: 72 bytes");
+_Static_assert(sizeof(struct index_section_entry) == 24, "section entry: 24 bytes");
+_Static_assert(sizeof(struct index_file_counts) == 88, "index_file_counts: 88 bytes");
+_Static_assert(offsetof(struct index_file_header, counts) == 40, "counts at 40");
+_Static_assert(offsetof(struct index_file_header, sections) == 128, "sections at 128");
+_Static_assert(sizeof(struct index_file_header) == 304, "header: 304 bytes");
+
+#endif
