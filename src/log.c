@@ -63,10 +63,13 @@ int log_format(char *buf, size_t len, int rc, const char *fmt, ...)
 
 int log_use_file(const char *path)
 {
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640), err;
 
-	if (fd < 0)
-		return log_error("log=%s: %s", path, strerror(errno)), -errno;
+	if (fd < 0) {
+		err = errno;	/* logging may change errno */
+		log_error("log=%s: %s", path, strerror(err));
+		return -err;
+	}
 	log_file = fd;
 	return 0;
 }
