@@ -1,0 +1,94 @@
+/*
+ * test_util.c - the shared rules of util.c: byte counts (a table of what
+ * parses and what is refused), name tables and array growth.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shardfs/log.h"
+#include "shardfs/util.h"
+#include "tarbuild.h"
+
+static void test_parse_size(void **state)
+{
+	static const struct {
+		const char *s;
+		int rc;
+		uint64_t v;
+	} cases[] = {
+		{ "0", 0, 0 },
+		{ "4096", 0, 4096 },
+		{ "1K", 0, 1024 }, { "1k", 0, 1024 },
+		{ "4M", 0, 4u << 20 }, { "4m", 0, 4u << 20 },
+		{ "2G", 0, 2ull << 30 },
+		{ "3T", 0, 3ull << 40 }, { "3t", 0, 3ull << 40 },
+		{ "16777215T", 0, 16777215ull << 40 },
+		{ "16777216T", -EINVAL, 0 },			/* 2^64 */
+		{ "18446744073709551615", 0, UINT64_MAX },
+		{ "18446744073709551616", -EINVAL, 0 },		/* overflow */
+		{ "", -EINVAL, 0 }, { "K", -EINVAL, 0 },
+		{ "-1", -EINVAL, 0 }, { "+1", -EINVAL, 0 }, { " 1", -EINVAL, 0 },
+		{ "1 ", -EINVAL, 0 }, { "1KB", -EINVAL, 0 }, { "1P", -EINVAL, 0 },
+		{ "1.5M", -EINVAL, 0 }, { "0x10", -EINVAL, 0 },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		uint64_t v = 12345;
+		int rc = parse_size(cases[i].s, &v);
+
+		if (rc != cases[i].rc || (!rc && v != cases[i].v))
+			fail_msg("parse_size(\"%s\"): %d, %llu", cases[i].s, rc,
+				 (unsigned long long)v);
+		if (rc)
+			assert_int_equal(v, 12345);	/* untouched */
+	}
+}
+
+static void test_name_table(void **state)
+{
+	static const char *const names[] = { "tree", "shards", "classes" };
+	enum log_level level;
+
+	assert_int_equal(name_table_find(names, ARRAY_SIZE(names), "tree"), 0);
+	assert_int_equal(name_table_find(names, ARRAY_SIZE(names), "classes"), 2);
+	assert_int_equal(name_table_find(names, ARRAY_SIZE(names), "class"), -1);
+	assert_int_equal(name_table_find(names, ARRAY_SIZE(names), ""), -1);
+	assert_int_equal(name_table_find(names, 0, "tree"), -1);
+	assert_int_equal(log_parse_level("debug", &level), 0);
+	assert_int_equal(level, LOG_LEVEL_DEBUG);
+	assert_int_equal(log_parse_level("verbose", &level), -EINVAL);
+}
+
+static void test_array_grow(void **state)
+{
+	uint32_t *a = NULL;
+	size_t cap = 0;
+
+	assert_int_equal(array_grow((void **)&a, &cap, 0, sizeof(*a)), 0);
+	assert_null(a);				/* nothing needed yet */
+	for (uint32_t i = 0; i < 1000; i++) {
+		size_t before = cap;
+
+		assert_int_equal(array_grow((void **)&a, &cap, i + 1, sizeof(*a)), 0);
+		assert_true(cap >= i + 1);
+		assert_true(cap == before || cap >= 2 * before);	/* doubles */
+		a[i] = i;
+	}
+	for (uint32_t i = 0; i < 1000; i++)
+		assert_int_equal(a[i], i);
+	assert_int_equal(array_grow((void **)&a, &cap, SIZE_MAX / 2, 64), -ENOMEM);
+	assert_int_equal(a[999], 999);		/* unchanged on failure */
+	free(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_name_table),
+		cmocka_unit_test(test_array_grow),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
