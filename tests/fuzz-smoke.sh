@@ -8,7 +8,7 @@
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
-#      src/fuzz/make-corpus.sh.
+#      tests/fuzz/make-corpus.sh.
 # Exits non-zero if any run crashes, leaks, trips a sanitizer or breaks an
 # invariant of the harness.  Work files, crash inputs and logs are kept in
 # BUILD_DIR/fuzz-smoke/.  Long campaigns: see docs/fuzzing.md.
@@ -24,17 +24,17 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$build/fuzz-smoke
 # -close_fd_mask=2 silences the shard warnings; reports still get through
 fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
-	    "-dict=$repo/src/fuzz/tar.dict")
+	    "-dict=$repo/tests/fuzz/tar.dict")
 
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
 if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
 	fuzz_index_file shardfs-index; then
-	echo "fuzz-smoke: cannot build the fuzzers (is src/fuzz added to CMakeLists.txt?)" >&2
+	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
 rm -rf "$work"
 mkdir -p "$work"
-"$repo/src/fuzz/make-corpus.sh" "$work/seeds"
+"$repo/tests/fuzz/make-corpus.sh" "$work/seeds"
 
 # Seeds for fuzz_index_file: the index files shardfs-index writes for the
 # tar seeds that make valid shard sets, in two layouts.

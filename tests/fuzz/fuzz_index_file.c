@@ -67,8 +67,9 @@ static void load_and_walk(void)
 	if (index_file_load(path, &fs.idx, &sh, msg, sizeof(msg)))
 		return;
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
+	FUZZ_CHECK(!shardfs_init_built(&fs), "shardfs_init_built: out of memory");
 	walk(&fs);
-	shard_index_release(&fs.idx);
+	shardfs_release(&fs);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # make-corpus.sh - build the seed corpora of the fuzz targets.
 #
-# usage: src/fuzz/make-corpus.sh OUTDIR
+# usage: tests/fuzz/make-corpus.sh OUTDIR
 #
 # Writes OUTDIR/tar (seeds for fuzz_tar) and OUTDIR/index (for fuzz_index).
 # The seeds are real archives of one small tree, written by every writer
