@@ -70,7 +70,7 @@ struct control_snapshot {
 
 /*
  * What the control files report on: parts of the mount, never the mount
- * itself (they outlive nothing; the mount owns them all).
+ * itself.  The mount owns them all and outlives its control state.
  */
 struct control_source {
 	const struct shard_index *idx;		/* the namespace */

@@ -3,7 +3,8 @@
  *
  * A sample is every entry whose path has the same WebDataset key: the
  * directory plus the file name up to its first dot, so "a/b/x.jpg" and
- * "a/b/x.cls" form sample "a/b/x".  Sorting entries by key, then path,
+ * "a/b/x.cls" form sample "a/b/x" (path_sample_key_len() in path.h, the
+ * rule the mount uses too: a leading dot is part of the name).  Sorting entries by key, then path,
  * brings each sample's members together; the samples then either keep
  * that order or are shuffled with a seeded generator.
  *
