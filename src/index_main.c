@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "shardfs/control.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
 
