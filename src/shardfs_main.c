@@ -189,13 +189,46 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt,
 	return 0;
 }
 
+/*
+ * SHARDS with the working directory put in front of every relative item
+ * (items are separated by commas outside braces), so that df and
+ * /proc/mounts say where the shards are.  NULL when out of memory.
+ */
+static char *absolute_shards(const char *shards)
+{
+	char cwd[PATH_MAX], *out, *o;
+	size_t cwd_len, items = 1;
+	int depth = 0;
+
+	if (!getcwd(cwd, sizeof(cwd)))
+		return strdup(shards);
+	for (const char *c = shards; *c; c++)
+		items += *c == ',';
+	cwd_len = strlen(cwd);
+	out = o = malloc(strlen(shards) + items * (cwd_len + 1) + 1);
+	if (!out)
+		return NULL;
+	for (const char *c = shards;; c++) {
+		if ((c == shards || (c[-1] == ',' && depth == 0)) && *c != '/')
+			o += sprintf(o, "%s/", strcmp(cwd, "/") ? cwd : "");
+		if (!*c)
+			break;
+		depth += *c == '{' ? 1 : *c == '}' ? -1 : 0;
+		*o++ = *c;
+	}
+	*o = '\0';
+	return out;
+}
+
 /* Read-only always; name the source so mount(8) and df show it. */
 static int add_mount_options(struct fuse_args *args, const char *shards)
 {
-	char *opts = NULL, *fsname;
+	char *opts = NULL, *fsname, *source = absolute_shards(shards);
 	int rc;
 
-	if (asprintf(&fsname, "fsname=%s", shards) < 0)
+	rc = source ? asprintf(&fsname, "fsname=%s", source) : -1;
+	free(source);
+	if (rc < 0)
 		return -ENOMEM;
 	rc = fuse_opt_add_opt_escaped(&opts, fsname);
 	rc = rc ?: fuse_opt_add_opt(&opts, "subtype=shardfs,ro,default_permissions");

@@ -395,3 +395,23 @@ def test_bad_options_are_refused_before_any_shard_is_read(tmp_path, option, line
     assert r.returncode == 2 and not was_mounted, r
     assert r.stderr == line + "\n", r.stderr
     assert os.listdir(d) == ["a.tar"], "an index was written: %r" % os.listdir(d)
+
+
+def test_df_and_proc_mounts_show_the_absolute_source(tmp_path, monkeypatch):
+    """SHARDS given relative to the working directory (each item of a
+    comma list, a brace list inside an item left as it is) is shown by
+    /proc/mounts and df with the working directory in front: where the
+    shards are, not how they were named."""
+    d = tmp_path / "set"
+    os.makedirs(d)
+    for tag in ("a", "b", "c"):
+        order_shard(d / ("%s.tar" % tag), tag)
+    monkeypatch.chdir(tmp_path)
+    arg = "set/{a,b}.tar,%s" % (d / "c.tar")
+    expected = "%s/set/{a,b}.tar,%s" % (tmp_path, d / "c.tar")
+    with lib.mounted(arg, "mnt", "-o", "quiet"):
+        source, _, _ = lib.mount_entry(tmp_path / "mnt")
+        # /proc/mounts escapes blanks as \040; tmp_path has none
+        assert source == expected, source
+        r = lib.run_cmd(["df", "--output=source", str(tmp_path / "mnt")])
+        assert r.returncode == 0 and r.stdout.splitlines()[1] == expected, r

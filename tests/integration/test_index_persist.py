@@ -863,3 +863,50 @@ def test_stale_temporary_index_files_are_removed(tmp_path):
     assert os.path.exists(fresh_tmp) and os.path.exists(other)
     assert ("shardfs-index: %s: removed a temporary index file left by a writer "
             "that did not finish\n" % old) in r.stderr, r.stderr
+
+
+def run_on_tty(argv, timeout=60):
+    """(exit status, everything written) of ARGV run with a pseudo-terminal
+    as stdin, stdout and stderr."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:         # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode()
+
+
+def test_shardfs_index_shows_progress_on_a_tty_only(tmp_path):
+    """Like shardfs, shardfs-index redraws one progress line on a terminal
+    while it scans, ending with every shard done; into a file or a pipe it
+    writes the summary alone."""
+    d = tmp_path / "shards"
+    make_set(d, n=4)
+    rc, out = run_on_tty([INDEX_TOOL, "-o", "index_mode=rebuild", str(d)])
+    assert rc == 0, out
+    progress = re.findall(r"\rshardfs: indexing (\d+)/(\d+) shards", out)
+    assert progress and progress[-1] == ("4", "4"), out
+    assert lib.parse_summary(out.replace("\r\n", "\n")) is not None, out
+    r = run_index("-o", "index_mode=rebuild", d)
+    assert r.returncode == 0 and "indexing" not in r.stderr and "\r" not in r.stderr, r
+    mnt = tmp_path / "mnt"
+    os.makedirs(mnt)
+    with lib.registered_mount(mnt):
+        rc, out = run_on_tty([lib.SHARDFS, "-o", "index_mode=rebuild", str(d), str(mnt)])
+        assert rc == 0, out
+        assert re.findall(r"\rshardfs: indexing (\d+)/(\d+) shards", out)[-1] \
+            == ("4", "4"), out
