@@ -7,8 +7,9 @@ and size at which the file's bytes are stored; `shards` must list the
 shards in order.  The checks read the shard files directly, so they do
 not trust shardfs's own reading of them.
 
-Importing this module puts the in-tree `python/` directory (the shardfs
-package) on sys.path.
+The shardfs package is imported as users import it: installed (ctest
+installs it into build/python-venv, whose python runs the integration
+tests; see tests/install-python-package.sh), never from the source tree.
 """
 import collections
 import json
@@ -17,8 +18,13 @@ import sys
 
 import shardfs_testlib as lib
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-import shardfs                                      # noqa: E402
+try:
+    import shardfs
+except ImportError as e:
+    raise ImportError(
+        "the shardfs Python package is not installed for %s (%s): run the "
+        "tests through ctest, or tests/install-python-package.sh VENV python "
+        "and VENV/bin/python -m pytest" % (sys.executable, e)) from None
 
 MISSING = ("this shardfs serves no /.shardfs/members control file "
            "(feature not implemented yet)")

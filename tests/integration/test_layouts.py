@@ -31,7 +31,7 @@ import pytest
 import torch
 from torchvision import datasets, transforms
 
-import control_files      # also puts the in-tree python/ package on sys.path
+import control_files
 import imagedata
 import shardfs_testlib as lib
 from shardfs.torch import ShardAwareSampler

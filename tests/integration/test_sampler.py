@@ -27,7 +27,7 @@ import pytest
 import torch
 from torchvision import datasets
 
-import control_files      # also puts the in-tree python/ package on sys.path
+import control_files
 import imagedata
 import shardfs
 import shardfs_testlib as lib

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: Apache-2.0
+"""shardfs-pace, run as users run it: the console script that pip
+installed next to the python running these tests (see
+tests/install-python-package.sh), on a real mount of real JPEG shards.
+
+- a mount that keeps pace with a modest requirement: exit 0, the verdict,
+  the numbers behind it (the JSON and the text agree), what the storage
+  saw (the mount's own counters moved; the loose-tree cost is three
+  metadata operations per file read), the plot;
+- the same mount throttled by a slow transform (10 ms per image, two
+  workers: at most 200 samples/s against 320 required): exit 1;
+- the same samples as a loose tree (no shardfs mount): a random sampler,
+  no FUSE counters, and an impossible requirement: exit 1;
+- usage errors: exit 2 with one message naming the problem, also for
+  --device cuda without a GPU;
+- the README's worked example (256 GPUs, 4,096-sample global batch,
+  350 ms step: 11,703 samples/s).
+"""
+import json
+import os
+import sys
+
+import pytest
+
+import imagedata
+import shardfs_testlib as lib
+
+PACE = os.path.join(os.path.dirname(sys.executable), "shardfs-pace")
+SAMPLES = 240
+SHARDS = 4
+SMALL = ("--image-size", "64", "--workers", "2")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
+                       reason="mounts FUSE filesystems: run as root"),
+]
+
+
+@pytest.fixture(scope="module")
+def data_set(tmp_path_factory):
+    """(shard directory, loose tree of the same samples)."""
+    work = tmp_path_factory.mktemp("pace")
+    imagedata.imagefolder_shards(str(work), count=SAMPLES, shards=SHARDS)
+    return work / "shards", work / "stage" / "train"
+
+
+@pytest.fixture
+def mount(data_set, tmp_path):
+    shards, _ = data_set
+    mnt = tmp_path / "mnt"
+    with lib.mounted(str(shards) + "/", mnt, "-o", "quiet"):
+        yield mnt
+
+
+def pace(*args, env=None):
+    if not os.access(PACE, os.X_OK):
+        pytest.fail("%s missing: the shardfs package is not installed for "
+                    "%s" % (PACE, sys.executable), pytrace=False)
+    return lib.run_cmd([PACE, *map(str, args)], env=env, timeout=600)
+
+
+def test_a_mount_that_keeps_pace(mount, tmp_path):
+    out, plot = tmp_path / "pace.json", tmp_path / "pace.png"
+    r = pace(mount / "train", "--global-batch", 8, "--step-time", 0.25,
+             "--steps", 12, "--tolerance", 0.2, *SMALL,
+             "--json", out, "--plot", plot)
+    assert r.returncode == 0, r
+    result = json.loads(out.read_text())
+    shape, verdict, storage = result["shape"], result["verdict"], result["storage"]
+    assert shape["required"] == shape["required_per_node"] == pytest.approx(32.0)
+    assert verdict["keeps_pace"] is True
+    assert verdict["delivered_per_node"] >= 0.8 * 32.0, verdict
+    assert 0 <= verdict["wait_fraction_p50"] <= verdict["wait_fraction_p95"] < 1
+    assert result["mountpoint"] == str(mount)
+    assert result["sampler"] == "shard-aware"
+    assert (result["samples"], result["classes"]) == (
+        SAMPLES, len(imagedata.IMAGEFOLDER_CLASSES))
+    assert len(result["steps"]) == 12
+    assert all(s["samples"] == 8 for s in result["steps"])
+    # the storage: every measured and warm-up batch was read (and maybe
+    # a prefetched one more), through the mount's own counters
+    assert storage["files_read"] >= (12 + 2) * 8, storage
+    assert storage["loose_tree_metadata_ops"] == 3 * storage["files_read"]
+    assert storage["fuse_requests"] > 0 and storage["shard_reads"] > 0, storage
+    assert storage["shard_read_bytes"] > 0 and storage["errors"] == 0, storage
+    assert storage["fuse_requests_by_op"]["read"] > 0, storage
+    assert "verdict: KEEPS PACE" in r.stdout, r.stdout
+    assert "required:       32.0 samples/s" in r.stdout, r.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_throttled_mount_does_not_keep_pace(mount, tmp_path):
+    (tmp_path / "slow_transform.py").write_text(
+        "import time\n"
+        "from torchvision import transforms\n"
+        "_t = transforms.Compose([transforms.Resize((64, 64)), "
+        "transforms.ToTensor()])\n"
+        "def slow(image):\n"
+        "    time.sleep(0.01)\n"
+        "    return _t(image)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = tmp_path / "pace.json"
+    r = pace(mount / "train", "--global-batch", 16, "--step-time", 0.05,
+             "--steps", 6, "--workers", 2, "--transform", "slow_transform:slow",
+             "--json", out, env=env)
+    assert r.returncode == 1, r
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["keeps_pace"] is False
+    assert verdict["required_per_node"] == pytest.approx(320.0)
+    assert verdict["delivered_per_node"] < 0.9 * 320, verdict
+    assert verdict["wait_fraction_p50"] > 0.2, verdict
+    assert "verdict: DOES NOT KEEP PACE" in r.stdout, r.stdout
+
+
+def test_a_loose_tree_for_comparison(data_set, tmp_path):
+    _, loose = data_set
+    r = pace(loose, "--required-rate", 1e6, "--batch-size", 16, "--steps", 3,
+             *SMALL, "--json", "-")
+    assert r.returncode == 1, r
+    result = json.loads(r.stdout)
+    assert result["mountpoint"] is None and result["sampler"] == "random"
+    assert result["shape"]["step_time"] == pytest.approx(16 / 1e6)
+    assert "fuse_requests" not in result["storage"]
+    assert result["storage"]["loose_tree_metadata_ops"] == \
+        3 * result["storage"]["files_read"] > 0
+    assert result["verdict"]["keeps_pace"] is False
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "the following arguments are required: DIR"),
+    (("{dir}", "--global-batch", "8"), "give --global-batch and --step-time"),
+    (("{dir}", "--global-batch", "10", "--step-time", "1", "--nodes", "4"),
+     "--global-batch 10 is not divisible by the 4 ranks"),
+    (("{dir}", "--global-batch", "8", "--step-time", "1", "--batch-size", "3"),
+     "--batch-size 3 x 1 ranks is 3 samples, not the --global-batch 8"),
+    (("{dir}", "--required-rate", "10", "--step-time", "1"), "not both"),
+    (("{dir}/nowhere", "--global-batch", "8", "--step-time", "1"),
+     "is not a directory"),
+    (("{dir}", "--global-batch", "8", "--step-time", "1", "--sampler",
+      "shard-aware"), "--sampler shard-aware needs a shardfs mount"),
+    (("{dir}", "--global-batch", "0", "--step-time", "1"), "must be at least 1"),
+    (("{dir}", "--global-batch", "8", "--step-time", "1", "--device", "gpu"),
+     "invalid choice: 'gpu'"),
+])
+def test_usage_errors(data_set, args, message):
+    _, loose = data_set
+    r = pace(*[a.format(dir=loose) for a in args])
+    assert r.returncode == 2, r
+    assert message in r.stderr, r.stderr
+    assert r.stdout == "", r.stdout
+
+
+def test_cuda_without_a_gpu_is_a_usage_error(data_set):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    _, loose = data_set
+    r = pace(loose, "--global-batch", 8, "--step-time", 1, "--device", "cuda")
+    assert r.returncode == 2, r
+    assert "--device cuda: no CUDA device here" in r.stderr, r.stderr
+
+
+def test_python_m_and_the_worked_example():
+    """`python -m shardfs.pace` is the same command; the worked example of
+    the README and of --help: 256 GPUs (32 nodes x 8), a 4,096-sample
+    global batch and 350 ms steps need 11,703 samples/s, 366 per node, 16
+    samples per rank and step."""
+    r = lib.run_cmd([sys.executable, "-m", "shardfs.pace", "--help"])
+    assert r.returncode == 0 and "--global-batch N" in r.stdout, r
+    assert "11,703 samples/s" in " ".join(r.stdout.split())
+    from shardfs.pace import training_shape
+    shape = training_shape(4096, 0.35, nodes=32, ranks_per_node=8)
+    assert round(shape["required"]) == 11703
+    assert round(shape["required_per_node"]) == 366
+    assert shape["batch_size"] == 16 and shape["ranks"] == 256
+    with open(os.path.join(os.path.dirname(__file__), "..", "..",
+                           "README.md")) as f:
+        readme = f.read()
+    assert "11,703" in readme and "shardfs-pace" in readme
