@@ -9,10 +9,21 @@
 #
 # Installed layout (prefix /usr/local by default, /usr in the package):
 #   bin/shardfs, bin/shardfs-index, bin/shardfs-pack   the programs that are built
+#   bin/shardfs-pace                                   the Python command
+#   lib/python3/dist-packages/shardfs/                 the Python package, for
+#                                                      Debian's python3
 #   share/man/man1/<program>.1.gz                      their manual pages
 #   share/doc/shardfs/README.md, *.md                  README.md and docs/*.md
+#   share/doc/shardfs/copyright, changelog.gz          Debian's machine-readable
+#                                                      copyright file, the changelog
 #   share/doc/shardfs/examples/                        packaging/: fstab, systemd,
 #                                                      Kubernetes and metrics examples
+#                                                      (the collector executable)
+#
+# The Python package goes where Debian's python3 finds packages of the
+# system: /usr/lib/python3/dist-packages in the .deb.  Under another
+# prefix (cmake --install) that directory is not on python3's path:
+# install it with pip there (pip install ./python, see python/README.md).
 #
 # Each program is installed by the install(TARGETS) next to its
 # add_executable(); this file adds its manual page.  A program without an
@@ -25,9 +36,17 @@
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 
+# The Maintainer of the Debian package and of its changelog.  A
+# placeholder address (lintian refuses localhost): set your own with
+# -DSHARDFS_DEB_MAINTAINER="Name <address>".
+set(SHARDFS_DEB_MAINTAINER "shardfs maintainers <shardfs@example.org>"
+    CACHE STRING "Maintainer field of the Debian package")
+
 # The programs of the project.  shardfs-index and shardfs-pack are optional
 # parts of the build; whichever exists gets its manual page.
 set(SHARDFS_PROGRAMS shardfs shardfs-index shardfs-pack)
+set(SHARDFS_PYTHON_DIR lib/python3/dist-packages CACHE STRING
+    "Where the shardfs Python package is installed, relative to the prefix")
 
 find_program(SHARDFS_GZIP gzip REQUIRED)
 # The date printed at the foot of every manual page; string(TIMESTAMP)
@@ -62,7 +81,18 @@ foreach(program IN LISTS SHARDFS_PROGRAMS)
 endforeach()
 # Part of `all`, so a plain build leaves the pages in build/man/ for
 # `man -l build/man/shardfs.1` and for the tests that check them.
+shardfs_add_man_page(shardfs-pace page)
+list(APPEND man_pages ${page})
 add_custom_target(man ALL DEPENDS ${man_pages})
+
+# The Python package and its command.  pip builds the same package from
+# python/pyproject.toml; the .deb has no pip, so the files are copied and
+# postinst byte-compiles them as dh_python3 would.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/shardfs
+        DESTINATION ${SHARDFS_PYTHON_DIR}
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/packaging/deb/shardfs-pace
+        DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Documentation: README.md and docs/*.md into share/doc/shardfs, and the
 # deployment examples of packaging/ beside them.  The Dockerfile builds
@@ -72,14 +102,31 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md ${shardfs_docs}
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/packaging/
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
-        PATTERN "Dockerfile*" EXCLUDE)
+        PATTERN "Dockerfile*" EXCLUDE
+        PATTERN "deb" EXCLUDE
+        PATTERN "*.sh" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE
+                                   GROUP_READ GROUP_EXECUTE
+                                   WORLD_READ WORLD_EXECUTE)
+
+# Debian's copyright file (DEP-5: every license of the source tree, the
+# third-party test data included) and changelog (lintian's no-changelog
+# error otherwise), compressed as Debian installs it.
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/deb/copyright
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+configure_file(${PROJECT_SOURCE_DIR}/packaging/deb/changelog.in
+               ${PROJECT_BINARY_DIR}/deb/changelog @ONLY)
+add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/deb/changelog.gz
+  COMMAND ${SHARDFS_GZIP} -9 -n -k -f ${PROJECT_BINARY_DIR}/deb/changelog
+  DEPENDS ${PROJECT_BINARY_DIR}/deb/changelog
+  COMMENT "Compressing the Debian changelog"
+  VERBATIM)
+add_custom_target(deb-changelog ALL DEPENDS ${PROJECT_BINARY_DIR}/deb/changelog.gz)
+install(FILES ${PROJECT_BINARY_DIR}/deb/changelog.gz
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # ---------------------------------------------------------------------------
 # CPack: `cpack -G DEB` in the build directory writes
 # shardfs_<version>_<arch>.deb, installing to /usr.
-
-set(SHARDFS_DEB_MAINTAINER "shardfs maintainers <shardfs@localhost>"
-    CACHE STRING "Maintainer field of the Debian package")
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME shardfs)
@@ -106,14 +153,19 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)	# shardfs_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
-# Depends is written out rather than computed by dpkg-shlibdeps
-# (CPACK_DEBIAN_PACKAGE_SHLIBDEPS) so that it does not vary with the build
-# machine.  fuse3 is not a library dependency: it brings fusermount3 (to
-# unmount) and mount.fuse3 (for mount -t fuse.shardfs and fstab).  The
-# libfuse3 floor is the fuse3>=3.14 the build requires.
-# tests/integration/test_package.py checks that this list names the
-# package of every shared library the packaged programs load.
-set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6, fuse3, libfuse3-3 (>= 3.14), libarchive13, libxxhash0, liburing2")
+# The library dependencies are computed by dpkg-shlibdeps from what the
+# programs link (a hand-written list named libarchive13, which nothing
+# linked, and would miss a library added later).  Added by hand: fuse3,
+# not a library dependency, brings fusermount3 (to unmount) and
+# mount.fuse3 (for mount -t fuse.shardfs and fstab); python3 runs
+# shardfs-pace and the Python package, whose torch side is recommended.
+# tests/integration/test_package.py checks that Depends names the package
+# of every shared library the packaged programs load, and nothing else.
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3, python3")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS
+    "python3-torch, python3-torchvision, python3-pil, python3-matplotlib")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    "${PROJECT_SOURCE_DIR}/packaging/deb/postinst;${PROJECT_SOURCE_DIR}/packaging/deb/prerm")
 
 include(CPack)
