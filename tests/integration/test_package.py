@@ -14,7 +14,14 @@ checks its name, control fields and contents, installs it with
   restart after the sidecar was killed with SIGKILL, and the start command
   of shardfs-in-trainer.yaml on good and on missing shards;
 - runs the node-exporter collector installed with the examples on the
-  mount.
+  mount;
+- imports the Python package with Debian's /usr/bin/python3 and runs
+  /usr/bin/shardfs-pace.
+
+Without installing: the copyright file parses as Debian's machine-readable
+format and names the license of the sources and of each third-party test
+data directory; Depends is exactly what the programs link (plus fuse3
+and python3); lintian reports no error and no warning.
 
 The package is always removed at the end (`apt-get remove`), so that its
 /usr/bin/shardfs never shadows the build tree's binary for other tests,
@@ -23,6 +30,7 @@ and /etc/fstab is always restored.  Root only: it installs packages.
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -37,11 +45,13 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROGRAMS = ("shardfs", "shardfs-index", "shardfs-pack")
 PREFIX = "/usr"
 DOC = PREFIX + "/share/doc/shardfs"
-# What the package must depend on whatever the programs link: fuse3 for
-# fusermount3 and mount.fuse3, and the runtime libraries of the project.
-# test_package_contents_and_dependencies checks the libraries actually
-# loaded on top of this.
-REQUIRED_DEPENDS = {"fuse3", "libfuse3-3", "libarchive13", "libxxhash0"}
+# What the package depends on besides the libraries the programs link:
+# fuse3 for fusermount3 and mount.fuse3, python3 for shardfs-pace and the
+# Python package.  test_package_contents_and_dependencies checks that the
+# rest of Depends is exactly the packages of the libraries loaded.
+NON_LIBRARY_DEPENDS = {"fuse3", "python3"}
+PYTHON_DIR = PREFIX + "/lib/python3/dist-packages/shardfs"
+PYTHON_MODULES = ("__init__.py", "torch.py", "pace.py")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0,
@@ -118,7 +128,7 @@ def test_package_name_and_control(package):
     assert re.fullmatch(r".+ <[^@\s]+@[^>\s]+>", f["Maintainer"]), f
     assert f["Description"].startswith("mount WebDataset TAR shards"), f
     assert "Homepage" not in f
-    assert REQUIRED_DEPENDS <= depends_names(f["Depends"]), f["Depends"]
+    assert NON_LIBRARY_DEPENDS <= depends_names(f["Depends"]), f["Depends"]
 
 
 def test_package_contents_and_dependencies(package, tmp_path):
@@ -139,15 +149,91 @@ def test_package_contents_and_dependencies(package, tmp_path):
                     "examples/kubernetes/shardfs-sidecar.yaml",
                     "examples/metrics/shardfs-textfile-collector.sh"):
         assert "%s/%s" % (DOC, example) in files, example
+    for doc in ("copyright", "changelog.gz"):
+        assert "%s/%s" % (DOC, doc) in files, doc
+    for module in PYTHON_MODULES:
+        assert "%s/%s" % (PYTHON_DIR, module) in files, module
+    for path in (PREFIX + "/bin/shardfs-pace",
+                 PREFIX + "/share/man/man1/shardfs-pace.1.gz"):
+        assert path in files, path
+    modes = {line.split()[-1].lstrip("."): line.split()[0]
+             for line in listing.splitlines()}
+    for executable in (DOC + "/examples/metrics/shardfs-textfile-collector.sh",
+                       PREFIX + "/bin/shardfs-pace"):
+        assert modes[executable] == "-rwxr-xr-x", (executable, modes[executable])
 
     root = tmp_path / "unpacked"
     run_ok(["dpkg-deb", "-x", str(deb), str(root)])
     depends = depends_names(control_fields(deb)["Depends"])
+    linked = set()
     for program in built_programs(build):
         for lib_path in shared_libraries(root / PREFIX.lstrip("/") / "bin" / program):
-            owner = package_of(lib_path)
-            assert owner in depends, "%s needs %s from %s, not in Depends %s" % (
-                program, lib_path, owner, sorted(depends))
+            linked.add(package_of(lib_path))
+    # libc6 always; nothing that no program links (libarchive13 was)
+    assert depends - NON_LIBRARY_DEPENDS == linked | {"libc6"}, (
+        "Depends %s, the programs link %s" % (sorted(depends), sorted(linked)))
+
+
+def test_lintian(package):
+    """No error and no warning; the informational tags kept are listed
+    with the reasons in docs/operations.md (Packaging)."""
+    deb, _ = package
+    tool = shutil.which("lintian")
+    if not tool:
+        pytest.fail("lintian not found: apt-get install lintian", pytrace=False)
+    r = lib.run_cmd([tool, "--tag-display-limit", "0", str(deb)], timeout=300)
+    tags = [line for line in r.stdout.splitlines() if line[:2] in ("E:", "W:")]
+    assert r.returncode == 0 and not tags, r.stdout + r.stderr
+
+
+def dep5_paragraphs(text):
+    """Debian control-file paragraphs as dicts (continuation lines joined
+    with newlines)."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") and key:
+                fields[key] += "\n" + line[1:]
+            else:
+                key, _, value = line.partition(":")
+                assert key and _ and key not in fields, "bad line %r" % line
+                fields[key] = value.strip()
+        paragraphs.append(fields)
+    return paragraphs
+
+
+def test_copyright_file(package, tmp_path):
+    """Machine-readable (DEP-5): the header, Files: * under Apache-2.0, a
+    paragraph with its own license for each directory of third-party test
+    data (tests/data/conformance/*/, listed in SOURCES.md), and the text
+    of every license named."""
+    deb, _ = package
+    root = tmp_path / "unpacked"
+    run_ok(["dpkg-deb", "-x", str(deb), str(root)])
+    with open(root / DOC.lstrip("/") / "copyright") as f:
+        header, *rest = dep5_paragraphs(f.read())
+    assert header["Format"] == \
+        "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+    assert header["Upstream-Name"] == "shardfs"
+    files = {p["Files"]: p for p in rest if "Files" in p}
+    texts = {p["License"].split("\n")[0]: p["License"] for p in rest
+             if "Files" not in p}
+    assert files["*"]["License"] == "Apache-2.0"
+    third_party = os.path.join(REPO, "tests", "data", "conformance")
+    with open(os.path.join(third_party, "SOURCES.md")) as f:
+        sources = f.read()
+    for d in sorted(os.listdir(third_party)):
+        if os.path.isdir(os.path.join(third_party, d)):
+            assert "- %s/:" % d in sources, "%s is not in SOURCES.md" % d
+            p = files.get("tests/data/conformance/%s/*" % d)
+            assert p, "copyright has no Files: paragraph for %s" % d
+            assert p["License"] != "Apache-2.0" and p["Copyright"], p
+    for p in files.values():
+        name = p["License"].split("\n")[0]
+        assert len(texts.get(name, "").splitlines()) > 5, \
+            "no license text for %s" % name
+    assert "/usr/share/common-licenses/Apache-2.0" in texts["Apache-2.0"]
 
 
 def shared_libraries(binary):
@@ -190,6 +276,8 @@ def installed(package):
                     timeout=600)
         assert not os.path.exists(PREFIX + "/bin/shardfs"), \
             "apt-get remove left /usr/bin/shardfs behind"
+        assert not os.path.exists(PYTHON_DIR), \
+            "apt-get remove left %s behind (prerm's py3clean?)" % PYTHON_DIR
 
 
 @pytest.fixture
@@ -242,6 +330,22 @@ def unmount_ok(mnt):
     run_ok(["umount", str(mnt)])
     assert not lib.is_mounted(mnt)
     assert lib.wait_for_daemon_exit(mnt, 10), "shardfs outlived its mount"
+
+
+def test_installed_python_package(installed):
+    """Debian's python3 imports the package from dist-packages (byte-
+    compiled by postinst), and shardfs-pace runs."""
+    r = run_ok(["/usr/bin/python3", "-c",
+                "import shardfs, shardfs.torch, shardfs.pace; "
+                "print(shardfs.torch.__file__)"], env={"PATH": "/usr/bin:/bin"})
+    assert r.stdout.strip() == PYTHON_DIR + "/torch.py", r.stdout
+    assert os.listdir(PYTHON_DIR + "/__pycache__"), "postinst compiled nothing"
+    r = run_ok([PREFIX + "/bin/shardfs-pace", "--help"])
+    assert "--global-batch" in r.stdout and "--step-time" in r.stdout, r
+    r = lib.run_cmd([PREFIX + "/bin/shardfs-pace"])
+    assert r.returncode == 2 and "required: DIR" in r.stderr, r
+    r = run_ok(["/usr/bin/python3", "-m", "shardfs.pace", "--help"], env={})
+    assert "shardfs-pace" in r.stdout
 
 
 def test_installed_files(installed, package):
