@@ -206,8 +206,9 @@ def dep5_paragraphs(text):
 def test_copyright_file(package, tmp_path):
     """Machine-readable (DEP-5): the header, Files: * under Apache-2.0, a
     paragraph with its own license for each directory of third-party test
-    data (tests/data/conformance/*/, listed in SOURCES.md), and the text
-    of every license named."""
+    data (tests/data/conformance/*/ and tests/data/fuzz-seeds/*/, each
+    listed where it says where it comes from), and the text of every
+    license named."""
     deb, _ = package
     root = tmp_path / "unpacked"
     run_ok(["dpkg-deb", "-x", str(deb), str(root)])
@@ -216,19 +217,24 @@ def test_copyright_file(package, tmp_path):
     assert header["Format"] == \
         "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
     assert header["Upstream-Name"] == "shardfs"
-    files = {p["Files"]: p for p in rest if "Files" in p}
+    files = {pattern: p for p in rest if "Files" in p
+             for pattern in p["Files"].split()}
     texts = {p["License"].split("\n")[0]: p["License"] for p in rest
              if "Files" not in p}
     assert files["*"]["License"] == "Apache-2.0"
-    third_party = os.path.join(REPO, "tests", "data", "conformance")
-    with open(os.path.join(third_party, "SOURCES.md")) as f:
-        sources = f.read()
-    for d in sorted(os.listdir(third_party)):
-        if os.path.isdir(os.path.join(third_party, d)):
-            assert "- %s/:" % d in sources, "%s is not in SOURCES.md" % d
-            p = files.get("tests/data/conformance/%s/*" % d)
-            assert p, "copyright has no Files: paragraph for %s" % d
-            assert p["License"] != "Apache-2.0" and p["Copyright"], p
+    # each directory of third-party data, with the file that says where
+    # it comes from
+    for data, listing in (("conformance", "SOURCES.md"),
+                          ("fuzz-seeds", "README.md")):
+        top = os.path.join(REPO, "tests", "data", data)
+        with open(os.path.join(top, listing)) as f:
+            sources = f.read()
+        for d in sorted(os.listdir(top)):
+            if os.path.isdir(os.path.join(top, d)):
+                assert "%s/" % d in sources, "%s/%s not in %s" % (data, d, listing)
+                p = files.get("tests/data/%s/%s/*" % (data, d))
+                assert p, "copyright has no Files: paragraph for %s/%s" % (data, d)
+                assert p["License"] != "Apache-2.0" and p["Copyright"], p
     for p in files.values():
         name = p["License"].split("\n")[0]
         assert len(texts.get(name, "").splitlines()) > 5, \

@@ -503,3 +503,83 @@ def test_docs_match_a_mount(tmp_path):
                           sorted(documented - exported)))
     _, text = man_page("shardfs")
     assert xattrs and all(x in text for x in xattrs), xattrs
+
+
+# ------------------------------------------------------------ licensing
+
+SPDX = "SPDX-License-Identifier: Apache-2.0"
+ADD_SPDX = os.path.join(REPO, "scripts", "add-spdx.sh")
+
+
+def test_license_file():
+    """LICENSE is the full Apache License 2.0, and the Python package
+    declares the same."""
+    with open(os.path.join(REPO, "LICENSE")) as f:
+        text = f.read()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"], text[:200]
+    for needle in ("TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION",
+                   "9. Accepting Warranty or Additional Liability.",
+                   "END OF TERMS AND CONDITIONS",
+                   "APPENDIX: How to apply the Apache License to your work."):
+        assert needle in text, needle
+    with open(os.path.join(REPO, "python", "pyproject.toml")) as f:
+        assert 'license = {text = "Apache-2.0"}' in f.read()
+
+
+def test_every_source_file_has_an_spdx_line():
+    """Every C, header, Python, shell, CMake and TOML file under src/,
+    include/, tests/ (tests/data aside: third-party data), python/,
+    scripts/, cmake/ and packaging/ carries the SPDX line in its first
+    lines; `scripts/add-spdx.sh` adds it where it is missing."""
+    r = lib.run_cmd(["sh", ADD_SPDX, "--check", REPO])
+    assert r.returncode == 0 and not r.stdout, \
+        "no %s line (run scripts/add-spdx.sh):\n%s" % (SPDX, r.stdout)
+
+
+def test_add_spdx_script(tmp_path):
+    """The script puts the line first (after a #! line), in the comment
+    style of the file, keeps modes, leaves other files and tests/data
+    alone, and changes nothing the second time."""
+    files = {
+        "src/a.c": "/*\n * a.c - a\n */\nint a;\n",
+        "include/shardfs/b.h": "#pragma once\n",
+        "src/fuzz/CMakeLists.txt": "add_executable(x x.c)\n",
+        "scripts/tool": "#!/bin/sh\necho hi\n",
+        "python/p.py": '"""Doc."""\nimport os\n',
+        "tests/t.sh": "#!/bin/sh\n# t\n",
+        "tests/data/third_party.py": "x = 1\n",
+        "src/fuzz/tar.dict": '"ustar"\n',
+        "python/README.md": "# p\n",
+        "tests/done.py": "# %s\nx = 1\n" % SPDX,
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    os.chmod(tmp_path / "scripts/tool", 0o755)
+    os.chmod(tmp_path / "tests/t.sh", 0o755)
+    lib.run_cmd(["git", "init", "-q", str(tmp_path)])
+    assert lib.run_cmd(["git", "-C", str(tmp_path), "add", "."]).returncode == 0
+
+    r = lib.run_cmd(["sh", ADD_SPDX, "--check", str(tmp_path)])
+    assert r.returncode == 1 and sorted(r.stdout.split()) == sorted(
+        ["src/a.c", "include/shardfs/b.h", "src/fuzz/CMakeLists.txt",
+         "scripts/tool", "python/p.py", "tests/t.sh"]), r
+    for _ in range(2):
+        r = lib.run_cmd(["sh", ADD_SPDX, str(tmp_path)])
+        assert r.returncode == 0, r
+        got = {n: (tmp_path / n).read_text() for n in files}
+        assert got == {
+            "src/a.c": "/* %s */\n" % SPDX + files["src/a.c"],
+            "include/shardfs/b.h": "/* %s */\n#pragma once\n" % SPDX,
+            "src/fuzz/CMakeLists.txt": "# %s\nadd_executable(x x.c)\n" % SPDX,
+            "scripts/tool": "#!/bin/sh\n# %s\necho hi\n" % SPDX,
+            "python/p.py": "# %s\n" % SPDX + files["python/p.py"],
+            "tests/t.sh": "#!/bin/sh\n# %s\n# t\n" % SPDX,
+            "tests/data/third_party.py": files["tests/data/third_party.py"],
+            "src/fuzz/tar.dict": files["src/fuzz/tar.dict"],
+            "python/README.md": files["python/README.md"],
+            "tests/done.py": files["tests/done.py"],
+        }
+    assert os.stat(tmp_path / "scripts/tool").st_mode & 0o777 == 0o755
+    assert lib.run_cmd(["sh", ADD_SPDX, "--check", str(tmp_path)]).returncode == 0
