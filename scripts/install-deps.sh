@@ -1,19 +1,44 @@
 #!/bin/sh
-# Install what shardfs needs to build, test and benchmark on Debian 12.
+# SPDX-License-Identifier: Apache-2.0
+# Install from Debian 12's apt what shardfs needs:
+#
+#   scripts/install-deps.sh demo   building and mounting, and what the demo
+#                                  shows over the mount: torchvision's
+#                                  ImageFolder (python3-torchvision, -pil) and
+#                                  shardfs-pace (python3-matplotlib for its
+#                                  plot; python3-venv and -setuptools to pip
+#                                  install the Python package offline)
+#   scripts/install-deps.sh test   (the default) all of that and the test
+#                                  toolchain: cmocka, clang and its sanitizer
+#                                  runtimes, valgrind, pytest, and the tools
+#                                  the tests drive (below)
+#
 # Safe to run again: apt-get skips what is already installed.
-# btrfs-progs makes the I/O-error test's failing device (dmsetup would, but
-# this kernel has no device-mapper); attr gives getfattr.
-# groff-base, man-db and shellcheck check the manual pages and scripts in
+# Test tools: btrfs-progs makes the I/O-error test's failing device
+# (dmsetup would, but this kernel has no device-mapper); attr gives
+# getfattr; libarchive-tools (bsdtar) and tar write test archives; strace
+# counts system calls; groff-base, man-db, shellcheck and lintian check the
+# manual pages, scripts and the Debian package in
 # tests/integration/test_packaging_files.py and test_package.py; their
 # systemd-analyze comes with the base system's systemd, not named here
 # because apt-get would then upgrade systemd whenever Debian has a newer one.
 set -eu
+what=${1:-test}
+case $what in
+demo | test) ;;
+*) echo "usage: $0 [demo|test]" >&2; exit 2 ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-	build-essential cmake pkg-config clang libclang-rt-14-dev \
-	libfuse3-dev fuse3 libarchive-dev libarchive-tools libxxhash-dev liburing-dev \
-	uthash-dev libcmocka-dev valgrind strace attr tar python3 \
-	python3-pytest python3-yaml python3-pil python3-torch \
-	python3-torchvision groff-base man-db shellcheck btrfs-progs dmsetup \
+	build-essential cmake pkg-config libfuse3-dev fuse3 libarchive-dev \
+	libxxhash-dev liburing-dev uthash-dev python3 python3-venv \
+	python3-setuptools python3-pil python3-torch python3-torchvision \
+	python3-matplotlib \
+	>/dev/null
+[ "$what" = test ] || exit 0
+apt-get install -y -qq --no-install-recommends \
+	clang libclang-rt-14-dev libcmocka-dev valgrind strace attr tar \
+	libarchive-tools python3-pytest python3-yaml groff-base man-db \
+	shellcheck lintian btrfs-progs dmsetup \
 	>/dev/null

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Set-up command 2 (and CI's): install dependencies, build, run every test.
+# Set-up command 2 (and CI's): install the test toolchain (scripts/install-deps.sh
+# test: the demo's packages and the rest), build, run every test.
 #
 #   1. the release build: unit tests and every integration test (these
 #      mount real FUSE filesystems, so they need root and /dev/fuse);
@@ -20,7 +21,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
-"$top/scripts/install-deps.sh"
+"$top/scripts/install-deps.sh" test
 [ -e /dev/fuse ] || modprobe fuse
 uring=/sys/module/fuse/parameters/enable_uring
 fuse_io_uring() {

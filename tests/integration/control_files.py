@@ -9,7 +9,7 @@ not trust shardfs's own reading of them.
 
 The shardfs package is imported as users import it: installed (ctest
 installs it into build/python-venv, whose python runs the integration
-tests; see tests/install-python-package.sh), never from the source tree.
+tests; see scripts/install-python-package.sh), never from the source tree.
 """
 import collections
 import json
@@ -23,7 +23,7 @@ try:
 except ImportError as e:
     raise ImportError(
         "the shardfs Python package is not installed for %s (%s): run the "
-        "tests through ctest, or tests/install-python-package.sh VENV python "
+        "tests through ctest, or scripts/install-python-package.sh VENV python "
         "and VENV/bin/python -m pytest" % (sys.executable, e)) from None
 
 MISSING = ("this shardfs serves no /.shardfs/members control file "

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """shardfs-pace, run as users run it: the console script that pip
 installed next to the python running these tests (see
-tests/install-python-package.sh), on a real mount of real JPEG shards.
+scripts/install-python-package.sh), on a real mount of real JPEG shards.
 
 - a mount that keeps pace with a modest requirement: exit 0, the verdict,
   the numbers behind it (the JSON and the text agree), what the storage

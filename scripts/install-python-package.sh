@@ -7,7 +7,7 @@
 # (--system-site-packages).  The integration tests run with VENV/bin/python
 # so that they import the installed package, not the source tree.
 #
-#   tests/install-python-package.sh VENV SRC    (SRC: the python/ directory)
+#   scripts/install-python-package.sh VENV SRC    (SRC: the python/ directory)
 #
 # pip builds in the directory it is given and leaves build/ and
 # *.egg-info there: it is given a copy, so that the source tree stays clean
