@@ -6,7 +6,7 @@
 #                                  shows over the mount: torchvision's
 #                                  ImageFolder (python3-torchvision, -pil) and
 #                                  shardfs-pace (python3-matplotlib for its
-#                                  plot; python3-venv and -setuptools to pip
+#                                  plot; python3-venv, -setuptools, -wheel to pip
 #                                  install the Python package offline)
 #   scripts/install-deps.sh test   (the default) all of that and the test
 #                                  toolchain: cmocka, clang and its sanitizer
@@ -33,7 +33,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
 	build-essential cmake pkg-config libfuse3-dev fuse3 libarchive-dev \
 	libxxhash-dev liburing-dev uthash-dev python3 python3-venv \
-	python3-setuptools python3-pil python3-torch python3-torchvision \
+	python3-setuptools python3-wheel python3-pil python3-torch python3-torchvision \
 	python3-matplotlib \
 	>/dev/null
 [ "$what" = test ] || exit 0

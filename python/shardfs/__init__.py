@@ -43,11 +43,19 @@ class Member(NamedTuple):
 
 
 class Shard(NamedTuple):
-    """One line of `/.shardfs/shards`."""
+    """One line of `/.shardfs/shards`.
+
+    `members` counts the shard's tar members that the index kept: regular
+    files, directories, symlinks and hard links, including those that a
+    later shard's member of the same path replaces (so the sum over the
+    shards can exceed the files a mount shows).  Not counted: device nodes
+    and FIFOs, members skipped for their names (`..`), and with
+    `layout=classes,unlabeled=skip` the members of unlabeled samples.
+    Metadata-only tar headers (PAX, GNU long names) are never members."""
     index: int
-    path: bytes      # the shard file, as shardfs opened it
+    path: bytes      # the shard file, as shardfs opened it (absolute)
     size: int        # bytes
-    members: int     # files served from it
+    members: int     # tar members the index kept (see above)
 
 
 class NotOnShardfs(ValueError):
