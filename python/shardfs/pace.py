@@ -378,13 +378,13 @@ def write_plot(path, result):
                 linestyle="--", label="compute per step")
     top.set_ylabel("ms per step")
     top.legend(loc="upper right")
-    bottom.plot(t, [r["samples"] / r["step"] for r in recs], marker=".",
-                label="delivered (per step)")
-    bottom.axhline(result["shape"]["required_per_node"], color="red",
-                   linestyle="--", label="required")
+    rates = [r["samples"] / r["step"] for r in recs]
+    required = result["shape"]["required_per_node"]
+    bottom.plot(t, rates, marker=".", label="delivered (per step)")
+    bottom.axhline(required, color="red", linestyle="--", label="required")
     bottom.set_ylabel("samples/s per node")
     bottom.set_xlabel("seconds")
-    bottom.set_ylim(bottom=0)
+    bottom.set_ylim(0, 1.15 * max(rates + [required]))
     bottom.legend(loc="lower right")
     fig.suptitle("shardfs-pace %s: %s" % (
         result["directory"],
