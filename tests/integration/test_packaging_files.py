@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import tarfile
 
 import pytest
@@ -464,6 +465,24 @@ def test_man_page_documents_every_option(program):
     _, text = man_page(program)
     missing = sorted(o for o in help_options(program) if o not in text)
     assert not missing, "%s(1) does not document %s" % (program, missing)
+
+
+def test_shardfs_pace_man_page():
+    """shardfs-pace(1) (a Python command: its options come from the
+    installed package's --help) renders cleanly and documents every
+    option and exit status."""
+    source, text = man_page("shardfs-pace")
+    assert ".TH SHARDFS-PACE 1 " in source
+    assert "shardfs %s" % project_version() in text
+    r = lib.run_cmd([sys.executable, "-m", "shardfs.pace", "--help"])
+    assert r.returncode == 0, r
+    options = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", r.stdout))
+    assert "--global-batch" in options, r.stdout
+    missing = sorted(o for o in options if o not in text)
+    assert not missing, "shardfs-pace(1) does not document %s" % missing
+    for code in range(3):
+        assert re.search(r"^ %d " % code, text, re.M), "exit status %d" % code
+    assert "11,703 samples/s" in text
 
 
 def test_shardfs_man_page_contents():
