@@ -335,9 +335,10 @@ def format_report(result):
             result["directory"], result["samples"], result["classes"],
             "shardfs mount %s" % result["mountpoint"] if result["mountpoint"]
             else "not a shardfs mount"),
-        "training shape: %d ranks (%d nodes x %d), global batch %d (%d per "
-        "rank), step %.3f s" % (s["ranks"], s["nodes"], s["ranks_per_node"],
-                                s["global_batch"], s["batch_size"], s["step_time"]),
+        "training shape: %d ranks (%d nodes x %d ranks), global batch %d (%d "
+        "per rank), step %.3f s" % (s["ranks"], s["nodes"], s["ranks_per_node"],
+                                    s["global_batch"], s["batch_size"],
+                                    s["step_time"]),
         "required:  %9.1f samples/s in all, %.1f per node" % (
             s["required"], s["required_per_node"]),
         "delivered: %9.1f samples/s per node (%.0f%% of required) over %d "
