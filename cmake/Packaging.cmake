@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Packaging.cmake - what `cmake --install` installs besides the programs,
 # the manual pages, and the Debian package that `cpack -G DEB` builds from
 # all the install rules.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Write a small WebDataset-style demo shard set: 4 shards of 50 samples,
 each sample train/<class>/<key>.jpg + .json + .cls, classes mixed across
 shards.  The .jpg members are real JPEGs (smooth random pictures of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.h - what the shardfs and shardfs-index commands share: the options
  * that decide which index a shard set gets (layout, index file, scan), and

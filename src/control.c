@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * control.c - content of the files in /.shardfs/.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fs.c - attributes, lookups and reads over a built index.
  *

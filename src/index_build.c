@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_build.c - scan a shard set and lay out the index.
  *

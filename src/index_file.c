@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_file.c - write, map and verify persistent index files.
  *

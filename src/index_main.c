@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_main.c - shardfs-index: build, check or list the index of a shard
  * set without mounting it, e.g. at the end of the job that wrote the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_store.c - the policy around index files: where they are, whether
  * they still describe the shards, and when to scan.

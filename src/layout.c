@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * layout.c - labels for the classes layout, and WebDataset keys.
  *

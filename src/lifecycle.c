@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lifecycle.c - readiness notification and the idle timeout.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lifecycle.h - telling orchestrators the mount is ready, and ending it
  * when it is no longer used.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ll.h - the FUSE low-level operations of a shardfs mount.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ll_session.h - what a FUSE session of shardfs serves: its userdata.
  *

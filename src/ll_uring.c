@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ll_uring.c - FUSE requests over io_uring, one queue per CPU (see
  * ll_uring.h for why).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ll_uring.h - FUSE requests over io_uring, one queue per CPU.
  *

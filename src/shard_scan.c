@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shard_scan.c - phase 1 of the index build: one shard's members.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shard_scan.h - phase 1 of the index build (private to the builder).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shardfs_main.c - the shardfs command: options, index build, mount, serve.
  *

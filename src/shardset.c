@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shardset.c - expand a SHARDS argument and open the shards.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source.c - opening a shard by name, and what every source shares.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_file.c - a shard in a local file: pread(2) and posix_fadvise(2).
  *

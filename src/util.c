@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.c - array growth, name tables and byte counts (util.h).
  */

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fail when the modules of src/ include each other in a cycle.
 
 A module is a source file and its header: src/fs.c and

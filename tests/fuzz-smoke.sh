@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # fuzz-smoke.sh - build the libFuzzer targets and give each a short run.
 #
 # usage: tests/fuzz-smoke.sh BUILD_DIR [SECONDS]

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Set-up command 2 (and CI's): install the test toolchain (scripts/install-deps.sh
 # test: the demo's packages and the rest), build, run every test.
 #

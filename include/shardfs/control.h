@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * control.h - the hidden /.shardfs/ directory: live statistics and the
  * shard and member tables.

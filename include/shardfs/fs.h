@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fs.h - the filesystem operations of shardfs, without FUSE.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index.h - the in-memory namespace of a mounted shard set.
  *

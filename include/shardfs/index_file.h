@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_file.h - the persistent index: one file per shard set, read back
  * as it is into a private copy.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_format.h - the index file's bytes: the one definition of the
  * format, used by the writer and the loader (index_file.c) and the tests.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * index_store.h - find, validate, extend or rebuild the persistent index
  * of a shard set.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * layout.h - how member paths become the mounted tree (-o layout=).
  *

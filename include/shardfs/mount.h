@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mount.h - what a mount is told and what it counts: its options, its
  * activity counters and the read path's state per shard.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path.h - normalisation of member names taken from untrusted archives.
  *

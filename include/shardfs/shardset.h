@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shardset.h - the ordered set of shard files behind a mount.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tar.h - a header-only scanner for tar archives.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.h - small rules every part of shardfs shares: growing an array,
  * finding a name in a table of option values, reading a byte count.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # shardfs-textfile-collector - publish a shardfs mount's metrics through the
 # Prometheus node exporter's textfile collector.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python access to a shardfs mount's control files.
 
 A shardfs mount has a hidden directory `/.shardfs/` at its root: never

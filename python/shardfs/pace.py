@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shardfs-pace: does data delivery keep pace with compute?
 
 The check to run before a long training job.  Given a directory (a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A PyTorch sampler that reads a shardfs mount shard by shard.
 
 On a shardfs mount every file of an ImageFolder is a slice of some tar

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest.c - shards.json, the description of a finished shard set.
  *

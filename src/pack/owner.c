@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * owner.c - user and group names, for --keep-owner.
  *

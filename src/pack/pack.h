@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pack.h - internal interfaces of shardfs-pack.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pack_index.c - write the shardfs index of the shards just packed, so that the
  * first mount of a fresh shard set maps an index instead of scanning.

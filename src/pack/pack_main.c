@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pack_main.c - shardfs-pack: pack a directory tree into WebDataset tar shards.
  *

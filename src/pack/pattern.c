@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pattern.c - OUT_PATTERN: the file name of shard number N.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shard.c - write the planned shards, several at once, atomically.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ustar.c - member headers in POSIX ustar form, with PAX records.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * walk.c - read SRC_DIR into a flat list of entries, with several threads.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """shardfs benchmark suite: one run measures, side by side on the same
 generated ImageNet-like data set,
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's ImageNet-like data set, generated once and cached.
 
 N samples in C classes, each sample being three files: a real JPEG of

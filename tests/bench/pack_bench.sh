@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # pack_bench.sh - shardfs-pack throughput against `tar -cf` of the same tree.
 #
 # Usage: tests/bench/pack_bench.sh [BUILD_DIR] [WORK_DIR]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Turn one run's results (the JSON that bench.py saves) into the markdown
 section that docs/benchmarks.md collects, and check the targets of
 issue 4 against figures from that same run.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Entry point of the shardfs benchmark suite (see bench.py for what it
 # measures).  Runs with Debian's Python, which sees python3-torch,
 # torchvision and PIL; needs root for dropping caches and mounting.

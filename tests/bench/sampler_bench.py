@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Sampler benchmark: what ShardAwareSampler buys over RandomSampler.
 
 On the benchmark's ImageNet-like data set (dataset.py: WebDataset shards

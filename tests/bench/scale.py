@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Scale benchmark of the shardfs index: millions of tiny members.
 
 One command, as root, from the repository root:

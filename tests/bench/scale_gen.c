@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * scale_gen.c - write many tiny-member ustar shards fast, for
  * tests/bench/scale.py (which compiles it at run time with cc -O2).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Count the system calls the shardfs daemon makes, split by what they
 touch: the shard storage, /dev/fuse, or anything else.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host-level helpers for the benchmark: cache control, timing, a
 description of the machine, and observation of the shardfs daemon
 (its pid, resident memory and CPU time).

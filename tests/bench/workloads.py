@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The measured workloads.  Each takes a root directory (the loose tree or
 a shardfs mount) or the shard files, does one complete pass and returns a
 Result; none of them drops caches or knows which system it runs on, so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_common.c - helpers shared by the libFuzzer targets.
  *

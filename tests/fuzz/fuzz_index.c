@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_index.c - libFuzzer target for the index build and the read path.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_index_file.c - libFuzzer target for the persistent index loader.
  *

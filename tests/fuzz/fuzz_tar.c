@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_tar.c - libFuzzer target for the tar scanner (tar_scan).
  *

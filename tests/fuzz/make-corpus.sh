@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # make-corpus.sh - build the seed corpora of the fuzz targets.
 #
 # usage: tests/fuzz/make-corpus.sh OUTDIR

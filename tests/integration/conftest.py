@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest glue for the shardfs core integration tests (test_core_*.py).
 
 - Fails (does not skip) when the shardfs binary is missing: a suite that

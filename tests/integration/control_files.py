@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shardfs's side of the `/.shardfs/` control-file contract, checked
 against the shards themselves (shared by test_sampler and test_layouts).
 

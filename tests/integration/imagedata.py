@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small image data sets for the PyTorch-facing integration tests
 (test_imagefolder, test_sampler, test_layouts) and the sampler benchmark.
 

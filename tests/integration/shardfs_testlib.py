@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the integration tests: locating the build, mounting
 and always unmounting, and comparing a mounted tree with an extracted one.
 

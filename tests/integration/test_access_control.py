@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ownership, permission bits and their enforcement.
 
 - By default every entry has the owner, group and permission bits stored

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control namespace (/.shardfs/) and the per-file extended attributes.
 
 /.shardfs must never show up in a listing (ImageFolder would take it for a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad input: each case gives the documented exit code (1: the shard set
 or the mountpoint cannot be used), an error line starting with 'shardfs: ' that
 names the file (and 'offset N' for a bad header), and leaves nothing

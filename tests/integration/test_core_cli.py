@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command line: every SHARDS syntax form (and the shard order it
 implies), options, foreground/debug/single-threaded runs, exit codes of
 usage errors, mounting through mount(8) -t fuse.shardfs and /etc/fstab.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Concurrent reads: 8+ threads read random members at random offsets and
 lengths for ~10 s (some keep files open, some reopen every time, some
 list directories and stat), and every byte read is checked against the

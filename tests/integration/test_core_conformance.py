@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Third-party archives (CPython and libarchive test data, see
 tests/data/conformance/README.md) mounted and compared with GNU tar.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every TAR dialect the issue lists, mounted and compared with `tar -x`.
 
 Writers: GNU tar (--format v7, oldgnu, gnu, ustar, posix), bsdtar

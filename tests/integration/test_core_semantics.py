@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the mounted tree means: union of shards, last-wins duplicates, name
 normalisation, long names, huge files, hard links, symlinks, raw-byte
 names, stat fields, statfs, read-only-ness, uid/gid/umask, inode stability.

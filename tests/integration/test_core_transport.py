@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How requests reach the daemon: over io_uring, one queue per CPU, when
 the kernel offers it (the fuse module's enable_uring parameter), and over
 /dev/fuse otherwise, with -s, or with -o io_uring_threads=0.

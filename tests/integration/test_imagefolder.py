@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torchvision's ImageFolder over a shardfs mount sees exactly what it sees
 over the same shards extracted with GNU tar.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The persistent index, end to end: real shards, real mounts, shardfs-index.
 
 A mount with no index builds one and saves it next to the shards as

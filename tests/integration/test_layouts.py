@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `-o layout=tree|shards|classes` views of flat WebDataset shards.
 
 The data: four shards of flat WebDataset samples (`<key>.jpg`,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """shardfs-pack (issue 8): directory tree -> WebDataset tar shards.
 
 The main test is the round trip: pack a tree, mount the shards with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package, end to end, as an administrator would use it.
 
 Builds the package from this source tree in a temporary build directory

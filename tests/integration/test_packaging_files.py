@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checks of the deployment files in packaging/, the manual pages and the
 operations docs, without installing anything.
 

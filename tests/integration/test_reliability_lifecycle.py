@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Daemon lifecycle: crash, signals, idle timeout, readiness notification.
 
 - SIGKILL: the kernel keeps the mount, every access fails with ENOTCONN

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Failing storage under a live mount.
 
 shardfs keeps every shard open for the life of the mount and reads member

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stress: many concurrent readers, every byte verified.
 
 A few hundred members of varied sizes (0, 1, 511, 512, 513 bytes, 1 MiB

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of shardfs.torch.ShardAwareSampler and of the control files it
 reads (`/.shardfs/members`, `/.shardfs/shards`).
 

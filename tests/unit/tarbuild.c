@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tarbuild.c - tar archives built in memory, and the scan, file and shard
  * set plumbing the unit tests share (see tarbuild.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tarbuild.h - shared helpers of the shardfs unit tests.
  *

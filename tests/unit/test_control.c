@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_control.c - the /.shardfs/ files without a mount.
  *

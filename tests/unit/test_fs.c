@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_fs.c - the VFS answers of fs.c over a built index: attributes
  * (with the uid=, gid= and umask= overrides), lookups and listings, and

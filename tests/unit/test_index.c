@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_index.c - shard_index_build(): from real tar files to the mounted
  * namespace.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_index_file.c - the persistent index file (index_file.c): a round
  * trip, and a loader that never trusts what it maps.

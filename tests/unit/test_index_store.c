@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_index_store.c - where an index file is looked for and saved
  * (index_store.c), and what index_store_open() makes of what it finds:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_layout.c - labels of the classes layout (layout.c): the JSON
  * reader over untrusted bytes (a table of inputs and the label each must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_path.c - path_normalise(), the gate between untrusted member names
  * and the namespace.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_shard_scan.c - phase 1 of the index build (shard_scan.c), one
  * shard at a time: names normalised and refused, members in archive

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_shardset.c - shard_set_expand() and shard_set_open(): from the
  * SHARDS argument to an ordered list of open shards.

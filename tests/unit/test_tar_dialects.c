@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tar_dialects.c - tar_scan() on every header dialect a shard may use,
  * and on the ways an archive may end.

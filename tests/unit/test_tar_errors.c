@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tar_errors.c - archives tar_scan() must refuse, and where it says
  * they went wrong.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tar_number.c - tar_parse_number(), the decoder of every numeric
  * header field.

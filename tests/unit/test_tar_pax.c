@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tar_pax.c - POSIX pax extended headers in tar_scan(): 'x' records
  * for the next member, 'g' records for all later ones, and malformed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tar_sparse.c - GNU sparse members in tar_scan(): the old 'S'
  * header with its extension blocks, and the three PAX encodings (0.0

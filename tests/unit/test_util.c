@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
  * parses and what is refused), name tables and array growth.
