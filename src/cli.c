@@ -34,6 +34,17 @@ const struct fuse_opt cli_index_opts[] = {
 	CLI_OPT("unlabeled=%s", unlabeled, 0),
 	CLI_OPT("index=%s", index, 0),
 	CLI_OPT("index_mode=%s", index_mode, 0),
+	CLI_OPT("endpoint=%s", remote.endpoint, 0),
+	CLI_OPT("region=%s", remote.region, 0),
+	CLI_OPT("s3_addressing=%s", remote.addressing, 0),
+	CLI_OPT("aws_profile=%s", remote.profile, 0),
+	CLI_OPT("credentials=%s", remote.credentials, 0),
+	CLI_OPT("no_sign_request", remote.no_sign_request, 1),
+	CLI_OPT("cacert=%s", remote.cacert, 0),
+	CLI_OPT("chunk_size=%s", remote.chunk_size, 0),
+	CLI_OPT("cache_mem=%s", remote.cache_mem, 0),
+	CLI_OPT("remote_timeout=%s", remote.timeout, 0),
+	CLI_OPT("remote_attempts=%s", remote.attempts, 0),
 	CLI_OPT("-h", show_help, 1),
 	CLI_OPT("--help", show_help, 1),
 	CLI_OPT("-V", show_version, 1),
@@ -58,7 +69,8 @@ const char cli_index_help[] =
 	"    -o quiet               no summary line\n"
 	"    -o loglevel=LEVEL      error, warn, info (default), debug\n"
 	"    -h, --help             this help\n"
-	"    -V, --version          print the version\n";
+	"    -V, --version          print the version\n"
+	REMOTE_OPTIONS_HELP;
 
 static int take_shards(void *data, const char *arg, int key,
 		       struct fuse_args *out)
@@ -134,12 +146,13 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 	cfg->build.skip_bad_shards = cli->skip_bad_shards;
 	if (isatty(STDERR_FILENO) && !cli->quiet)
 		cfg->build.progress = print_progress;
-	return 0;
+	return remote_init(&cli->remote);
 }
 
 void cli_config_release(struct cli_config *cfg)
 {
 	layout_release(&cfg->layout);
+	remote_release();
 }
 
 void cli_index_free(struct cli_index *cli)
@@ -152,6 +165,7 @@ void cli_index_free(struct cli_index *cli)
 	free(cli->index);
 	free(cli->index_mode);
 	free(cli->loglevel);
+	remote_options_free(&cli->remote);
 }
 
 void cli_print_summary(const struct shard_index *idx, const struct layout *layout,

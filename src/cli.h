@@ -13,6 +13,7 @@
 #include "shardfs/index.h"
 #include "shardfs/index_store.h"
 #include "shardfs/layout.h"
+#include "shardfs/remote.h"
 
 /* Options common to both commands (parsed with cli_index_opts). */
 struct cli_index {
@@ -29,6 +30,7 @@ struct cli_index {
 	char *loglevel;		/* -o loglevel=NAME */
 	int show_help;		/* -h, --help */
 	int show_version;	/* -V, --version */
+	struct remote_options remote; /* -o endpoint=, region=, ... */
 };
 
 /* What the options configure in the core. */

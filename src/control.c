@@ -32,7 +32,11 @@
 
 #include "shardfs/control.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 #include "shardfs/util.h"
+
+/* Longest text of the remote counters. */
+#define CONTROL_REMOTE_MAX 2048
 
 /* A growing buffer a snapshot is rendered into. */
 struct control_buf {
@@ -101,6 +105,15 @@ static void render_stats_ops(const struct control_source *src, struct control_bu
 	buf_printf(b, "  },\n");
 }
 
+/* The remote counters (remote.h), when the set has remote shards. */
+static void render_remote(struct control_buf *b, bool metrics)
+{
+	char text[CONTROL_REMOTE_MAX];
+
+	if (remote_stats_format(text, sizeof(text), metrics))
+		buf_printf(b, "%s", text);
+}
+
 static void render_stats(const struct control_source *src, struct control_buf *b)
 {
 	const struct shard_index_counts *c = &src->idx->counts;
@@ -120,6 +133,7 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 		   "  \"index_bytes_per_entry\": %.1f,\n", src->idx->nr_inodes,
 		   *src->build_seconds, shard_index_bytes_per_entry(src->idx));
 	render_stats_ops(src, b);
+	render_remote(b, false);
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
@@ -185,6 +199,7 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	metric(b, "shards", "gauge", "Shards mounted.", src->set->nr - c->bad_shards);
 	metric(b, "index_build_seconds", "gauge", "Seconds the index took to build.",
 	       *src->build_seconds);
+	render_remote(b, true);
 }
 
 static const struct {

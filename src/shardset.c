@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 #include "shardfs/shardset.h"
 #include "shardfs/util.h"
 
@@ -102,13 +103,20 @@ static int add_glob(struct shard_set *set, const char *pattern, char *msg,
 	return rc ? log_format(msg, msg_len, rc, "%s: %s", pattern, strerror(-rc)) : 0;
 }
 
-/* A brace-free item: a directory, a glob or a plain path. */
+static int add_name(void *set, const char *name, size_t len)
+{
+	return set_add(set, name, len);
+}
+
+/* A brace-free item: a URL, a directory, a glob or a plain path. */
 static int add_item(struct shard_set *set, const char *item, char *msg,
 		    size_t msg_len)
 {
 	struct stat st;
 	int rc;
 
+	if (remote_is_url(item))
+		return remote_expand(item, add_name, set, msg, msg_len);
 	if (!stat(item, &st) && S_ISDIR(st.st_mode))
 		return add_directory(set, item, msg, msg_len);
 	if (strpbrk(item, "*?["))

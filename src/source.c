@@ -3,18 +3,21 @@
  * source.c - opening a shard by name, and what every source shares.
  *
  * shard_source_open() is the one place that decides what kind of source a
- * name is; today every name is a local path.  The memory source serves
+ * name is: a URL (remote.h) or a local path.  The memory source serves
  * tests and fuzzers, which hold archives in memory and must exercise the
  * same scanner and read path as a mount.
  */
 #include <errno.h>
 #include <string.h>
 
+#include "shardfs/remote.h"
 #include "shardfs/source.h"
 
 int shard_source_open(const char *name, struct shard_source **src,
 		      struct shard_source_info *info, char *msg, size_t msg_len)
 {
+	if (remote_is_url(name))
+		return shard_source_open_remote(name, src, info, msg, msg_len);
 	return shard_source_open_file(name, src, info, msg, msg_len);
 }
 

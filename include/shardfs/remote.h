@@ -1,0 +1,127 @@
+/*
+ * remote.h - shards on web servers and object stores.
+ *
+ * A shard named by a URL is read with ranged GETs:
+ *
+ *   https://host/path/shard-000000.tar   one object on a web server
+ *   http://host/path/shard.tar           (plain HTTP, for trusted networks)
+ *   s3://bucket/prefix/shard-000000.tar  one S3 object (SigV4-signed)
+ *   s3://bucket/prefix/                  every *.tar under the prefix
+ *                                        (ListObjectsV2, sorted)
+ *
+ * Opening a remote shard costs one ranged GET of its first byte: it
+ * proves the server honours Range (one answering 200 is refused at
+ * mount, with a message that says so) and records the size, ETag and
+ * Last-Modified.  Every later GET carries If-Match with that ETag, so an
+ * object replaced on the server fails with EIO and a log line naming it,
+ * never mixed bytes.
+ *
+ * Data is fetched in aligned chunks (chunk_size) into a bounded memory
+ * cache (cache_mem); see chunk_cache.h.
+ *
+ * Configuration is process-wide: remote_init() once, before any shard is
+ * opened, single-threaded; remote_release() after every remote source
+ * was closed.  Every setting has a -o form, because mount(8) and fstab
+ * pass no environment; the environment and the AWS shared files fill in
+ * what -o leaves unset.  Secrets are kept in memory only: never logged,
+ * never shown in /.shardfs/, never passed to a child.
+ *
+ * Thread-safety: after remote_init(), the functions below may be called
+ * from any thread.
+ */
+#ifndef SHARDFS_REMOTE_H
+#define SHARDFS_REMOTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/source.h"
+
+/* Default bytes per ranged GET: 8 MiB. */
+#define REMOTE_CHUNK_DEFAULT (8u << 20)
+/* Smallest and largest chunk accepted. */
+#define REMOTE_CHUNK_MIN (64u << 10)
+#define REMOTE_CHUNK_MAX (256u << 20)
+/* Default memory for cached chunks: 256 MiB. */
+#define REMOTE_CACHE_MEM_DEFAULT (256ull << 20)
+/* Chunks the cache holds at least, whatever cache_mem says. */
+#define REMOTE_CACHE_MIN_CHUNKS 4
+/* Default seconds without progress before a request is given up. */
+#define REMOTE_TIMEOUT_DEFAULT 30
+/* Default attempts per request (the first plus retries). */
+#define REMOTE_ATTEMPTS_DEFAULT 6
+/* Threads fetching chunks ahead of forward readers. */
+#define REMOTE_PREFETCH_THREADS 4
+
+/* The -o options of remote shard sets (strings malloc'ed). */
+struct remote_options {
+	char *endpoint;		/* -o endpoint=URL (else AWS_ENDPOINT_URL) */
+	char *region;		/* -o region= (else AWS_REGION, ...) */
+	char *addressing;	/* -o s3_addressing=path|virtual */
+	char *profile;		/* -o aws_profile= (else AWS_PROFILE) */
+	char *credentials;	/* -o credentials=FILE (an AWS ini file) */
+	int no_sign_request;	/* -o no_sign_request: anonymous S3 */
+	char *cacert;		/* -o cacert=FILE: CA bundle for TLS */
+	char *chunk_size;	/* -o chunk_size=SIZE */
+	char *cache_mem;	/* -o cache_mem=SIZE */
+	char *timeout;		/* -o remote_timeout=SECONDS */
+	char *attempts;		/* -o remote_attempts=N */
+};
+
+/* The help text of those options. */
+#define REMOTE_OPTIONS_HELP \
+	"remote shards (http://, https://, s3://):\n" \
+	"    -o endpoint=URL        S3 endpoint (default AWS_ENDPOINT_URL, else\n" \
+	"                           https://s3.REGION.amazonaws.com)\n" \
+	"    -o region=NAME         S3 region (default AWS_REGION,\n" \
+	"                           AWS_DEFAULT_REGION, the profile, us-east-1)\n" \
+	"    -o s3_addressing=MODE  path or virtual (default: virtual on AWS,\n" \
+	"                           path with an endpoint)\n" \
+	"    -o aws_profile=NAME    profile of ~/.aws/credentials and config\n" \
+	"    -o credentials=FILE    an AWS credentials file to use instead\n" \
+	"    -o no_sign_request     anonymous requests (public buckets)\n" \
+	"    -o cacert=FILE         CA certificates for TLS verification\n" \
+	"    -o chunk_size=SIZE     bytes per ranged GET (default 8M)\n" \
+	"    -o cache_mem=SIZE      memory for fetched chunks (default 256M)\n" \
+	"    -o remote_timeout=SECS give a request up after SECS without\n" \
+	"                           progress: EIO (default 30)\n" \
+	"    -o remote_attempts=N   tries per request (default 6)\n"
+
+/* Free the option strings (cli.c parses them with fuse_opt). */
+void remote_options_free(struct remote_options *ro);
+
+/*
+ * Resolve the configuration (options, environment, AWS files) and set up
+ * libcurl and the chunk cache.  Errors are logged; returns 0 or -errno.
+ */
+int remote_init(const struct remote_options *ro);
+
+/* Undo remote_init(); every remote source must be closed. */
+void remote_release(void);
+
+/* Does @name name a remote object (http://, https://, s3://)? */
+bool remote_is_url(const char *name);
+
+/*
+ * Expand a brace-free remote item: "s3://bucket/prefix/" lists every *.tar
+ * under the prefix (sorted); any other URL is one shard.  Calls @add for
+ * each name; returns 0 or -errno with a message in @msg.
+ */
+int remote_expand(const char *item,
+		  int (*add)(void *arg, const char *name, size_t len), void *arg,
+		  char *msg, size_t msg_len);
+
+/* Open a remote shard (see above); the contract of shard_source_open(). */
+int shard_source_open_remote(const char *url, struct shard_source **src,
+			     struct shard_source_info *info, char *msg,
+			     size_t msg_len);
+
+/*
+ * Append the remote counters as JSON members ("remote": {...}) or, with
+ * @metrics, as Prometheus text, to @buf (@cap bytes).  Returns the length
+ * written (0 when no remote shard was opened).
+ */
+size_t remote_stats_format(char *buf, size_t cap, bool metrics);
+
+#endif

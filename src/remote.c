@@ -1,0 +1,197 @@
+/*
+ * remote.c - the remote shard options, their resolution, SHARDS items
+ * that are URLs, and the remote counters.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote_internal.h"
+#include "shardfs/log.h"
+#include "shardfs/util.h"
+
+struct remote_config remote_cfg;
+
+void remote_options_free(struct remote_options *ro)
+{
+	free(ro->endpoint);
+	free(ro->region);
+	free(ro->addressing);
+	free(ro->profile);
+	free(ro->credentials);
+	free(ro->cacert);
+	free(ro->chunk_size);
+	free(ro->cache_mem);
+	free(ro->timeout);
+	free(ro->attempts);
+	*ro = (struct remote_options){ 0 };
+}
+
+/* A whole number in [@min, @max] from option @what, default @def. */
+static int option_number(const char *what, const char *s, uint64_t min,
+			 uint64_t max, uint64_t def, bool size, uint64_t *out)
+{
+	char *end;
+
+	*out = def;
+	if (!s)
+		return 0;
+	if (size ? parse_size(s, out) :
+	    (*out = strtoull(s, &end, 10), !*s || *s == '-' || *end))
+		return log_error("bad %s '%s'", what, s), -EINVAL;
+	if (*out < min || *out > max)
+		return log_error("%s=%s: between %" PRIu64 " and %" PRIu64, what, s,
+				 min, max), -EINVAL;
+	return 0;
+}
+
+static int parse_numbers(const struct remote_options *ro)
+{
+	uint64_t timeout, attempts;
+
+	if (option_number("chunk_size", ro->chunk_size, REMOTE_CHUNK_MIN,
+			  REMOTE_CHUNK_MAX, REMOTE_CHUNK_DEFAULT, true,
+			  &remote_cfg.chunk_size) ||
+	    option_number("cache_mem", ro->cache_mem, 0, UINT64_MAX,
+			  REMOTE_CACHE_MEM_DEFAULT, true, &remote_cfg.cache_mem) ||
+	    option_number("remote_timeout", ro->timeout, 1, 86400,
+			  REMOTE_TIMEOUT_DEFAULT, false, &timeout) ||
+	    option_number("remote_attempts", ro->attempts, 1, 100,
+			  REMOTE_ATTEMPTS_DEFAULT, false, &attempts))
+		return -EINVAL;
+	remote_cfg.timeout = (uint32_t)timeout;
+	remote_cfg.attempts = (uint32_t)attempts;
+	if (remote_cfg.cache_mem < REMOTE_CACHE_MIN_CHUNKS * remote_cfg.chunk_size)
+		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
+			 "using %u chunks", ro->cache_mem, REMOTE_CACHE_MIN_CHUNKS,
+			 remote_cfg.chunk_size, REMOTE_CACHE_MIN_CHUNKS);
+	return 0;
+}
+
+int remote_init(const struct remote_options *ro)
+{
+	int rc;
+
+	remote_cfg = (struct remote_config){ 0 };
+	rc = parse_numbers(ro) ?: remote_s3_configure(ro);
+	if (rc)
+		goto out_release;
+	if (ro->cacert && !(remote_cfg.cacert = strdup(ro->cacert))) {
+		rc = -ENOMEM;
+		goto out_release;
+	}
+	rc = remote_http_init();
+	if (rc)
+		goto out_release;
+	rc = chunk_cache_init(remote_cfg.chunk_size, remote_cfg.cache_mem);
+	if (!rc)
+		return 0;
+	remote_http_release();
+out_release:
+	remote_release();
+	return rc;
+}
+
+void remote_release(void)
+{
+	if (remote_cfg.chunk_size) {
+		chunk_cache_release();
+		remote_http_release();
+	}
+	free(remote_cfg.endpoint);
+	free(remote_cfg.region);
+	free(remote_cfg.access_key_id);
+	if (remote_cfg.secret_access_key)
+		memset(remote_cfg.secret_access_key, 0,
+		       strlen(remote_cfg.secret_access_key));
+	free(remote_cfg.secret_access_key);
+	free(remote_cfg.session_token);
+	free(remote_cfg.cacert);
+	remote_cfg = (struct remote_config){ 0 };
+}
+
+bool remote_is_url(const char *name)
+{
+	return !strncmp(name, "s3://", 5) || !strncmp(name, "http://", 7) ||
+	       !strncmp(name, "https://", 8);
+}
+
+int remote_expand(const char *item,
+		  int (*add)(void *arg, const char *name, size_t len), void *arg,
+		  char *msg, size_t msg_len)
+{
+	size_t n = strlen(item);
+	char *bucket, *prefix;
+	int rc;
+
+	if (strpbrk(item, "*?["))
+		return log_format(msg, msg_len, -EINVAL, "%s: wildcards are not "
+				  "expanded in URLs; use a brace range or, for s3://, "
+				  "a prefix ending in '/'", item);
+	if (strncmp(item, "s3://", 5) || item[n - 1] != '/') {
+		if (item[n - 1] == '/')
+			return log_format(msg, msg_len, -EINVAL, "%s: a web server cannot "
+					  "be listed; name the shards (brace range)", item);
+		return add(arg, item, n);
+	}
+	if (!remote_cfg.chunk_size)
+		return log_format(msg, msg_len, -EINVAL, "%s: remote shards are not "
+				  "configured", item);
+	rc = remote_s3_split(item, &bucket, &prefix, msg, msg_len);
+	if (rc)
+		return rc;
+	rc = remote_s3_list(bucket, prefix, add, arg, msg, msg_len);
+	free(bucket);
+	free(prefix);
+	return rc;
+}
+
+static unsigned long long counter(atomic_ullong *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+size_t remote_stats_format(char *buf, size_t cap, bool metrics)
+{
+	struct remote_counters *k = &remote_cfg.counters;
+	unsigned long long req = counter(&k->requests), lat = counter(&k->latency_us);
+	int n;
+
+	if (!remote_cfg.used)
+		return 0;
+	if (metrics)
+		n = snprintf(buf, cap,
+			"# TYPE shardfs_remote_requests_total counter\n"
+			"shardfs_remote_requests_total %llu\n"
+			"# TYPE shardfs_remote_bytes_total counter\n"
+			"shardfs_remote_bytes_total %llu\n"
+			"# TYPE shardfs_remote_retries_total counter\n"
+			"shardfs_remote_retries_total %llu\n"
+			"# TYPE shardfs_remote_errors_total counter\n"
+			"shardfs_remote_errors_total %llu\n"
+			"# TYPE shardfs_remote_cache_hits_total counter\n"
+			"shardfs_remote_cache_hits_total %llu\n"
+			"# TYPE shardfs_remote_cache_misses_total counter\n"
+			"shardfs_remote_cache_misses_total %llu\n"
+			"# TYPE shardfs_remote_latency_seconds_total counter\n"
+			"shardfs_remote_latency_seconds_total %.6f\n",
+			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
+			counter(&k->cache_hits), counter(&k->cache_misses), lat / 1e6);
+	else
+		n = snprintf(buf, cap,
+			"  \"remote\": {\"requests\": %llu, \"bytes\": %llu, "
+			"\"retries\": %llu, \"errors\": %llu, \"replaced_objects\": %llu, "
+			"\"cache_hits\": %llu, \"cache_misses\": %llu, \"prefetches\": %llu, "
+			"\"latency_mean_ms\": %.3f, \"latency_max_ms\": %.3f, "
+			"\"chunk_size\": %llu, \"cache_mem\": %llu},\n",
+			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
+			counter(&k->replaced), counter(&k->cache_hits),
+			counter(&k->cache_misses), counter(&k->prefetches),
+			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,
+			(unsigned long long)remote_cfg.chunk_size,
+			(unsigned long long)remote_cfg.cache_mem);
+	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}

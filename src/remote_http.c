@@ -1,0 +1,602 @@
+/*
+ * remote_http.c - ranged GETs over libcurl, signed for S3, retried.
+ *
+ * A pool of easy handles is shared by all threads: a request takes one,
+ * resets it (which keeps its live connections and TLS sessions) and gives
+ * it back, so connections are kept alive across requests without one
+ * handle per thread.  HTTP/2 is used where TLS offers it (libcurl's
+ * default); TLS peers are always verified.
+ *
+ * One request is retried, with exponential backoff and jitter, for
+ * 5xx, 429, timeouts, resets and bodies cut short; a retry asks for the
+ * bytes not yet received only.  It is given up (EIO) after attempts
+ * tries, or once remote_timeout seconds passed without a byte arriving:
+ * a stalled server is noticed by libcurl's low-speed check (under one
+ * byte per second for remote_timeout), so no reader blocks forever.
+ *
+ * Each request sends If-Match with the ETag of the mount; a 412, a
+ * changed ETag or a changed total size in Content-Range marks the object
+ * replaced, logged once, and every later read of it fails.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "remote_internal.h"
+#include "shardfs/log.h"
+#include "shardfs/sigv4.h"
+
+/* Idle easy handles kept (each with its connections). */
+#define HTTP_POOL_MAX 64
+/* Bytes of an error body kept for the message (S3's <Code>). */
+#define HTTP_ERROR_BODY_MAX 1024
+/* First backoff, and the longest, in milliseconds. */
+#define HTTP_BACKOFF_FIRST_MS 100
+#define HTTP_BACKOFF_MAX_MS 5000
+/* Redirects followed for unsigned requests. */
+#define HTTP_MAX_REDIRECTS 5
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static CURL *pool[HTTP_POOL_MAX];
+static unsigned pool_nr;
+
+/* What one request asks for and what came back. */
+struct transfer {
+	struct remote_object *o; /* the object */
+	const char *query;	/* appended after '?', or NULL */
+	bool ranged;		/* send Range: bytes=off-(off+len-1) */
+	bool if_match;		/* send If-Match: o->etag */
+	uint64_t off;		/* first byte wanted (ranged) */
+	char *buf;		/* where the body goes */
+	size_t len;		/* bytes wanted (the size of buf) */
+	size_t got;		/* bytes of the body stored so far */
+	bool grow;		/* buf is malloc'ed and grows up to len */
+	size_t cap;		/* bytes allocated when grow */
+	uint64_t asked_from;	/* first byte the current attempt asked for */
+	bool overflow;		/* more body than wanted: aborted */
+	bool bad_range;		/* a 206 starting elsewhere: aborted */
+	struct remote_response resp; /* from the headers */
+	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
+	size_t error_len;	/* bytes in error_body */
+};
+
+/* How an attempt ended. */
+enum outcome {
+	OUTCOME_DONE,		/* the answer wanted, complete */
+	OUTCOME_RETRY,		/* transient: try again for the rest */
+	OUTCOME_FAIL,		/* final: the request cannot succeed */
+};
+
+static CURL *handle_get(void)
+{
+	CURL *h = NULL;
+
+	pthread_mutex_lock(&pool_lock);
+	if (pool_nr)
+		h = pool[--pool_nr];
+	pthread_mutex_unlock(&pool_lock);
+	if (h)
+		curl_easy_reset(h);	/* keeps connections and caches */
+	return h ? h : curl_easy_init();
+}
+
+static void handle_put(CURL *h)
+{
+	pthread_mutex_lock(&pool_lock);
+	if (pool_nr < HTTP_POOL_MAX) {
+		pool[pool_nr++] = h;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	if (h)
+		curl_easy_cleanup(h);
+}
+
+int remote_http_init(void)
+{
+	return curl_global_init(CURL_GLOBAL_DEFAULT) ? -EIO : 0;
+}
+
+void remote_http_release(void)
+{
+	while (pool_nr)
+		curl_easy_cleanup(pool[--pool_nr]);
+	curl_global_cleanup();
+}
+
+/* "bytes A-B/T" or "bytes * /T" into @r. */
+static void parse_content_range(const char *v, struct remote_response *r)
+{
+	unsigned long long a, b, t;
+
+	r->has_range = true;
+	r->range_total = UINT64_MAX;
+	if (sscanf(v, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+		r->range_start = a;
+		r->range_total = t;
+	} else if (sscanf(v, "bytes */%llu", &t) == 1) {
+		r->range_total = t;
+	}
+}
+
+/* Copy header value @v (@n bytes, CRLF included) trimmed into @out. */
+static void header_value(const char *v, size_t n, char *out, size_t cap)
+{
+	while (n && (*v == ' ' || *v == '\t'))
+		v++, n--;
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, v, n);
+	out[n] = '\0';
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
+{
+	struct transfer *t = arg;
+	size_t n = size * nitems;
+	char value[REMOTE_ETAG_MAX];
+	const char *colon = memchr(line, ':', n);
+	size_t name_len = colon ? (size_t)(colon - line) : 0;
+
+	if (n > 5 && !strncmp(line, "HTTP/", 5)) {
+		/* a new response (after a redirect or 100): start over */
+		memset(&t->resp, 0, sizeof(t->resp));
+		sscanf(line, "HTTP/%*s %ld", &t->resp.status);
+		return n;
+	}
+	if (!colon)
+		return n;
+	header_value(colon + 1, n - name_len - 1, value, sizeof(value));
+	if (name_len == 13 && !strncasecmp(line, "content-range", 13))
+		parse_content_range(value, &t->resp);
+	else if (name_len == 4 && !strncasecmp(line, "etag", 4))
+		snprintf(t->resp.etag, sizeof(t->resp.etag), "%s", value);
+	else if (name_len == 13 && !strncasecmp(line, "last-modified", 13))
+		t->resp.last_modified = curl_getdate(value, NULL);
+	return n;
+}
+
+/* Is the response the body we asked for? (Known before the body.) */
+static bool body_wanted(const struct transfer *t, long status)
+{
+	return t->ranged ? status == 206 : status == 200;
+}
+
+static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
+{
+	struct transfer *t = arg;
+	size_t n = size * nitems;
+
+	if (t->ranged && t->resp.status == 200) {
+		t->overflow = true;	/* the whole object: not wanted */
+		return 0;
+	}
+	if (t->ranged && t->resp.status == 206 &&
+	    (!t->resp.has_range || t->resp.range_start != t->asked_from)) {
+		t->bad_range = true;
+		return 0;
+	}
+	if (!body_wanted(t, t->resp.status)) {
+		size_t room = sizeof(t->error_body) - 1 - t->error_len;
+
+		memcpy(t->error_body + t->error_len, data, n < room ? n : room);
+		t->error_len += n < room ? n : room;
+		t->error_body[t->error_len] = '\0';
+		return n;
+	}
+	if (t->got + n > t->len) {
+		t->overflow = true;
+		return 0;	/* aborts the transfer */
+	}
+	if (t->grow && t->got + n + 1 > t->cap) {
+		size_t cap = (t->got + n + 1) * 2;
+		char *p = realloc(t->buf, cap < t->len + 1 ? cap : t->len + 1);
+
+		if (!p)
+			return 0;
+		t->buf = p;
+		t->cap = cap < t->len + 1 ? cap : t->len + 1;
+	}
+	memcpy(t->buf + t->got, data, n);
+	t->got += n;
+	atomic_fetch_add_explicit(&remote_cfg.counters.bytes, n, memory_order_relaxed);
+	return n;
+}
+
+/* Add the SigV4 headers for @t's request to @hdrs.  0 or -errno. */
+static int sign_headers(const struct transfer *t, struct curl_slist **hdrs)
+{
+	struct sigv4_signature *sig = malloc(sizeof(*sig));
+	struct sigv4_header host = { "host", t->o->host };
+	struct sigv4_key key = { remote_cfg.access_key_id,
+				 remote_cfg.secret_access_key,
+				 remote_cfg.session_token };
+	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
+	struct sigv4_request req = { "GET", t->o->sign_path, t->query, &host, 1,
+				     SIGV4_EMPTY_SHA256, true };
+	char line[SIGV4_AUTH_MAX + 32];
+	int rc;
+
+	if (!sig)
+		return -ENOMEM;
+	rc = sigv4_sign(&req, &key, &scope, sig);
+	if (!rc) {
+		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
+		*hdrs = curl_slist_append(*hdrs, line);
+		*hdrs = curl_slist_append(*hdrs, "X-Amz-Content-Sha256: " SIGV4_EMPTY_SHA256);
+		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
+		*hdrs = curl_slist_append(*hdrs, line);
+		memset(line, 0, sizeof(line));
+	}
+	if (!rc && key.session_token) {
+		char *tok;
+
+		if (asprintf(&tok, "X-Amz-Security-Token: %s", key.session_token) < 0)
+			rc = -ENOMEM;
+		else
+			*hdrs = curl_slist_append(*hdrs, tok), free(tok);
+	}
+	free(sig);
+	return rc;
+}
+
+/* The request headers of @t: Range, If-Match, the signature. */
+static int request_headers(const struct transfer *t, struct curl_slist **hdrs)
+{
+	char line[REMOTE_ETAG_MAX + 64];
+
+	if (t->ranged) {
+		snprintf(line, sizeof(line), "Range: bytes=%" PRIu64 "-%" PRIu64,
+			 t->off + t->got, t->off + t->len - 1);
+		*hdrs = curl_slist_append(*hdrs, line);
+	}
+	if (t->if_match && t->o->etag[0]) {
+		snprintf(line, sizeof(line), "If-Match: %s", t->o->etag);
+		*hdrs = curl_slist_append(*hdrs, line);
+	}
+	if (!t->o->sign_path)
+		return 0;
+	snprintf(line, sizeof(line), "Host: %s", t->o->host);
+	*hdrs = curl_slist_append(*hdrs, line);
+	return sign_headers(t, hdrs);
+}
+
+static void set_options(CURL *h, struct transfer *t, const char *url,
+			struct curl_slist *hdrs)
+{
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)remote_cfg.timeout);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)remote_cfg.timeout);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (remote_cfg.cacert)
+		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
+	/* a redirect would invalidate a signature: only unsigned follow */
+	if (!t->o->sign_path) {
+		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+		curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)HTTP_MAX_REDIRECTS);
+		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	}
+}
+
+/* Record the first-byte latency of a finished attempt. */
+static void count_latency(CURL *h)
+{
+	struct remote_counters *k = &remote_cfg.counters;
+	curl_off_t us = 0;
+	unsigned long long max;
+
+	curl_easy_getinfo(h, CURLINFO_STARTTRANSFER_TIME_T, &us);
+	atomic_fetch_add_explicit(&k->latency_us, (unsigned long long)us,
+				  memory_order_relaxed);
+	max = atomic_load_explicit(&k->latency_max_us, memory_order_relaxed);
+	while ((unsigned long long)us > max &&
+	       !atomic_compare_exchange_weak_explicit(&k->latency_max_us, &max,
+						      (unsigned long long)us,
+						      memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+/* One attempt of @t; *@cerr gets libcurl's result. */
+static int perform(struct transfer *t, CURLcode *cerr)
+{
+	struct curl_slist *hdrs = NULL;
+	char url[REMOTE_URL_MAX + 2048];
+	CURL *h = handle_get();
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	snprintf(url, sizeof(url), "%s%s%s", t->o->url, t->query ? "?" : "",
+		 t->query ? t->query : "");
+	rc = request_headers(t, &hdrs);
+	if (!rc) {
+		memset(&t->resp, 0, sizeof(t->resp));
+		t->asked_from = t->off + t->got;
+		t->error_len = 0;
+		t->error_body[0] = '\0';
+		set_options(h, t, url, hdrs);
+		atomic_fetch_add_explicit(&remote_cfg.counters.requests, 1,
+					  memory_order_relaxed);
+		*cerr = curl_easy_perform(h);
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t->resp.status);
+		count_latency(h);
+	}
+	curl_slist_free_all(hdrs);
+	handle_put(h);
+	return rc;
+}
+
+/* S3's <Code> of an error body, or "". */
+static void error_code(const struct transfer *t, char *out, size_t cap)
+{
+	const char *a = strstr(t->error_body, "<Code>"), *b;
+
+	out[0] = '\0';
+	if (a && (b = strstr(a + 6, "</Code>")) && (size_t)(b - a - 6) < cap)
+		snprintf(out, cap, " %.*s", (int)(b - a - 6), a + 6);
+}
+
+/* Mark @o replaced and say so, once. */
+static void object_replaced(struct remote_object *o, const char *why)
+{
+	if (atomic_exchange(&o->replaced, true))
+		return;
+	atomic_fetch_add_explicit(&remote_cfg.counters.replaced, 1, memory_order_relaxed);
+	log_error("%s: the object was replaced on the server since the mount (%s); "
+		  "its files now fail with EIO (remount to serve the new object)",
+		  o->name, why);
+}
+
+/* Did a 206 for a read come from the object of the mount? */
+static bool same_object(struct transfer *t)
+{
+	struct remote_object *o = t->o;
+
+	if (t->resp.has_range && t->resp.range_total != UINT64_MAX &&
+	    t->resp.range_total != o->size) {
+		object_replaced(o, "its size changed");
+		return false;
+	}
+	if (o->etag[0] && t->resp.etag[0] && strcmp(o->etag, t->resp.etag)) {
+		object_replaced(o, "its ETag changed");
+		return false;
+	}
+	return true;
+}
+
+/* Classify an attempt of a read (ranged, If-Match). */
+static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
+				 size_t why_len)
+{
+	long st = t->resp.status;
+	char code[64];
+
+	if (st == 206 && !same_object(t))
+		return OUTCOME_FAIL;
+	if (st == 200) {
+		snprintf(why, why_len, "the server ignored the Range header (HTTP 200)");
+		return OUTCOME_FAIL;
+	}
+	if (t->bad_range) {
+		snprintf(why, why_len, "the server answered a range from %" PRIu64
+			 " with another range", t->asked_from);
+		return OUTCOME_FAIL;
+	}
+	if (st == 206 && cerr == CURLE_OK && t->got == t->len)
+		return OUTCOME_DONE;
+	if (t->overflow) {
+		snprintf(why, why_len, "the server sent more bytes than asked for");
+		return OUTCOME_FAIL;
+	}
+	if (st == 412 || st == 416) {
+		object_replaced(t->o, st == 412 ? "If-Match failed: HTTP 412"
+					       : "the range is past its end: HTTP 416");
+		return OUTCOME_FAIL;
+	}
+	error_code(t, code, sizeof(code));
+	if (cerr != CURLE_OK)
+		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+	else
+		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206)
+		return OUTCOME_RETRY;
+	return OUTCOME_FAIL;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Sleep before retry @n (1, 2, ...): exponential, jittered, capped. */
+static void backoff(unsigned n, uint64_t deadline)
+{
+	uint64_t ms = HTTP_BACKOFF_FIRST_MS << (n < 10 ? n - 1 : 9), now = now_ms();
+	unsigned seed = (unsigned)(now ^ (uintptr_t)&n);
+
+	if (ms > HTTP_BACKOFF_MAX_MS)
+		ms = HTTP_BACKOFF_MAX_MS;
+	ms = ms / 2 + (uint64_t)rand_r(&seed) % (ms / 2 + 1);	/* "equal jitter" */
+	if (now + ms > deadline)
+		ms = deadline > now ? deadline - now : 0;
+	usleep((useconds_t)(ms * 1000));
+}
+
+/*
+ * Run @t until done, resuming at the byte reached after a transient
+ * failure.  @classify decides what an attempt means.  0, or -EIO with
+ * the last reason in @why.
+ */
+static int run(struct transfer *t,
+	       enum outcome (*classify)(struct transfer *, CURLcode, char *, size_t),
+	       char *why, size_t why_len)
+{
+	uint64_t progress = now_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
+	unsigned attempt = 0;
+
+	for (;;) {
+		size_t before = t->got;
+		CURLcode cerr = CURLE_OK;
+		enum outcome out;
+		int rc = perform(t, &cerr);
+
+		if (rc)
+			return snprintf(why, why_len, "%s", strerror(-rc)), rc;
+		out = classify(t, cerr, why, why_len);
+		if (t->got > before)
+			progress = now_ms();
+		if (out == OUTCOME_DONE)
+			return 0;
+		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
+		    now_ms() - progress >= limit)
+			break;
+		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
+					  memory_order_relaxed);
+		log_debug("%s: %s; retry %u", t->o->name, why, attempt);
+		backoff(attempt, progress + limit);
+	}
+	atomic_fetch_add_explicit(&remote_cfg.counters.errors, 1, memory_order_relaxed);
+	return -EIO;
+}
+
+ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
+			 uint64_t off)
+{
+	struct transfer t = { .o = o, .ranged = true, .if_match = true,
+			      .off = off, .buf = buf };
+	char why[256];
+
+	if (atomic_load_explicit(&o->replaced, memory_order_relaxed))
+		return -EIO;
+	if (off >= o->size || !len)
+		return 0;
+	t.len = len < o->size - off ? len : (size_t)(o->size - off);
+	if (run(&t, read_outcome, why, sizeof(why))) {
+		if (!atomic_load(&o->replaced))
+			log_error("%s: bytes %" PRIu64 "-%" PRIu64 ": %s", o->name,
+				  off, off + t.len - 1, why);
+		return -EIO;
+	}
+	return (ssize_t)t.len;
+}
+
+/* The probe succeeds with any answer that settles the question. */
+static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
+				  size_t why_len)
+{
+	long st = t->resp.status;
+	char code[64];
+
+	if (cerr == CURLE_OK && (st == 206 || st == 200 || st == 416))
+		return OUTCOME_DONE;
+	if (t->overflow && st == 200)
+		return OUTCOME_DONE;	/* the whole object came: refused below */
+	error_code(t, code, sizeof(code));
+	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
+		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+	else
+		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
+							   : OUTCOME_FAIL;
+}
+
+/* Size, ETag and time from a settled probe, or a refusal. */
+static int probe_result(struct remote_object *o, const struct transfer *t,
+			char *msg, size_t msg_len)
+{
+	const struct remote_response *r = &t->resp;
+
+	if (r->status == 200)
+		return log_format(msg, msg_len, -EPROTO, "%s: the server ignores Range "
+				  "requests (it answered a ranged GET with 200 and the "
+				  "whole object); shardfs reads shards with ranged GETs "
+				  "and cannot use this server", o->name);
+	if (!r->has_range || r->range_total == UINT64_MAX)
+		return log_format(msg, msg_len, -EPROTO, "%s: HTTP %ld without a "
+				  "usable Content-Range", o->name, r->status);
+	if (r->status == 416 && r->range_total)
+		return log_format(msg, msg_len, -EPROTO, "%s: HTTP 416 for byte 0 of "
+				  "a %" PRIu64 "-byte object", o->name, r->range_total);
+	o->size = r->range_total;
+	snprintf(o->etag, sizeof(o->etag), "%s", r->etag);
+	o->mtime = r->last_modified > 0 ? r->last_modified : 0;
+	return 0;
+}
+
+int remote_http_probe(struct remote_object *o, char *msg, size_t msg_len)
+{
+	char byte, why[256];
+	struct transfer t = { .o = o, .ranged = true, .buf = &byte, .len = 1 };
+
+	if (run(&t, probe_outcome, why, sizeof(why))) {
+		int err = t.resp.status == 404 ? -ENOENT :
+			  t.resp.status == 403 ? -EACCES : -EIO;
+
+		return log_format(msg, msg_len, err, "%s: %s", o->name, why);
+	}
+	return probe_result(o, &t, msg, msg_len);
+}
+
+static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
+				 size_t why_len)
+{
+	long st = t->resp.status;
+	char code[64];
+
+	if (cerr == CURLE_OK && st == 200)
+		return OUTCOME_DONE;
+	error_code(t, code, sizeof(code));
+	if (t->overflow)
+		snprintf(why, why_len, "the answer is larger than %zu bytes", t->len);
+	else if (cerr != CURLE_OK)
+		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+	else
+		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	t->got = 0;	/* a body is fetched whole: start over */
+	return !t->overflow && (cerr != CURLE_OK || st >= 500 || st == 429) ?
+	       OUTCOME_RETRY : OUTCOME_FAIL;
+}
+
+int remote_http_get_body(struct remote_object *o, const char *query,
+			 size_t max, char **body, char *msg, size_t msg_len)
+{
+	struct transfer t = { .o = o, .query = query, .grow = true, .len = max };
+	char why[256];
+	int rc = run(&t, body_outcome, why, sizeof(why));
+
+	if (rc) {
+		free(t.buf);
+		return log_format(msg, msg_len, t.resp.status == 404 ? -ENOENT :
+				  t.resp.status == 403 ? -EACCES : -EIO, "%s: %s",
+				  o->name, why);
+	}
+	if (!t.buf && !(t.buf = malloc(1)))
+		return -ENOMEM;
+	t.buf[t.got] = '\0';
+	*body = t.buf;
+	return 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * remote_internal.h - what the pieces of the remote shard reader share:
+ * the resolved configuration, one remote object, the HTTP request layer
+ * (remote_http.c), S3 addressing, credentials and listing (remote_s3.c)
+ * and the chunk cache (chunk_cache.c).
+ */
+#ifndef SHARDFS_REMOTE_INTERNAL_H
+#define SHARDFS_REMOTE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "shardfs/remote.h"
+
+/* Longest ETag kept (S3's are 34 bytes, quotes included). */
+#define REMOTE_ETAG_MAX 256
+/* Longest host[:port]. */
+#define REMOTE_HOST_MAX 256
+/* Longest URL built. */
+#define REMOTE_URL_MAX 4096
+/* Longest secret or key id read from a file or the environment. */
+#define REMOTE_SECRET_MAX 2048
+
+/* Counters for /.shardfs/stats and metrics; all relaxed atomics. */
+struct remote_counters {
+	atomic_ullong requests;		/* HTTP requests sent (attempts) */
+	atomic_ullong bytes;		/* body bytes received */
+	atomic_ullong retries;		/* attempts after a failed one */
+	atomic_ullong errors;		/* requests given up (EIO) */
+	atomic_ullong replaced;		/* objects found replaced */
+	atomic_ullong cache_hits;	/* chunk reads served from memory */
+	atomic_ullong cache_misses;	/* chunk reads that waited for a GET */
+	atomic_ullong prefetches;	/* chunks fetched ahead of a reader */
+	atomic_ullong latency_us;	/* sum of first-byte latencies */
+	atomic_ullong latency_max_us;	/* the longest first-byte latency */
+};
+
+/* The resolved configuration (remote_init) and shared state. */
+struct remote_config {
+	char *endpoint;		/* S3 endpoint URL, no trailing '/' */
+	char *region;		/* S3 region */
+	bool virtual_hosted;	/* bucket in the host name, else in the path */
+	bool sign;		/* SigV4-sign S3 requests */
+	char *access_key_id;	/* S3 credentials when sign */
+	char *secret_access_key; /* never logged */
+	char *session_token;	/* NULL unless temporary credentials */
+	char *cacert;		/* CA bundle, NULL: the system's */
+	uint64_t chunk_size;	/* bytes per ranged GET */
+	uint64_t cache_mem;	/* bytes of chunk buffers */
+	uint32_t timeout;	/* seconds without progress before EIO */
+	uint32_t attempts;	/* tries per request */
+	bool used;		/* a remote shard was opened */
+	struct remote_counters counters; /* see above */
+};
+
+extern struct remote_config remote_cfg;
+
+/* One remote object (a shard), as opened. */
+struct remote_object {
+	char *name;		/* as named: s3://bucket/key or the URL */
+	char url[REMOTE_URL_MAX]; /* what is fetched */
+	char host[REMOTE_HOST_MAX]; /* host[:port] of url, signed for S3 */
+	char *sign_path;	/* decoded path to sign (S3), NULL: unsigned */
+	char etag[REMOTE_ETAG_MAX]; /* at open; "" when the server sent none */
+	uint64_t size;		/* bytes, at open */
+	time_t mtime;		/* Last-Modified, at open (0: unknown) */
+	atomic_bool replaced;	/* found replaced: every read fails */
+};
+
+/* What a response said about itself. */
+struct remote_response {
+	long status;		/* HTTP status */
+	bool has_range;		/* a Content-Range header came */
+	uint64_t range_start;	/* its first byte */
+	uint64_t range_total;	/* its total size (UINT64_MAX: '*') */
+	char etag[REMOTE_ETAG_MAX]; /* ETag header, "" if none */
+	time_t last_modified;	/* Last-Modified, 0 if none */
+};
+
+/* Fill @o's url, host and sign_path for s3://bucket/key.  0 or -errno. */
+int remote_s3_object(struct remote_object *o, const char *bucket,
+		     const char *key, char *msg, size_t msg_len);
+
+/* Split "s3://bucket/key" into @bucket and @key (malloc'ed). */
+int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
+		    size_t msg_len);
+
+/* Resolve region, endpoint, addressing and credentials into remote_cfg. */
+int remote_s3_configure(const struct remote_options *ro);
+
+/* List every *.tar under s3://bucket/prefix, sorted, calling @add. */
+int remote_s3_list(const char *bucket, const char *prefix,
+		   int (*add)(void *arg, const char *name, size_t len), void *arg,
+		   char *msg, size_t msg_len);
+
+/*
+ * GET [@off, @off + @len) of @o into @buf, with If-Match, retrying as
+ * remote.h says and resuming at the byte reached.  Returns the bytes
+ * read (less than @len only at the end of the object) or -EIO.
+ */
+ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
+			 uint64_t off);
+
+/*
+ * The mount-time probe: a GET of byte 0 that records size, ETag and
+ * Last-Modified in @o, and refuses a server that ignores Range.
+ */
+int remote_http_probe(struct remote_object *o, char *msg, size_t msg_len);
+
+/*
+ * GET the whole (small) body of @o's url plus "?@query" into a malloc'ed
+ * NUL-terminated *@body of at most @max bytes; for listings.  0 or -errno
+ * with a message.
+ */
+int remote_http_get_body(struct remote_object *o, const char *query,
+			 size_t max, char **body, char *msg, size_t msg_len);
+
+int remote_http_init(void);
+void remote_http_release(void);
+
+/* The chunk cache (chunk_cache.c). */
+struct chunk_cache;
+
+/* Per-source state the cache keeps; embedded in the remote source. */
+struct chunk_owner {
+	struct remote_object *obj; /* what chunks are fetched from */
+	uint64_t size;		/* bytes of the object */
+	atomic_ullong next_ahead; /* first chunk not yet prefetched */
+	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
+};
+
+int chunk_cache_init(uint64_t chunk_size, uint64_t mem);
+void chunk_cache_release(void);
+
+/* Read through the cache; the shard_source read() contract. */
+ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
+			 uint64_t off);
+
+/* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
+void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* Chunks of [@off, @off + @len) were consumed: evict them first. */
+void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* Drop every chunk of @ow (before it is freed); waits for fetches. */
+void chunk_cache_forget(struct chunk_owner *ow);
+
+#endif

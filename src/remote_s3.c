@@ -1,0 +1,451 @@
+/*
+ * remote_s3.c - S3: where an object is (endpoint, addressing), who asks
+ * (credentials), and what a prefix holds (ListObjectsV2).
+ *
+ * Settings are resolved once, in the order the AWS CLI uses, except that
+ * every one of them also has a -o form that wins (fstab passes no
+ * environment): -o option, then the environment, then the shared files
+ * (~/.aws/credentials, ~/.aws/config) of the profile, then a default.
+ * Credentials named by -o aws_profile= come from the files even when the
+ * environment has keys, as with the CLI's --profile.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remote_internal.h"
+#include "shardfs/log.h"
+#include "shardfs/sigv4.h"
+
+/* Largest ListObjectsV2 page accepted (1,000 keys are about 300 KB). */
+#define S3_LIST_PAGE_MAX (16u << 20)
+/* Longest line of an AWS ini file. */
+#define S3_INI_LINE_MAX 4096
+/* Longest S3 key (S3's own limit is 1,024 bytes). */
+#define S3_KEY_MAX 1024
+
+/* What a profile of the shared files says. */
+struct profile_values {
+	char *key_id;		/* aws_access_key_id */
+	char *secret;		/* aws_secret_access_key */
+	char *token;		/* aws_session_token */
+	char *region;		/* region (config file) */
+};
+
+static void profile_values_free(struct profile_values *v)
+{
+	free(v->key_id);
+	if (v->secret)
+		memset(v->secret, 0, strlen(v->secret));
+	free(v->secret);
+	free(v->token);
+	free(v->region);
+}
+
+/* Is "[...]" line @l the section of @profile? "[p]" or "[profile p]". */
+static bool is_section(const char *l, const char *profile)
+{
+	size_t n = strlen(profile);
+
+	l++;
+	while (*l == ' ')
+		l++;
+	if (!strncmp(l, "profile ", 8))
+		for (l += 8; *l == ' '; l++)
+			;
+	if (strncmp(l, profile, n))
+		return false;
+	for (l += n; *l == ' '; l++)
+		;
+	return *l == ']';
+}
+
+/* Trim @s in place; returns its first non-blank byte. */
+static char *trim(char *s)
+{
+	size_t n;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	n = strlen(s);
+	while (n && isspace((unsigned char)s[n - 1]))
+		s[--n] = '\0';
+	return s;
+}
+
+static void set_value(struct profile_values *v, const char *key, const char *val)
+{
+	char **slot = !strcmp(key, "aws_access_key_id") ? &v->key_id :
+		      !strcmp(key, "aws_secret_access_key") ? &v->secret :
+		      !strcmp(key, "aws_session_token") ? &v->token :
+		      !strcmp(key, "region") ? &v->region : NULL;
+
+	if (slot && !*slot && strlen(val) < REMOTE_SECRET_MAX)
+		*slot = strdup(val);
+}
+
+/* Fill what @v lacks from section @profile of ini file @path. */
+static int read_profile(const char *path, const char *profile,
+			struct profile_values *v)
+{
+	char line[S3_INI_LINE_MAX];
+	bool in = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		char *l = trim(line), *eq;
+
+		if (*l == '[') {
+			in = is_section(l, profile);
+			continue;
+		}
+		if (!in || *l == '#' || *l == ';' || !(eq = strchr(l, '=')))
+			continue;
+		*eq = '\0';
+		set_value(v, trim(l), trim(eq + 1));
+	}
+	fclose(f);
+	memset(line, 0, sizeof(line));
+	return 0;
+}
+
+/* $HOME/@rel, with the password database when HOME is unset (fstab). */
+static void home_file(const char *env, const char *rel, char *out, size_t cap)
+{
+	const char *home = getenv("HOME");
+	struct passwd *pw;
+
+	if (getenv(env) && *getenv(env)) {
+		snprintf(out, cap, "%s", getenv(env));
+		return;
+	}
+	if ((!home || !*home) && (pw = getpwuid(geteuid())))
+		home = pw->pw_dir;
+	snprintf(out, cap, "%s/%s", home ? home : "", rel);
+}
+
+static char *dup_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strdup(v) : NULL;
+}
+
+/* Credentials into remote_cfg, from -o credentials, env or the files. */
+static int find_credentials(const struct remote_options *ro, const char *profile,
+			    struct profile_values *v)
+{
+	char path[4096];
+
+	if (ro->credentials) {
+		int rc = read_profile(ro->credentials, profile, v);
+
+		if (rc)
+			return log_error("credentials=%s: %s", ro->credentials,
+					 strerror(-rc)), rc;
+		if (!v->key_id || !v->secret)
+			return log_error("credentials=%s: no aws_access_key_id and "
+					 "aws_secret_access_key in profile [%s]",
+					 ro->credentials, profile), -EINVAL;
+		return 0;
+	}
+	if (!ro->profile && getenv("AWS_ACCESS_KEY_ID") && getenv("AWS_SECRET_ACCESS_KEY")) {
+		v->key_id = dup_env("AWS_ACCESS_KEY_ID");
+		v->secret = dup_env("AWS_SECRET_ACCESS_KEY");
+		v->token = dup_env("AWS_SESSION_TOKEN");
+		return 0;
+	}
+	home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials", path, sizeof(path));
+	read_profile(path, profile, v);
+	home_file("AWS_CONFIG_FILE", ".aws/config", path, sizeof(path));
+	read_profile(path, profile, v);
+	return 0;
+}
+
+/* Region, endpoint and addressing into remote_cfg. */
+static int find_location(const struct remote_options *ro, struct profile_values *v)
+{
+	const char *region = ro->region ?: getenv("AWS_REGION") ?:
+			     getenv("AWS_DEFAULT_REGION") ?: v->region ?: "us-east-1";
+	const char *endpoint = ro->endpoint ?: getenv("AWS_ENDPOINT_URL_S3") ?:
+			       getenv("AWS_ENDPOINT_URL");
+	size_t n;
+
+	remote_cfg.region = strdup(region);
+	if (endpoint && *endpoint)
+		remote_cfg.endpoint = strdup(endpoint);
+	else if (asprintf(&remote_cfg.endpoint, "https://s3.%s.amazonaws.com", region) < 0)
+		remote_cfg.endpoint = NULL;
+	if (!remote_cfg.region || !remote_cfg.endpoint)
+		return -ENOMEM;
+	if (strncmp(remote_cfg.endpoint, "http://", 7) &&
+	    strncmp(remote_cfg.endpoint, "https://", 8))
+		return log_error("endpoint=%s: not an http:// or https:// URL",
+				 remote_cfg.endpoint), -EINVAL;
+	n = strlen(remote_cfg.endpoint);
+	while (n && remote_cfg.endpoint[n - 1] == '/')
+		remote_cfg.endpoint[--n] = '\0';
+	if (!ro->addressing)
+		remote_cfg.virtual_hosted = !(endpoint && *endpoint);
+	else if (!strcmp(ro->addressing, "path") || !strcmp(ro->addressing, "virtual"))
+		remote_cfg.virtual_hosted = !strcmp(ro->addressing, "virtual");
+	else
+		return log_error("s3_addressing=%s: path or virtual", ro->addressing),
+		       -EINVAL;
+	return 0;
+}
+
+int remote_s3_configure(const struct remote_options *ro)
+{
+	const char *profile = ro->profile ?: getenv("AWS_PROFILE") ?: "default";
+	struct profile_values v = { 0 };
+	int rc = 0;
+
+	remote_cfg.sign = !ro->no_sign_request;
+	if (remote_cfg.sign)
+		rc = find_credentials(ro, profile, &v);
+	if (!rc && !v.region) {
+		char path[4096];
+
+		home_file("AWS_CONFIG_FILE", ".aws/config", path, sizeof(path));
+		read_profile(path, profile, &v);
+	}
+	rc = rc ?: find_location(ro, &v);
+	if (!rc && remote_cfg.sign && v.key_id && v.secret) {
+		remote_cfg.access_key_id = v.key_id;
+		remote_cfg.secret_access_key = v.secret;
+		remote_cfg.session_token = v.token;
+		v.key_id = v.secret = v.token = NULL;
+	}
+	profile_values_free(&v);
+	return rc;
+}
+
+int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
+		    size_t msg_len)
+{
+	const char *b = name + 5, *slash = strchr(b, '/');
+
+	if (!slash || slash == b)
+		return log_format(msg, msg_len, -EINVAL, "%s: not s3://BUCKET/KEY", name);
+	*bucket = strndup(b, slash - b);
+	*key = strdup(slash + 1);
+	if (!*bucket || !*key) {
+		free(*bucket);
+		free(*key);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The scheme ("https://") and host[:port] of the endpoint. */
+static void endpoint_parts(char *scheme, size_t scap, char *host, size_t hcap)
+{
+	const char *e = remote_cfg.endpoint, *h = strstr(e, "://") + 3;
+	size_t hl = strcspn(h, "/");
+
+	snprintf(scheme, scap, "%.*s", (int)(h - e), e);
+	snprintf(host, hcap, "%.*s", (int)hl, h);
+}
+
+int remote_s3_object(struct remote_object *o, const char *bucket,
+		     const char *key, char *msg, size_t msg_len)
+{
+	char scheme[16], host[REMOTE_HOST_MAX], ekey[3 * S3_KEY_MAX + 1];
+	char ebucket[3 * 64 + 1];
+	int n;
+
+	if (remote_cfg.sign && !remote_cfg.access_key_id)
+		return log_format(msg, msg_len, -EACCES, "%s: no AWS credentials (from "
+				  "-o credentials=FILE, AWS_ACCESS_KEY_ID and "
+				  "AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials); "
+				  "use -o no_sign_request for a public bucket", o->name);
+	if (sigv4_uri_encode(key, strlen(key), true, ekey, sizeof(ekey)) < 0 ||
+	    sigv4_uri_encode(bucket, strlen(bucket), false, ebucket, sizeof(ebucket)) < 0)
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", o->name);
+	endpoint_parts(scheme, sizeof(scheme), host, sizeof(host));
+	if (remote_cfg.virtual_hosted) {
+		if (snprintf(o->host, sizeof(o->host), "%s.%s", bucket, host) >=
+		    (int)sizeof(o->host))
+			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: host name "
+					  "too long", o->name);
+		n = snprintf(o->url, sizeof(o->url), "%s%s/%s", scheme, o->host, ekey);
+		o->sign_path = malloc(strlen(key) + 2);
+		if (o->sign_path)
+			sprintf(o->sign_path, "/%s", key);
+	} else {
+		snprintf(o->host, sizeof(o->host), "%s", host);
+		n = snprintf(o->url, sizeof(o->url), "%s/%s%s%s", remote_cfg.endpoint,
+			     ebucket, *key ? "/" : "", ekey);
+		o->sign_path = malloc(strlen(bucket) + strlen(key) + 3);
+		if (o->sign_path)
+			sprintf(o->sign_path, "/%s%s%s", bucket, *key ? "/" : "", key);
+	}
+	if (n >= (int)sizeof(o->url))
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", o->name);
+	if (!o->sign_path)
+		return -ENOMEM;
+	if (!remote_cfg.sign) {
+		free(o->sign_path);
+		o->sign_path = NULL;
+	}
+	return 0;
+}
+
+/* Decode the five XML entities of @n bytes at @s into @out. */
+static size_t xml_text(const char *s, size_t n, char *out)
+{
+	static const struct { const char *ent; char c; } ents[] = {
+		{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
+		{ "&quot;", '"' }, { "&apos;", '\'' },
+	};
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t k;
+
+		for (k = 0; s[i] == '&' && k < 5; k++)
+			if (!strncmp(s + i, ents[k].ent, strlen(ents[k].ent)))
+				break;
+		if (s[i] == '&' && k < 5) {
+			out[o++] = ents[k].c;
+			i += strlen(ents[k].ent) - 1;
+		} else {
+			out[o++] = s[i];
+		}
+	}
+	out[o] = '\0';
+	return o;
+}
+
+/* The text of the first <@tag> in [@p, @end), decoded into @out. */
+static bool xml_field(const char *p, const char *end, const char *tag,
+		      char *out, size_t cap)
+{
+	char open[64], close[64];
+	const char *a, *b;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	a = strstr(p, open);
+	if (!a || a >= end)
+		return false;
+	a += strlen(open);
+	b = strstr(a, close);
+	if (!b || b > end || (size_t)(b - a) >= cap)
+		return false;
+	xml_text(a, b - a, out);
+	return true;
+}
+
+/* A growing list of names. */
+struct name_list {
+	char **names;		/* malloc'ed names */
+	size_t nr;		/* entries used */
+	size_t cap;		/* entries allocated */
+};
+
+static int list_push(struct name_list *l, const char *bucket, const char *key)
+{
+	if (l->nr == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		char **p = realloc(l->names, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		l->names = p;
+		l->cap = cap;
+	}
+	if (asprintf(&l->names[l->nr], "s3://%s/%s", bucket, key) < 0)
+		return -ENOMEM;
+	l->nr++;
+	return 0;
+}
+
+/* Collect the *.tar keys of one page; its continuation token into @next. */
+static int parse_page(const char *body, const char *bucket, struct name_list *l,
+		      char *next, size_t next_cap)
+{
+	const char *p = body;
+	char key[S3_KEY_MAX + 1], truncated[8] = "";
+	int rc = 0;
+
+	while (!rc && (p = strstr(p, "<Contents>"))) {
+		const char *end = strstr(p, "</Contents>");
+		size_t n;
+
+		if (!end)
+			return -EPROTO;
+		if (xml_field(p, end, "Key", key, sizeof(key)) &&
+		    (n = strlen(key)) > 4 && !strcmp(key + n - 4, ".tar"))
+			rc = list_push(l, bucket, key);
+		p = end;
+	}
+	next[0] = '\0';
+	xml_field(body, body + strlen(body), "IsTruncated", truncated, sizeof(truncated));
+	if (!rc && !strcmp(truncated, "true") &&
+	    !xml_field(body, body + strlen(body), "NextContinuationToken", next, next_cap))
+		return -EPROTO;
+	return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* GET one page of the listing; the query is built encoded. */
+static int list_page(struct remote_object *o, const char *prefix, const char *token,
+		     char **body, char *msg, size_t msg_len)
+{
+	char eprefix[3 * S3_KEY_MAX + 1], etoken[3 * 1024 + 1], query[8192];
+
+	if (sigv4_uri_encode(prefix, strlen(prefix), false, eprefix, sizeof(eprefix)) < 0 ||
+	    sigv4_uri_encode(token, strlen(token), false, etoken, sizeof(etoken)) < 0)
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: prefix too long", o->name);
+	snprintf(query, sizeof(query), "%s%s%slist-type=2&prefix=%s",
+		 *token ? "continuation-token=" : "", etoken, *token ? "&" : "", eprefix);
+	return remote_http_get_body(o, query, S3_LIST_PAGE_MAX, body, msg, msg_len);
+}
+
+int remote_s3_list(const char *bucket, const char *prefix,
+		   int (*add)(void *arg, const char *name, size_t len), void *arg,
+		   char *msg, size_t msg_len)
+{
+	struct remote_object o = { 0 };
+	struct name_list l = { 0 };
+	char token[1024] = "";
+	int rc;
+
+	if (asprintf(&o.name, "s3://%s/%s", bucket, prefix) < 0)
+		return -ENOMEM;
+	rc = remote_s3_object(&o, bucket, "", msg, msg_len);
+	do {
+		char *body = NULL;
+
+		rc = rc ?: list_page(&o, prefix, token, &body, msg, msg_len);
+		if (!rc && (rc = parse_page(body, bucket, &l, token, sizeof(token))) == -EPROTO)
+			log_format(msg, msg_len, rc, "%s: malformed ListObjectsV2 answer",
+				   o.name);
+		free(body);
+	} while (!rc && token[0]);
+	if (!rc && !l.nr)
+		rc = log_format(msg, msg_len, -ENOENT, "%s: no *.tar objects under the prefix",
+				o.name);
+	qsort(l.names, l.nr, sizeof(*l.names), cmp_name);
+	for (size_t i = 0; i < l.nr; i++) {
+		if (!rc)
+			rc = add(arg, l.names[i], strlen(l.names[i]));
+		free(l.names[i]);
+	}
+	free(l.names);
+	free(o.sign_path);
+	free(o.name);
+	return rc;
+}

@@ -1,0 +1,133 @@
+/*
+ * source_remote.c - a shard that is a remote object, as a shard_source.
+ *
+ * Reads go through the chunk cache (chunk_cache.c), hints steer its
+ * prefetching, and the size never needs a request: the object is pinned
+ * by its ETag (If-Match on every GET), so a replaced object is noticed by
+ * the read that meets it, not by polling.
+ *
+ * The times reported for the index (index_store.c validates a cached
+ * index by size and times): mtime is Last-Modified; ctime is
+ * Last-Modified with the nanoseconds set from a hash of the ETag, so that
+ * a cached index is used again only for the same URL, size and ETag.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "remote_internal.h"
+#include "shardfs/log.h"
+
+struct source_remote {
+	struct shard_source base; /* base.size: the object's size at open */
+	struct remote_object obj; /* where and which version */
+	struct chunk_owner owner; /* its chunks in the cache */
+};
+
+static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
+			   uint64_t off)
+{
+	struct source_remote *r = (struct source_remote *)src;
+
+	return chunk_cache_read(&r->owner, buf, len, off);
+}
+
+static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
+			  enum shard_source_advice advice)
+{
+	struct source_remote *r = (struct source_remote *)src;
+
+	if (advice == SHARD_SOURCE_WILLNEED)
+		chunk_cache_willneed(&r->owner, off, len);
+	else
+		chunk_cache_dontneed(&r->owner, off, len);
+}
+
+/* The size at open: a changed object fails its reads (If-Match). */
+static int remote_current_size(struct shard_source *src, uint64_t *size)
+{
+	*size = src->size;
+	return 0;
+}
+
+static void remote_close(struct shard_source *src)
+{
+	struct source_remote *r = (struct source_remote *)src;
+
+	chunk_cache_forget(&r->owner);
+	free(r->obj.sign_path);
+	free(r->obj.name);
+	free(r);
+}
+
+static const struct shard_source_ops remote_ops = {
+	.read = remote_read,
+	.advise = remote_advise,
+	.current_size = remote_current_size,
+	.close = remote_close,
+};
+
+/* Where @url is fetched from: itself, or the S3 object it names. */
+static int locate(struct remote_object *o, const char *url, char *msg,
+		  size_t msg_len)
+{
+	char *bucket, *key;
+	int rc;
+
+	if (strncmp(url, "s3://", 5)) {
+		if (strlen(url) >= sizeof(o->url))
+			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", url);
+		strcpy(o->url, url);
+		return 0;
+	}
+	rc = remote_s3_split(url, &bucket, &key, msg, msg_len);
+	if (rc)
+		return rc;
+	rc = *key ? remote_s3_object(o, bucket, key, msg, msg_len) :
+	     log_format(msg, msg_len, -EINVAL, "%s: names a bucket, not an object", url);
+	free(bucket);
+	free(key);
+	return rc;
+}
+
+int shard_source_open_remote(const char *url, struct shard_source **src,
+			     struct shard_source_info *info, char *msg,
+			     size_t msg_len)
+{
+	struct source_remote *r;
+	int rc;
+
+	if (!remote_cfg.chunk_size)
+		return log_format(msg, msg_len, -EINVAL, "%s: remote shards are not "
+				  "configured", url);
+	r = calloc(1, sizeof(*r));
+	if (!r || !(r->obj.name = strdup(url)) || !(info->name = strdup(url))) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = locate(&r->obj, url, msg, msg_len) ?: remote_http_probe(&r->obj, msg, msg_len);
+	if (rc)
+		goto out_free;
+	remote_cfg.used = true;
+	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size };
+	r->owner = (struct chunk_owner){ .obj = &r->obj, .size = r->obj.size };
+	info->stored_size = r->obj.size;
+	info->mtime = (struct timespec){ .tv_sec = r->obj.mtime };
+	info->ctime = (struct timespec){
+		.tv_sec = r->obj.mtime,
+		.tv_nsec = (long)(XXH3_64bits(r->obj.etag, strlen(r->obj.etag)) %
+				  1000000000u),
+	};
+	*src = &r->base;
+	return 0;
+out_free:
+	free(info->name);
+	info->name = NULL;
+	if (r) {
+		free(r->obj.sign_path);
+		free(r->obj.name);
+	}
+	free(r);
+	return rc;
+}
