@@ -22,6 +22,7 @@
 #include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 #include "shardfs/util.h"
 
 #define INDEX_SUFFIX ".shardfs-index"
@@ -224,15 +225,20 @@ static int candidates(const struct shard_set *set,
 		      char paths[2][PATH_MAX])
 {
 	char raw[2][PATH_MAX];
-	int n = 0;
+	int n = 0, nr = so->path ? 1 : 2;
 
 	if (so->path)
 		snprintf(raw[0], PATH_MAX, "%s", so->path);
 	else
 		default_paths(set, so->options_hash, raw);
+	/* a remote set has no directory to write in: the cache only */
+	if (!so->path && remote_is_url(set->shards[0].path)) {
+		memcpy(raw[0], raw[1], PATH_MAX);
+		nr = 1;
+	}
 	/* a path that cannot be resolved (its directory is missing) is kept
 	 * as given: loading finds nothing there, saving says why it failed */
-	for (int i = 0; i < (so->path ? 1 : 2); i++, n++)
+	for (int i = 0; i < nr; i++, n++)
 		if (canonical_path(raw[i], paths[n]))
 			memcpy(paths[n], raw[i], PATH_MAX);
 	return n;

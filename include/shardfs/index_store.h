@@ -9,6 +9,9 @@
  *   2. otherwise in the cache directory: $XDG_CACHE_HOME/shardfs, or
  *      /var/cache/shardfs for root, or ~/.cache/shardfs, named by a hash
  *      of the first shard's path.
+ * A remote set (remote.h) has only the second: the cache directory,
+ * named by a hash of the first URL; its shards are validated by URL, size
+ * and ETag (source_remote.c), all learnt by the probe at open.
  * The first shard names the set, so appending shards keeps the same index
  * file and only the new shards are scanned.  Layout options other than
  * the default add their hash to the name, so mounts with different
