@@ -20,6 +20,10 @@
 # counts system calls; groff-base, man-db, shellcheck and lintian check the
 # manual pages, scripts and the Debian package in
 # tests/integration/test_packaging_files.py and test_package.py; their
+# Remote shards: libcurl4-openssl-dev and libssl-dev build the reader
+# (HTTP(S), SigV4); nginx-light, openssl, python3-botocore and Node.js/npm
+# run the loopback servers of tests/integration/test_remote_*.py (s3rver
+# itself is installed by those tests with npm, into the build tree).
 # systemd-analyze comes with the base system's systemd, not named here
 # because apt-get would then upgrade systemd whenever Debian has a newer one.
 set -eu
@@ -32,7 +36,8 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
 	build-essential cmake pkg-config libfuse3-dev fuse3 libarchive-dev \
-	libxxhash-dev liburing-dev uthash-dev python3 python3-venv \
+	libxxhash-dev liburing-dev uthash-dev libcurl4-openssl-dev libssl-dev \
+	python3 python3-venv \
 	python3-setuptools python3-wheel python3-pil python3-torch python3-torchvision \
 	python3-matplotlib \
 	>/dev/null
@@ -40,5 +45,9 @@ apt-get install -y -qq --no-install-recommends \
 apt-get install -y -qq --no-install-recommends \
 	clang libclang-rt-14-dev libcmocka-dev valgrind strace attr tar \
 	libarchive-tools python3-pytest python3-yaml groff-base man-db \
-	shellcheck lintian btrfs-progs dmsetup \
+	shellcheck lintian btrfs-progs dmsetup nginx-light openssl python3-botocore \
 	>/dev/null
+# Node.js for s3rver: the machine's own when present, else Debian's
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi

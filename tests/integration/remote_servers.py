@@ -1,0 +1,365 @@
+"""Real servers on loopback for the remote shard tests, started and always
+stopped by the tests themselves, each on a free port of 127.0.0.1:
+
+- nginx (Debian's): static files with ranges, keep-alive, ETags and
+  If-Match, optionally limit_rate to emulate a slower link;
+- Python's http.server, which ignores Range (answers 200): the refusal;
+- FaultProxy, a Python proxy in front of nginx that cuts bodies, answers
+  503 bursts or stalls on demand, and counts what it forwards;
+- s3rver (npm, on the machine's Node.js) behind SigV4Proxy, which
+  recomputes every request's signature with botocore from the request as
+  received and answers 403 SignatureDoesNotMatch on a mismatch.  s3rver
+  checks no signature itself and misreads suffix ranges: what the S3 tests
+  prove about signing comes from the proxy, and shardfs sends no suffix
+  ranges.  The proxy also adds max-keys=2 to listings it forwards (after
+  checking the signature), so that continuation tokens are exercised.
+"""
+import contextlib
+import http.client
+import http.server
+import os
+import shutil
+import socket
+import socketserver
+import subprocess
+import threading
+import time
+
+import shardfs_testlib as lib
+
+S3RVER_VERSION = "3.7.1"
+ACCESS_KEY = "AKIDSHARDFSTEST"
+SECRET_KEY = "shardfs/test+secret/key"
+REGION = "us-west-2"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc=None, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError("server exited with %s" % proc.returncode)
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("nothing listens on 127.0.0.1:%d" % port)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+NGINX_CONF = """
+daemon off;
+user root;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 512; }}
+http {{
+  access_log {dir}/access.log;
+  client_body_temp_path {dir}/tmp; proxy_temp_path {dir}/tmp;
+  fastcgi_temp_path {dir}/tmp; uwsgi_temp_path {dir}/tmp;
+  scgi_temp_path {dir}/tmp;
+  keepalive_requests 100000;
+  server {{
+    listen 127.0.0.1:{port}{ssl};
+    {tls}
+    root {root};
+    {limit}
+  }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx(root, workdir, limit_rate=None, cert=None):
+    """nginx serving ROOT; yields its base URL (http://, or https:// with
+    CERT=(certfile, keyfile))."""
+    port = free_port()
+    os.makedirs(os.path.join(workdir, "tmp"), exist_ok=True)
+    tls = ("ssl_certificate %s; ssl_certificate_key %s;" % cert) if cert else ""
+    conf = os.path.join(workdir, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF.format(
+            dir=workdir, port=port, root=root, ssl=" ssl" if cert else "",
+            tls=tls, limit="limit_rate %s;" % limit_rate if limit_rate else ""))
+    proc = subprocess.Popen(["nginx", "-c", conf, "-p", workdir],
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        yield "%s://127.0.0.1:%d" % ("https" if cert else "http", port)
+    finally:
+        stop(proc)
+
+
+def access_log_lines(workdir):
+    with open(os.path.join(workdir, "access.log")) as f:
+        return f.read().splitlines()
+
+
+def self_signed_cert(workdir):
+    """(certfile, keyfile) for 127.0.0.1, made with openssl."""
+    cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "2", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return cert, key
+
+
+class _Threaded(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@contextlib.contextmanager
+def serve(handler):
+    server = _Threaded(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, "http://127.0.0.1:%d" % server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def no_range_server(root):
+    """Python's http.server on ROOT: it answers every GET with 200."""
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *a):
+            pass
+
+    with serve(Handler) as (_, url):
+        yield url
+
+
+class Faults:
+    """What FaultProxy does to the next requests; thread-safe counters."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cut = 0          # next N bodies are cut after cut_at bytes
+        self.cut_at = 100_000
+        self.unavailable = 0  # next N requests answered 503
+        self.stall = False    # requests hang (no answer) while set
+        self.requests = 0     # requests received
+        self.ranges = []      # Range headers received
+
+    def take(self, name):
+        with self.lock:
+            n = getattr(self, name)
+            if n:
+                setattr(self, name, n - 1)
+            return n > 0
+
+
+@contextlib.contextmanager
+def fault_proxy(upstream):
+    """A proxy to UPSTREAM (http://host:port) applying a Faults; yields
+    (faults, base URL)."""
+    host, port = upstream.split("//")[1].split(":")
+    faults = Faults()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            with faults.lock:
+                faults.requests += 1
+                faults.ranges.append(self.headers.get("Range"))
+            while faults.stall:
+                time.sleep(0.05)
+            if faults.take("unavailable"):
+                body = b"<Error><Code>SlowDown</Code></Error>"
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() in ("range", "if-match")}
+            conn.request("GET", self.path, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+            cut = faults.take("cut") and len(data) > faults.cut_at
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() in ("content-range", "etag", "last-modified",
+                                 "content-type"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:faults.cut_at] if cut else data)
+            if cut:
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+    with serve(Handler) as (_, url):
+        yield faults, url
+
+
+# --------------------------------------------------------------------------
+# S3: s3rver behind a botocore signature check
+
+
+def s3rver_dir():
+    """Where s3rver is installed with npm (the build tree, never the
+    source tree)."""
+    return os.path.join(os.path.abspath(lib.BUILD_DIR), "test-deps", "s3rver")
+
+
+def install_s3rver():
+    """npm install s3rver@3.7.1 once; returns the path of its CLI."""
+    prefix = s3rver_dir()
+    cli = os.path.join(prefix, "node_modules", "s3rver", "bin", "s3rver.js")
+    if not os.path.exists(cli):
+        os.makedirs(prefix, exist_ok=True)
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
+                        "--prefix", prefix, "s3rver@" + S3RVER_VERSION],
+                       check=True, stdout=subprocess.DEVNULL)
+    return cli
+
+
+def botocore_signature(method, raw_path, headers, token=None):
+    """The SigV4 signature botocore computes for the request as received:
+    the path and query exactly as on the request line (S3 does not
+    normalise), the headers the client says it signed."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    auth = headers.get("Authorization", "")
+    signed = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
+    req = AWSRequest(method=method, url="http://%s%s" % (headers["Host"], raw_path),
+                     headers={h: headers[h] for h in signed if h in headers})
+    req.context["timestamp"] = headers["X-Amz-Date"]
+    signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY, token), "s3", REGION)
+    canonical = signer.canonical_request(req)
+    return signer.signature(signer.string_to_sign(req, canonical), req)
+
+
+class S3Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests = []      # (method, path) of every request
+        self.rejected = 0       # requests answered 403 by the check
+
+
+@contextlib.contextmanager
+def s3_server(workdir, buckets):
+    """s3rver with BUCKETS created, behind the signature-checking proxy;
+    yields (stats, endpoint URL, upload(bucket, key, path))."""
+    cli = install_s3rver()
+    port = free_port()
+    data = os.path.join(workdir, "s3rver")
+    os.makedirs(data, exist_ok=True)
+    argv = ["node", cli, "--directory", data, "--address", "127.0.0.1",
+            "--port", str(port), "--silent"]
+    for b in buckets:
+        argv += ["--configure-bucket", b]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stats = S3Stats()
+    try:
+        wait_port(port, proc)
+        with _sigv4_proxy(port, stats) as url:
+            yield stats, url, lambda b, k, p: _upload(port, b, k, p)
+    finally:
+        stop(proc)
+
+
+def _upload(port, bucket, key, path):
+    """PUT a file into s3rver directly (it ignores signatures)."""
+    from urllib.parse import quote
+    with open(path, "rb") as f:
+        body = f.read()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("PUT", "/%s/%s" % (bucket, quote(key)), body=body,
+                 headers={"Content-Length": str(len(body))})
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    assert resp.status == 200, (resp.status, key)
+
+
+@contextlib.contextmanager
+def _sigv4_proxy(upstream_port, stats):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def refuse(self, code, message):
+            body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code>"
+                    "<Message>%s</Message></Error>" % (code, message)).encode()
+            self.send_response(403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            with stats.lock:
+                stats.requests.append(("GET", self.path))
+            if "Authorization" not in self.headers:
+                return self.forward()
+            expected = botocore_signature("GET", self.path, self.headers,
+                                          self.headers.get("X-Amz-Security-Token"))
+            got = self.headers["Authorization"].split("Signature=")[-1]
+            if got != expected:
+                with stats.lock:
+                    stats.rejected += 1
+                return self.refuse("SignatureDoesNotMatch",
+                                   "The request signature we calculated does not "
+                                   "match the signature you provided.")
+            return self.forward()
+
+        def forward(self):
+            path = self.path
+            if "list-type=2" in path:
+                path += "&max-keys=2"
+            conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() in ("range", "if-match")}
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() in ("content-range", "etag", "last-modified",
+                                 "content-type"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    with serve(Handler) as (_, url):
+        yield url
+
+
+def copy_tree(src, dst):
+    shutil.copytree(src, dst, dirs_exist_ok=True)

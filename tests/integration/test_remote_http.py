@@ -1,0 +1,239 @@
+"""Shards on web servers: http:// and https:// mounts against real servers
+on loopback (remote_servers.py).
+
+- Every byte of every file equals `tar -x` of the same shards.
+- Requests: a full read of a shard takes at most ceil(size / chunk) + 1
+  GETs and fetches no byte twice; a random read of one file is one GET;
+  a second mount of an unchanged set reads its cached index (one probe
+  per shard, nothing else).
+- TLS is verified: a self-signed server is refused, and accepted with
+  -o cacert=.
+- A server that ignores Range (Python's http.server) is refused at mount
+  with a message that says so.
+- Faults (a proxy in front of nginx): bodies cut short and 503 bursts are
+  retried and resumed, the data still exact; a stalled server turns into
+  EIO within remote_timeout; an object replaced under the mount fails
+  with EIO and a log line naming it, never mixed bytes.
+"""
+import errno
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+
+import pytest
+
+import remote_servers as rs
+import shardfs_testlib as lib
+
+CHUNK = 1 << 20
+
+
+def make_shards(root, count=3, files=60, seed=0):
+    """COUNT shards of FILES members (1 KB .. 300 KB) in ROOT; names."""
+    names = []
+    for s in range(count):
+        src = root / ("src%d" % s)
+        members = []
+        for i in range(files):
+            rel = "s%d/%05d.bin" % (s, i)
+            size = 1000 + (i * 7919 + s * 104729 + seed) % 300_000
+            lib.write_file(src / rel, lib.deterministic_bytes("%d-%d-%d" % (seed, s, i), size))
+            members.append(rel)
+        lib.finish_dirs(src)
+        name = "shard-%06d.tar" % s
+        lib.gnu_tar_create(root / name, src, members, "gnu")
+        shutil.rmtree(src)
+        names.append(name)
+    return names
+
+
+def one_chunk_member(shard):
+    """A member of SHARD in the middle whose data lies in one chunk."""
+    members = lib.member_offsets(shard)
+    for name, _, ti in members[len(members) // 2:]:
+        if ti.offset_data // CHUNK == (ti.offset_data + ti.size - 1) // CHUNK:
+            return name
+    raise AssertionError("no member inside one chunk")
+
+
+def digests(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        if os.path.basename(d) == ".shardfs" or "/.shardfs" in d:
+            continue
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def remote_stats(mnt):
+    with open(os.path.join(mnt, ".shardfs", "stats")) as f:
+        return json.load(f)["remote"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """(www root, shard names, reference tree) shared by the tests."""
+    work = tmp_path_factory.mktemp("www")
+    www = work / "www"
+    www.mkdir()
+    names = make_shards(www)
+    ref = work / "ref"
+    lib.extract_reference_ok([www / n for n in names], ref)
+    return www, names, ref
+
+
+@pytest.fixture
+def cache_env(tmp_path):
+    """A private index cache, so that tests do not share index files."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    return env
+
+
+def spec(url, names):
+    return "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
+
+
+def test_every_byte_and_request_bounds(site, tmp_path, cache_env):
+    www, names, ref = site
+    with rs.nginx(www, str(tmp_path / "ng")) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=64M",
+                         env=cache_env):
+            probes = remote_stats(mnt)["requests"]
+            assert probes == len(names) + sum(
+                math.ceil(os.path.getsize(www / n) / CHUNK) for n in names), \
+                "the index build reads each chunk once"
+            assert digests(mnt) == digests(ref)
+            st = remote_stats(mnt)
+            assert st["errors"] == 0 and st["retries"] == 0
+        # a second mount reads the cached index: one probe per shard
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                         env=cache_env):
+            assert remote_stats(mnt)["requests"] == len(names)
+            # one file at random (inside one chunk): one GET of one chunk
+            victim = one_chunk_member(www / names[2])
+            with open(mnt / victim, "rb") as f:
+                data = f.read()
+            with open(ref / victim, "rb") as f:
+                assert data == f.read()
+            assert remote_stats(mnt)["requests"] == len(names) + 1
+            # a full read of one shard: at most ceil(size/chunk) + 1 GETs
+            before = remote_stats(mnt)
+            first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
+            for p in first:
+                lib.read_member(mnt / p)
+            after = remote_stats(mnt)
+            size = os.path.getsize(www / names[0])
+            assert after["requests"] - before["requests"] <= math.ceil(size / CHUNK) + 1
+            assert after["bytes"] - before["bytes"] <= size
+
+
+def test_no_byte_fetched_twice_on_a_sequential_read(site, tmp_path, cache_env):
+    www, names, ref = site
+    with rs.nginx(www, str(tmp_path / "ng")) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=2M",
+                         env=cache_env):
+            before = remote_stats(mnt)
+            assert digests(mnt) == digests(ref)
+            after = remote_stats(mnt)
+        total = sum(os.path.getsize(www / n) for n in names)
+        # the index was built in this mount: it read every byte once; the
+        # full read of the tree then (with 2 MiB of cache) at most once more
+        assert after["bytes"] <= 2 * total + len(names)
+        assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
+
+
+def test_tls_is_verified(site, tmp_path, cache_env):
+    www, names, _ = site
+    cert, key = rs.self_signed_cert(str(tmp_path))
+    with rs.nginx(www, str(tmp_path / "ng"), cert=(cert, key)) as url:
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        r, _, _ = lib.run_shardfs_expect_failure(spec(url, names), mnt, env=cache_env)
+        assert "certificate" in r.stderr.lower(), r.stderr
+        with lib.mounted(spec(url, names), mnt, "-o", "cacert=%s" % cert,
+                         env=cache_env):
+            assert len(digests(mnt)) == 60 * len(names)
+
+
+def test_server_ignoring_range_is_refused(site, tmp_path, cache_env):
+    www, names, _ = site
+    (tmp_path / "mnt").mkdir()
+    with rs.no_range_server(www) as url:
+        r, mounted, _ = lib.run_shardfs_expect_failure(
+            spec(url, names), tmp_path / "mnt", env=cache_env)
+        assert r.returncode == 1 and not mounted
+        assert "ignores Range" in r.stderr, r.stderr
+        assert "shard-000000.tar" in r.stderr
+
+
+def test_cut_bodies_and_503_bursts_are_retried(site, tmp_path, cache_env):
+    www, names, ref = site
+    with rs.nginx(www, str(tmp_path / "ng")) as url, \
+            rs.fault_proxy(url) as (faults, purl):
+        faults.cut, faults.cut_at = 4, 300_000
+        faults.unavailable = 3
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(purl, names), mnt, "-o",
+                         "chunk_size=1M,cache_mem=8M,remote_attempts=10",
+                         env=cache_env):
+            faults.cut, faults.unavailable = 4, 3
+            assert digests(mnt) == digests(ref)
+            st = remote_stats(mnt)
+        assert st["retries"] >= 7 and st["errors"] == 0
+        # a retry after a cut asks for the rest only
+        resumed = [r for r in faults.ranges if r and not r.endswith("-0")
+                   and int(r.split("=")[1].split("-")[0]) % CHUNK]
+        assert resumed, faults.ranges
+
+
+def test_stalled_server_gives_eio_in_bounded_time(site, tmp_path, cache_env):
+    www, names, _ = site
+    with rs.nginx(www, str(tmp_path / "ng")) as url, \
+            rs.fault_proxy(url) as (faults, purl):
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(purl, names), mnt, "-o",
+                         "chunk_size=1M,cache_mem=4M,remote_timeout=2,index_mode=off",
+                         env=cache_env):
+            # the first member: its chunk was evicted by the later shards
+            path = mnt / "s0" / sorted(os.listdir(mnt / "s0"))[0]
+            faults.stall = True
+            try:
+                start = time.time()
+                _, err = lib.read_member(path)
+                elapsed = time.time() - start
+            finally:
+                faults.stall = False
+            assert err == errno.EIO
+            assert elapsed < 20, elapsed
+            assert remote_stats(mnt)["errors"] >= 1
+
+
+def test_replaced_object_fails_with_eio_and_is_named(site, tmp_path, cache_env):
+    www, names, _ = site
+    mine = tmp_path / "mine"
+    shutil.copytree(www, mine)
+    log = tmp_path / "shardfs.log"
+    with rs.nginx(mine, str(tmp_path / "ng")) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o",
+                         "chunk_size=256K,cache_mem=1M,log=%s" % log, env=cache_env):
+            # same size, other bytes, later mtime: nginx's ETag changes
+            victim = mine / names[1]
+            data = bytearray(victim.read_bytes())
+            data[-20000] ^= 0xFF
+            victim.write_bytes(bytes(data))
+            os.utime(victim, (time.time() + 5, time.time() + 5))
+            files = sorted(os.listdir(mnt / "s1"))
+            errs = [lib.read_member(mnt / "s1" / f)[1] for f in files[-3:]]
+            assert errno.EIO in errs and set(errs) <= {errno.EIO}, errs
+            assert remote_stats(mnt)["replaced_objects"] == 1
+        text = log.read_text()
+        assert names[1] in text and "replaced" in text, text
