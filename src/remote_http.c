@@ -513,8 +513,10 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 
 	if (cerr == CURLE_OK && (st == 206 || st == 200 || st == 416))
 		return OUTCOME_DONE;
-	if (t->overflow && st == 200)
-		return OUTCOME_DONE;	/* the whole object came: refused below */
+	/* more than byte 0 came: the whole object for a 200 (refused below),
+	 * or a longer range (s3rver's answer to "bytes=0-0") */
+	if (t->overflow && (st == 200 || (st == 206 && t->resp.has_range)))
+		return OUTCOME_DONE;
 	error_code(t, code, sizeof(code));
 	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
 		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));

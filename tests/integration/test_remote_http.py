@@ -16,8 +16,6 @@ on loopback (remote_servers.py).
   with EIO and a log line naming it, never mixed bytes.
 """
 import errno
-import hashlib
-import json
 import math
 import os
 import shutil
@@ -28,52 +26,7 @@ import pytest
 import remote_servers as rs
 import shardfs_testlib as lib
 
-CHUNK = 1 << 20
-
-
-def make_shards(root, count=3, files=60, seed=0):
-    """COUNT shards of FILES members (1 KB .. 300 KB) in ROOT; names."""
-    names = []
-    for s in range(count):
-        src = root / ("src%d" % s)
-        members = []
-        for i in range(files):
-            rel = "s%d/%05d.bin" % (s, i)
-            size = 1000 + (i * 7919 + s * 104729 + seed) % 300_000
-            lib.write_file(src / rel, lib.deterministic_bytes("%d-%d-%d" % (seed, s, i), size))
-            members.append(rel)
-        lib.finish_dirs(src)
-        name = "shard-%06d.tar" % s
-        lib.gnu_tar_create(root / name, src, members, "gnu")
-        shutil.rmtree(src)
-        names.append(name)
-    return names
-
-
-def one_chunk_member(shard):
-    """A member of SHARD in the middle whose data lies in one chunk."""
-    members = lib.member_offsets(shard)
-    for name, _, ti in members[len(members) // 2:]:
-        if ti.offset_data // CHUNK == (ti.offset_data + ti.size - 1) // CHUNK:
-            return name
-    raise AssertionError("no member inside one chunk")
-
-
-def digests(root):
-    out = {}
-    for d, _, files in os.walk(root):
-        if os.path.basename(d) == ".shardfs" or "/.shardfs" in d:
-            continue
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
-
-
-def remote_stats(mnt):
-    with open(os.path.join(mnt, ".shardfs", "stats")) as f:
-        return json.load(f)["remote"]
+from remote_servers import CHUNK, digests, make_shards, one_chunk_member, remote_stats
 
 
 @pytest.fixture(scope="module")
