@@ -223,8 +223,13 @@ static void fetch(struct chunk *c)
 
 	if (!c->data)
 		c->data = malloc(cc.chunk_size);	/* once per slot */
-	if (c->data)
+	if (c->data && !disk_cache_load(ow->obj, c->index, c->data, want)) {
+		n = (ssize_t)want;
+	} else if (c->data) {
 		n = remote_http_read(ow->obj, c->data, want, off);
+		if (n == (ssize_t)want)
+			disk_cache_store(ow->obj, c->index, c->data, want);
+	}
 	pthread_mutex_lock(&cc.lock);
 	c->len = n > 0 ? (size_t)n : 0;
 	c->state = n == (ssize_t)want ? CHUNK_READY : CHUNK_FAILED;

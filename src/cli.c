@@ -45,6 +45,8 @@ const struct fuse_opt cli_index_opts[] = {
 	CLI_OPT("cache_mem=%s", remote.cache_mem, 0),
 	CLI_OPT("remote_timeout=%s", remote.timeout, 0),
 	CLI_OPT("remote_attempts=%s", remote.attempts, 0),
+	CLI_OPT("cache_dir=%s", remote.cache_dir, 0),
+	CLI_OPT("cache_size=%s", remote.cache_size, 0),
 	CLI_OPT("-h", show_help, 1),
 	CLI_OPT("--help", show_help, 1),
 	CLI_OPT("-V", show_version, 1),

@@ -27,6 +27,8 @@ void remote_options_free(struct remote_options *ro)
 	free(ro->cache_mem);
 	free(ro->timeout);
 	free(ro->attempts);
+	free(ro->cache_dir);
+	free(ro->cache_size);
 	*ro = (struct remote_options){ 0 };
 }
 
@@ -60,7 +62,9 @@ static int parse_numbers(const struct remote_options *ro)
 	    option_number("remote_timeout", ro->timeout, 1, 86400,
 			  REMOTE_TIMEOUT_DEFAULT, false, &timeout) ||
 	    option_number("remote_attempts", ro->attempts, 1, 100,
-			  REMOTE_ATTEMPTS_DEFAULT, false, &attempts))
+			  REMOTE_ATTEMPTS_DEFAULT, false, &attempts) ||
+	    option_number("cache_size", ro->cache_size, 0, UINT64_MAX,
+			  REMOTE_CACHE_SIZE_DEFAULT, true, &remote_cfg.cache_size))
 		return -EINVAL;
 	remote_cfg.timeout = (uint32_t)timeout;
 	remote_cfg.attempts = (uint32_t)attempts;
@@ -86,9 +90,11 @@ int remote_init(const struct remote_options *ro)
 	rc = remote_http_init();
 	if (rc)
 		goto out_release;
-	rc = chunk_cache_init(remote_cfg.chunk_size, remote_cfg.cache_mem);
+	rc = chunk_cache_init(remote_cfg.chunk_size, remote_cfg.cache_mem) ?:
+	     disk_cache_init(ro->cache_dir, remote_cfg.cache_size);
 	if (!rc)
 		return 0;
+	chunk_cache_release();
 	remote_http_release();
 out_release:
 	remote_release();
@@ -99,6 +105,7 @@ void remote_release(void)
 {
 	if (remote_cfg.chunk_size) {
 		chunk_cache_release();
+		disk_cache_release();
 		remote_http_release();
 	}
 	free(remote_cfg.endpoint);
@@ -160,8 +167,8 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 	unsigned long long req = counter(&k->requests), lat = counter(&k->latency_us);
 	int n;
 
-	if (!remote_cfg.used)
-		return 0;
+	if (!remote_cfg.used && !metrics)
+		return 0;	/* metrics always: series should not come and go */
 	if (metrics)
 		n = snprintf(buf, cap,
 			"# TYPE shardfs_remote_requests_total counter\n"
@@ -177,21 +184,26 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"# TYPE shardfs_remote_cache_misses_total counter\n"
 			"shardfs_remote_cache_misses_total %llu\n"
 			"# TYPE shardfs_remote_latency_seconds_total counter\n"
-			"shardfs_remote_latency_seconds_total %.6f\n",
+			"shardfs_remote_latency_seconds_total %.6f\n"
+			"# TYPE shardfs_remote_disk_hits_total counter\n"
+			"shardfs_remote_disk_hits_total %llu\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
-			counter(&k->cache_hits), counter(&k->cache_misses), lat / 1e6);
+			counter(&k->cache_hits), counter(&k->cache_misses), lat / 1e6,
+			counter(&k->disk_hits));
 	else
 		n = snprintf(buf, cap,
 			"  \"remote\": {\"requests\": %llu, \"bytes\": %llu, "
 			"\"retries\": %llu, \"errors\": %llu, \"replaced_objects\": %llu, "
 			"\"cache_hits\": %llu, \"cache_misses\": %llu, \"prefetches\": %llu, "
 			"\"latency_mean_ms\": %.3f, \"latency_max_ms\": %.3f, "
+			"\"disk_hits\": %llu, \"disk_misses\": %llu, \"disk_corrupt\": %llu, "
 			"\"chunk_size\": %llu, \"cache_mem\": %llu},\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
 			counter(&k->replaced), counter(&k->cache_hits),
 			counter(&k->cache_misses), counter(&k->prefetches),
 			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,
-			(unsigned long long)remote_cfg.chunk_size,
+			counter(&k->disk_hits), counter(&k->disk_misses),
+			counter(&k->disk_corrupt), (unsigned long long)remote_cfg.chunk_size,
 			(unsigned long long)remote_cfg.cache_mem);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

@@ -34,6 +34,9 @@ struct remote_counters {
 	atomic_ullong cache_hits;	/* chunk reads served from memory */
 	atomic_ullong cache_misses;	/* chunk reads that waited for a GET */
 	atomic_ullong prefetches;	/* chunks fetched ahead of a reader */
+	atomic_ullong disk_hits;	/* chunks read from cache_dir */
+	atomic_ullong disk_misses;	/* chunks not in cache_dir */
+	atomic_ullong disk_corrupt;	/* cache files that failed a check */
 	atomic_ullong latency_us;	/* sum of first-byte latencies */
 	atomic_ullong latency_max_us;	/* the longest first-byte latency */
 };
@@ -50,6 +53,7 @@ struct remote_config {
 	char *cacert;		/* CA bundle, NULL: the system's */
 	uint64_t chunk_size;	/* bytes per ranged GET */
 	uint64_t cache_mem;	/* bytes of chunk buffers */
+	uint64_t cache_size;	/* bytes of the disk cache, if any */
 	uint32_t timeout;	/* seconds without progress before EIO */
 	uint32_t attempts;	/* tries per request */
 	bool used;		/* a remote shard was opened */
@@ -120,6 +124,20 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 
 int remote_http_init(void);
 void remote_http_release(void);
+
+/* The node-local disk cache (disk_cache.c); without -o cache_dir=, load
+ * finds nothing and store does nothing. */
+int disk_cache_init(const char *dir, uint64_t limit);
+void disk_cache_release(void);
+
+/* Chunk @index of @o (@len bytes) from disk into @buf: 0, or -ENOENT
+ * (absent) or -EBADMSG (failed a check: deleted). */
+int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
+		    size_t len);
+
+/* Keep chunk @index of @o on disk; failures only cost a later fetch. */
+void disk_cache_store(const struct remote_object *o, uint64_t index,
+		      const void *buf, size_t len);
 
 /* The chunk cache (chunk_cache.c). */
 struct chunk_cache;

@@ -51,6 +51,8 @@
 #define REMOTE_TIMEOUT_DEFAULT 30
 /* Default attempts per request (the first plus retries). */
 #define REMOTE_ATTEMPTS_DEFAULT 6
+/* Default size of the disk cache (-o cache_dir=): 10 GiB. */
+#define REMOTE_CACHE_SIZE_DEFAULT (10ull << 30)
 /* Threads fetching chunks ahead of forward readers. */
 #define REMOTE_PREFETCH_THREADS 4
 
@@ -67,6 +69,8 @@ struct remote_options {
 	char *cache_mem;	/* -o cache_mem=SIZE */
 	char *timeout;		/* -o remote_timeout=SECONDS */
 	char *attempts;		/* -o remote_attempts=N */
+	char *cache_dir;	/* -o cache_dir=DIR: chunks on local disk */
+	char *cache_size;	/* -o cache_size=SIZE of cache_dir */
 };
 
 /* The help text of those options. */
@@ -86,7 +90,10 @@ struct remote_options {
 	"    -o cache_mem=SIZE      memory for fetched chunks (default 256M)\n" \
 	"    -o remote_timeout=SECS give a request up after SECS without\n" \
 	"                           progress: EIO (default 30)\n" \
-	"    -o remote_attempts=N   tries per request (default 6)\n"
+	"    -o remote_attempts=N   tries per request (default 6)\n" \
+	"    -o cache_dir=DIR       keep fetched chunks in DIR, checksummed,\n" \
+	"                           shared by later mounts (default: none)\n" \
+	"    -o cache_size=SIZE     bytes of DIR to use, LRU (default 10G)\n"
 
 /* Free the option strings (cli.c parses them with fuse_opt). */
 void remote_options_free(struct remote_options *ro);
@@ -118,9 +125,9 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 			     size_t msg_len);
 
 /*
- * Append the remote counters as JSON members ("remote": {...}) or, with
- * @metrics, as Prometheus text, to @buf (@cap bytes).  Returns the length
- * written (0 when no remote shard was opened).
+ * Write the remote counters as a JSON member ("remote": {...}; nothing
+ * when no remote shard was opened) or, with @metrics, as Prometheus text
+ * (always), into @buf (@cap bytes).  Returns the length written.
  */
 size_t remote_stats_format(char *buf, size_t cap, bool metrics);
 

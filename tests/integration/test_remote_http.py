@@ -190,3 +190,46 @@ def test_replaced_object_fails_with_eio_and_is_named(site, tmp_path, cache_env):
             assert remote_stats(mnt)["replaced_objects"] == 1
         text = log.read_text()
         assert names[1] in text and "replaced" in text, text
+
+
+def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, tmp_path,
+                                                                  cache_env):
+    www, names, ref = site
+    cache = tmp_path / "chunks"
+    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
+    with rs.nginx(www, str(tmp_path / "ng")) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+            assert digests(mnt) == digests(ref)
+        files = sorted(cache.glob("*/*.chunk"))
+        total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
+        assert len(files) == total
+        # a torn file and a flipped byte: deleted and fetched again
+        with open(files[0], "r+b") as f:
+            f.truncate(os.path.getsize(files[0]) // 2)
+        with open(files[1], "r+b") as f:
+            f.seek(5000)
+            b = f.read(1)
+            f.seek(5000)
+            f.write(bytes([b[0] ^ 1]))
+        # a second epoch in a later mount: only the probes and the two
+        # chunks that were damaged go to the server
+        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+            assert digests(mnt) == digests(ref)
+            st = remote_stats(mnt)
+        assert st["disk_corrupt"] == 2
+        assert st["requests"] == len(names) + 2, st
+        assert st["disk_hits"] >= total - 2
+
+
+def test_disk_cache_stays_within_cache_size(site, tmp_path, cache_env):
+    www, names, ref = site
+    cache = tmp_path / "chunks"
+    with rs.nginx(www, str(tmp_path / "ng")) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o",
+                         "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=5M" % cache,
+                         env=cache_env):
+            assert digests(mnt) == digests(ref)
+    on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*.chunk"))
+    assert 0 < on_disk <= 5 << 20
