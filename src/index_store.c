@@ -171,6 +171,31 @@ static int64_t covered_shards(struct shard_set *set,
 	return sh->nr;
 }
 
+/*
+ * Load candidate @i of @paths.  A URL is a published index (remote.h):
+ * it is fetched into the first candidate, the local cache, so that the
+ * next mount finds it there.
+ */
+static int load_candidate(char paths[][PATH_MAX], int i, struct shard_index *idx,
+			  struct index_file_shards *sh, char *msg, size_t msg_len)
+{
+	char fetched[PATH_MAX + 16];
+	int rc;
+
+	if (!remote_is_url(paths[i]))
+		return index_file_load(paths[i], idx, sh, msg, msg_len);
+	if (snprintf(fetched, sizeof(fetched), "%s.fetched", paths[0]) >= (int)sizeof(fetched))
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", paths[0]);
+	rc = remote_fetch_file(paths[i], fetched, msg, msg_len);
+	if (rc == -ENOENT) {
+		log_debug("%s", msg);
+		return rc;
+	}
+	if (!rc && rename(fetched, paths[0]))
+		rc = log_format(msg, msg_len, -errno, "%s: %s", paths[0], strerror(errno));
+	return rc ? rc : index_file_load(paths[0], idx, sh, msg, msg_len);
+}
+
 /* Load the first valid index among @paths; *covered says for how much. */
 static int try_load(struct shard_index *idx, struct shard_set *set,
 		    char paths[][PATH_MAX], int nr_paths,
@@ -180,7 +205,7 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 	for (int i = 0; i < nr_paths; i++) {
 		struct index_file_shards sh;
 		char msg[256];
-		int rc = index_file_load(paths[i], idx, &sh, msg, sizeof(msg));
+		int rc = load_candidate(paths, i, idx, &sh, msg, sizeof(msg));
 
 		if (rc == -ENOENT)
 			continue;
@@ -211,10 +236,15 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
 	if (nr_paths > 1 && snprintf(dir, sizeof(dir), "%s", paths[0]) < (int)sizeof(dir) &&
 	    !access(dirname(dir), W_OK))
 		pick = 0;
+	if (remote_is_url(paths[pick]))
+		pick = 0;
 	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
 		log_warn("%s", msg);
 		return false;
 	}
+	if (nr_paths > 1 && remote_is_url(paths[1]))
+		log_info("%s: to let other nodes mount with one request, upload this "
+			 "index as %s", paths[pick], paths[1]);
 	strcpy(used, paths[pick]);
 	return true;
 }
@@ -231,10 +261,15 @@ static int candidates(const struct shard_set *set,
 		snprintf(raw[0], PATH_MAX, "%s", so->path);
 	else
 		default_paths(set, so->options_hash, raw);
-	/* a remote set has no directory to write in: the cache only */
+	/* a remote set: the cache, then an index published next to the
+	 * first shard (never written there: shardfs-index writes it locally,
+	 * the user uploads it) */
 	if (!so->path && remote_is_url(set->shards[0].path)) {
+		char published[PATH_MAX];
+
+		memcpy(published, raw[0], PATH_MAX);
 		memcpy(raw[0], raw[1], PATH_MAX);
-		nr = 1;
+		memcpy(raw[1], published, PATH_MAX);
 	}
 	/* a path that cannot be resolved (its directory is missing) is kept
 	 * as given: loading finds nothing there, saving says why it failed */

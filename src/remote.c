@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
@@ -108,6 +109,7 @@ void remote_release(void)
 		disk_cache_release();
 		remote_http_release();
 	}
+	remote_s3_forget_listings();
 	free(remote_cfg.endpoint);
 	free(remote_cfg.region);
 	free(remote_cfg.access_key_id);
@@ -153,6 +155,52 @@ int remote_expand(const char *item,
 	rc = remote_s3_list(bucket, prefix, add, arg, msg, msg_len);
 	free(bucket);
 	free(prefix);
+	return rc;
+}
+
+int remote_locate(struct remote_object *o, const char *url, char *msg,
+		  size_t msg_len)
+{
+	char *bucket, *key;
+	int rc;
+
+	if (strncmp(url, "s3://", 5)) {
+		if (strlen(url) >= sizeof(o->url))
+			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", url);
+		strcpy(o->url, url);
+		return 0;
+	}
+	rc = remote_s3_split(url, &bucket, &key, msg, msg_len);
+	if (rc)
+		return rc;
+	rc = *key ? remote_s3_object(o, bucket, key, msg, msg_len) :
+	     log_format(msg, msg_len, -EINVAL, "%s: names a bucket, not an object", url);
+	free(bucket);
+	free(key);
+	return rc;
+}
+
+int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_len)
+{
+	struct remote_object o = { .name = (char *)url };
+	char *body = NULL;
+	size_t len = 0;
+	FILE *f;
+	int rc = remote_locate(&o, url, msg, msg_len);
+
+	rc = rc ?: remote_http_get_body(&o, NULL, REMOTE_FILE_MAX, &body, &len, msg,
+					msg_len);
+	free(o.sign_path);
+	if (rc)
+		return rc;
+	f = fopen(path, "we");
+	if (!f || fwrite(body, 1, len, f) != len || fclose(f)) {
+		rc = log_format(msg, msg_len, -EIO, "%s: %s", path, strerror(errno));
+		if (f)
+			fclose(f);
+		unlink(path);
+	}
+	free(body);
 	return rc;
 }
 

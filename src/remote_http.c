@@ -479,7 +479,6 @@ static int run(struct transfer *t,
 		log_debug("%s: %s; retry %u", t->o->name, why, attempt);
 		backoff(attempt, progress + limit);
 	}
-	atomic_fetch_add_explicit(&remote_cfg.counters.errors, 1, memory_order_relaxed);
 	return -EIO;
 }
 
@@ -496,6 +495,8 @@ ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
 		return 0;
 	t.len = len < o->size - off ? len : (size_t)(o->size - off);
 	if (run(&t, read_outcome, why, sizeof(why))) {
+		atomic_fetch_add_explicit(&remote_cfg.counters.errors, 1,
+					  memory_order_relaxed);
 		if (!atomic_load(&o->replaced))
 			log_error("%s: bytes %" PRIu64 "-%" PRIu64 ": %s", o->name,
 				  off, off + t.len - 1, why);
@@ -584,7 +585,8 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 }
 
 int remote_http_get_body(struct remote_object *o, const char *query,
-			 size_t max, char **body, char *msg, size_t msg_len)
+			 size_t max, char **body, size_t *len, char *msg,
+			 size_t msg_len)
 {
 	struct transfer t = { .o = o, .query = query, .grow = true, .len = max };
 	char why[256];
@@ -600,5 +602,6 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 		return -ENOMEM;
 	t.buf[t.got] = '\0';
 	*body = t.buf;
+	*len = t.got;
 	return 0;
 }

@@ -29,7 +29,7 @@ struct remote_counters {
 	atomic_ullong requests;		/* HTTP requests sent (attempts) */
 	atomic_ullong bytes;		/* body bytes received */
 	atomic_ullong retries;		/* attempts after a failed one */
-	atomic_ullong errors;		/* requests given up (EIO) */
+	atomic_ullong errors;		/* data reads given up (EIO) */
 	atomic_ullong replaced;		/* objects found replaced */
 	atomic_ullong cache_hits;	/* chunk reads served from memory */
 	atomic_ullong cache_misses;	/* chunk reads that waited for a GET */
@@ -84,6 +84,11 @@ struct remote_response {
 	time_t last_modified;	/* Last-Modified, 0 if none */
 };
 
+/* Fill @o's url, host and sign_path for @url: itself, or the S3 object
+ * it names.  0 or -errno with a message. */
+int remote_locate(struct remote_object *o, const char *url, char *msg,
+		  size_t msg_len);
+
 /* Fill @o's url, host and sign_path for s3://bucket/key.  0 or -errno. */
 int remote_s3_object(struct remote_object *o, const char *bucket,
 		     const char *key, char *msg, size_t msg_len);
@@ -94,6 +99,16 @@ int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
 
 /* Resolve region, endpoint, addressing and credentials into remote_cfg. */
 int remote_s3_configure(const struct remote_options *ro);
+
+/*
+ * What a listing said of @o->name (size, ETag, Last-Modified), listing
+ * its prefix first (once per prefix, bounded) if no listing covered it:
+ * one LIST per prefix instead of one probe per shard.  0 or -ENOENT.
+ */
+int remote_s3_lookup(struct remote_object *o);
+
+/* Drop what listings remembered (remote_release). */
+void remote_s3_forget_listings(void);
 
 /* List every *.tar under s3://bucket/prefix, sorted, calling @add. */
 int remote_s3_list(const char *bucket, const char *prefix,
@@ -115,12 +130,13 @@ ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
 int remote_http_probe(struct remote_object *o, char *msg, size_t msg_len);
 
 /*
- * GET the whole (small) body of @o's url plus "?@query" into a malloc'ed
- * NUL-terminated *@body of at most @max bytes; for listings.  0 or -errno
- * with a message.
+ * GET the whole body of @o's url plus "?@query" into a malloc'ed
+ * NUL-terminated *@body of *@len (at most @max) bytes; for listings and
+ * published indexes.  0 or -errno (-ENOENT for a 404) with a message.
  */
 int remote_http_get_body(struct remote_object *o, const char *query,
-			 size_t max, char **body, char *msg, size_t msg_len);
+			 size_t max, char **body, size_t *len, char *msg,
+			 size_t msg_len);
 
 int remote_http_init(void);
 void remote_http_release(void);

@@ -11,11 +11,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <uthash.h>
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
@@ -27,6 +29,29 @@
 #define S3_INI_LINE_MAX 4096
 /* Longest S3 key (S3's own limit is 1,024 bytes). */
 #define S3_KEY_MAX 1024
+
+/* Most pages listed to learn the objects of a prefix shards were named
+ * in; past it, the remaining shards are probed one by one. */
+#define S3_LOOKUP_PAGES_MAX 100
+
+/* An object seen in a listing: what a probe would have learnt. */
+struct listed_object {
+	char *name;		/* s3://bucket/key */
+	uint64_t size;		/* Size */
+	char etag[REMOTE_ETAG_MAX]; /* ETag, as in a GET's header */
+	time_t mtime;		/* LastModified */
+	UT_hash_handle hh;	/* keyed by name */
+};
+
+/* A prefix already listed (s3://bucket/prefix). */
+struct listed_prefix {
+	char *name;		/* s3://bucket/prefix */
+	UT_hash_handle hh;	/* keyed by name */
+};
+
+static pthread_mutex_t listed_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct listed_object *listed;	/* every object listed so far */
+static struct listed_prefix *prefixes;	/* every prefix listed so far */
 
 /* What a profile of the shared files says. */
 struct profile_values {
@@ -368,7 +393,40 @@ static int list_push(struct name_list *l, const char *bucket, const char *key)
 	return 0;
 }
 
-/* Collect the *.tar keys of one page; its continuation token into @next. */
+/* Remember what a listing says of s3://@bucket/@key, for lookups. */
+static int remember(const char *bucket, const char *key, const char *p,
+		    const char *end)
+{
+	struct listed_object *o = calloc(1, sizeof(*o)), *old;
+	char size[32], when[64];
+	struct tm tm = { 0 };
+
+	if (!o || asprintf(&o->name, "s3://%s/%s", bucket, key) < 0) {
+		free(o);
+		return -ENOMEM;
+	}
+	if (!xml_field(p, end, "Size", size, sizeof(size)) ||
+	    !xml_field(p, end, "ETag", o->etag, sizeof(o->etag)) ||
+	    !xml_field(p, end, "LastModified", when, sizeof(when)) ||
+	    !strptime(when, "%Y-%m-%dT%H:%M:%S", &tm)) {
+		free(o->name);
+		free(o);
+		return 0;	/* not remembered: the shard will be probed */
+	}
+	o->size = strtoull(size, NULL, 10);
+	o->mtime = timegm(&tm);
+	pthread_mutex_lock(&listed_lock);
+	HASH_REPLACE_STR(listed, name, o, old);
+	pthread_mutex_unlock(&listed_lock);
+	if (old) {
+		free(old->name);
+		free(old);
+	}
+	return 0;
+}
+
+/* Collect the *.tar keys of one page (into @l unless NULL) and remember
+ * every object; its continuation token into @next. */
 static int parse_page(const char *body, const char *bucket, struct name_list *l,
 		      char *next, size_t next_cap)
 {
@@ -380,10 +438,10 @@ static int parse_page(const char *body, const char *bucket, struct name_list *l,
 		const char *end = strstr(p, "</Contents>");
 		size_t n;
 
-		if (!end)
+		if (!end || !xml_field(p, end, "Key", key, sizeof(key)))
 			return -EPROTO;
-		if (xml_field(p, end, "Key", key, sizeof(key)) &&
-		    (n = strlen(key)) > 4 && !strcmp(key + n - 4, ".tar"))
+		rc = remember(bucket, key, p, end);
+		if (!rc && l && (n = strlen(key)) > 4 && !strcmp(key + n - 4, ".tar"))
 			rc = list_push(l, bucket, key);
 		p = end;
 	}
@@ -405,22 +463,38 @@ static int list_page(struct remote_object *o, const char *prefix, const char *to
 		     char **body, char *msg, size_t msg_len)
 {
 	char eprefix[3 * S3_KEY_MAX + 1], etoken[3 * 1024 + 1], query[8192];
+	size_t len;
 
 	if (sigv4_uri_encode(prefix, strlen(prefix), false, eprefix, sizeof(eprefix)) < 0 ||
 	    sigv4_uri_encode(token, strlen(token), false, etoken, sizeof(etoken)) < 0)
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: prefix too long", o->name);
 	snprintf(query, sizeof(query), "%s%s%slist-type=2&prefix=%s",
 		 *token ? "continuation-token=" : "", etoken, *token ? "&" : "", eprefix);
-	return remote_http_get_body(o, query, S3_LIST_PAGE_MAX, body, msg, msg_len);
+	return remote_http_get_body(o, query, S3_LIST_PAGE_MAX, body, &len, msg, msg_len);
 }
 
-int remote_s3_list(const char *bucket, const char *prefix,
-		   int (*add)(void *arg, const char *name, size_t len), void *arg,
-		   char *msg, size_t msg_len)
+/* Record s3://@bucket/@prefix as listed completely. */
+static void prefix_done(const char *name)
+{
+	struct listed_prefix *p = calloc(1, sizeof(*p));
+
+	if (!p || !(p->name = strdup(name))) {
+		free(p);
+		return;		/* only costs probes */
+	}
+	pthread_mutex_lock(&listed_lock);
+	HASH_ADD_KEYPTR(hh, prefixes, p->name, strlen(p->name), p);
+	pthread_mutex_unlock(&listed_lock);
+}
+
+/* List s3://@bucket/@prefix, remembering every object and collecting the
+ * *.tar keys into @l (unless NULL), at most @max_pages pages. */
+static int list_prefix(const char *bucket, const char *prefix, struct name_list *l,
+		       unsigned max_pages, char *msg, size_t msg_len)
 {
 	struct remote_object o = { 0 };
-	struct name_list l = { 0 };
 	char token[1024] = "";
+	unsigned pages = 0;
 	int rc;
 
 	if (asprintf(&o.name, "s3://%s/%s", bucket, prefix) < 0)
@@ -430,14 +504,73 @@ int remote_s3_list(const char *bucket, const char *prefix,
 		char *body = NULL;
 
 		rc = rc ?: list_page(&o, prefix, token, &body, msg, msg_len);
-		if (!rc && (rc = parse_page(body, bucket, &l, token, sizeof(token))) == -EPROTO)
+		if (!rc && (rc = parse_page(body, bucket, l, token, sizeof(token))) == -EPROTO)
 			log_format(msg, msg_len, rc, "%s: malformed ListObjectsV2 answer",
 				   o.name);
 		free(body);
-	} while (!rc && token[0]);
+	} while (!rc && token[0] && ++pages < max_pages);
+	if (!rc && !token[0])
+		prefix_done(o.name);
+	free(o.sign_path);
+	free(o.name);
+	return rc;
+}
+
+int remote_s3_lookup(struct remote_object *o)
+{
+	const char *slash = strrchr(o->name, '/');
+	struct listed_object *found;
+	struct listed_prefix *done;
+	char *bucket, *key, msg[256];
+
+	pthread_mutex_lock(&listed_lock);
+	HASH_FIND(hh, prefixes, o->name, (size_t)(slash + 1 - o->name), done);
+	pthread_mutex_unlock(&listed_lock);
+	if (!done && !remote_s3_split(o->name, &bucket, &key, msg, sizeof(msg))) {
+		key[strrchr(key, '/') ? strrchr(key, '/') - key + 1 : 0] = '\0';
+		if (list_prefix(bucket, key, NULL, S3_LOOKUP_PAGES_MAX, msg, sizeof(msg)))
+			log_debug("%s", msg);	/* the probe will say what is wrong */
+		free(bucket);
+		free(key);
+	}
+	pthread_mutex_lock(&listed_lock);
+	HASH_FIND_STR(listed, o->name, found);
+	if (found) {
+		o->size = found->size;
+		o->mtime = found->mtime;
+		memcpy(o->etag, found->etag, sizeof(o->etag));
+	}
+	pthread_mutex_unlock(&listed_lock);
+	return found ? 0 : -ENOENT;
+}
+
+void remote_s3_forget_listings(void)
+{
+	struct listed_object *o, *otmp;
+	struct listed_prefix *p, *ptmp;
+
+	HASH_ITER(hh, listed, o, otmp) {
+		HASH_DEL(listed, o);
+		free(o->name);
+		free(o);
+	}
+	HASH_ITER(hh, prefixes, p, ptmp) {
+		HASH_DEL(prefixes, p);
+		free(p->name);
+		free(p);
+	}
+}
+
+int remote_s3_list(const char *bucket, const char *prefix,
+		   int (*add)(void *arg, const char *name, size_t len), void *arg,
+		   char *msg, size_t msg_len)
+{
+	struct name_list l = { 0 };
+	int rc = list_prefix(bucket, prefix, &l, UINT32_MAX, msg, msg_len);
+
 	if (!rc && !l.nr)
-		rc = log_format(msg, msg_len, -ENOENT, "%s: no *.tar objects under the prefix",
-				o.name);
+		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no *.tar objects under "
+				"the prefix", bucket, prefix);
 	qsort(l.names, l.nr, sizeof(*l.names), cmp_name);
 	for (size_t i = 0; i < l.nr; i++) {
 		if (!rc)
@@ -445,7 +578,5 @@ int remote_s3_list(const char *bucket, const char *prefix,
 		free(l.names[i]);
 	}
 	free(l.names);
-	free(o.sign_path);
-	free(o.name);
 	return rc;
 }

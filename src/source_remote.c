@@ -68,29 +68,6 @@ static const struct shard_source_ops remote_ops = {
 	.close = remote_close,
 };
 
-/* Where @url is fetched from: itself, or the S3 object it names. */
-static int locate(struct remote_object *o, const char *url, char *msg,
-		  size_t msg_len)
-{
-	char *bucket, *key;
-	int rc;
-
-	if (strncmp(url, "s3://", 5)) {
-		if (strlen(url) >= sizeof(o->url))
-			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", url);
-		strcpy(o->url, url);
-		return 0;
-	}
-	rc = remote_s3_split(url, &bucket, &key, msg, msg_len);
-	if (rc)
-		return rc;
-	rc = *key ? remote_s3_object(o, bucket, key, msg, msg_len) :
-	     log_format(msg, msg_len, -EINVAL, "%s: names a bucket, not an object", url);
-	free(bucket);
-	free(key);
-	return rc;
-}
-
 int shard_source_open_remote(const char *url, struct shard_source **src,
 			     struct shard_source_info *info, char *msg,
 			     size_t msg_len)
@@ -106,7 +83,10 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	rc = locate(&r->obj, url, msg, msg_len) ?: remote_http_probe(&r->obj, msg, msg_len);
+	rc = remote_locate(&r->obj, url, msg, msg_len);
+	/* S3 honours Range: what a listing said of the object will do */
+	if (!rc && (strncmp(url, "s3://", 5) || remote_s3_lookup(&r->obj)))
+		rc = remote_http_probe(&r->obj, msg, msg_len);
 	if (rc)
 		goto out_free;
 	remote_cfg.used = true;

@@ -119,6 +119,16 @@ int remote_expand(const char *item,
 		  int (*add)(void *arg, const char *name, size_t len), void *arg,
 		  char *msg, size_t msg_len);
 
+/* Largest file remote_fetch_file() accepts (a published index). */
+#define REMOTE_FILE_MAX (1ull << 30)
+
+/*
+ * GET the object @url (http(s):// or s3://) into the local file @path
+ * (created or replaced).  0, or -ENOENT when the server has no such
+ * object, or -errno, with a message in @msg.
+ */
+int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_len);
+
 /* Open a remote shard (see above); the contract of shard_source_open(). */
 int shard_source_open_remote(const char *url, struct shard_source **src,
 			     struct shard_source_info *info, char *msg,

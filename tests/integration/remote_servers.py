@@ -270,6 +270,7 @@ class S3Stats:
         self.lock = threading.Lock()
         self.requests = []      # (method, path) of every request
         self.rejected = 0       # requests answered 403 by the check
+        self.upload = None      # upload(bucket, key, path), set by s3_server
 
 
 @contextlib.contextmanager
@@ -288,10 +289,11 @@ def s3_server(workdir, buckets):
         argv += ["--configure-bucket", b]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stats = S3Stats()
+    stats.upload = lambda b, k, p: _upload(port, b, k, p)
     try:
         wait_port(port, proc)
         with _sigv4_proxy(port, stats) as url:
-            yield stats, url, lambda b, k, p: _upload(port, b, k, p)
+            yield stats, url, stats.upload
     finally:
         stop(proc)
 

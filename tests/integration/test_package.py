@@ -134,8 +134,10 @@ def test_package_name_and_control(package):
 
 def test_package_contents_and_dependencies(package, tmp_path):
     """Every program of the build, with its manual page, and the docs are
-    in the package; every shared library the programs load belongs to a
-    package named in Depends (or to libc6, which is always there)."""
+    in the package; every shared library the programs link against
+    directly belongs to a package named in Depends (or to libc6, which is
+    always there); those packages bring their own dependencies, as
+    dpkg-shlibdeps would have it."""
     deb, build = package
     listing = run_ok(["dpkg-deb", "-c", str(deb)]).stdout
     files = {line.split()[-1].lstrip(".") for line in listing.splitlines()}
@@ -244,9 +246,13 @@ def test_copyright_file(package, tmp_path):
 
 
 def shared_libraries(binary):
-    """Paths of the shared libraries BINARY loads (ldd)."""
+    """Paths of the shared libraries BINARY links against directly: its
+    DT_NEEDED entries (readelf), located where ldd finds them."""
+    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]",
+                            run_ok(["readelf", "-d", str(binary)]).stdout))
     r = run_ok(["ldd", str(binary)])
-    return [m.group(1) for m in re.finditer(r"=> (/\S+)", r.stdout)]
+    return [m.group(2) for m in re.finditer(r"^\s*(\S+) => (/\S+)", r.stdout, re.M)
+            if m.group(1) in needed]
 
 
 def package_of(path):

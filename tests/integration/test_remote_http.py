@@ -6,6 +6,8 @@ on loopback (remote_servers.py).
   GETs and fetches no byte twice; a random read of one file is one GET;
   a second mount of an unchanged set reads its cached index (one probe
   per shard, nothing else).
+- A published index (written by shardfs-index, uploaded next to the
+  shards) lets a fresh node mount with one probe per shard and one GET.
 - TLS is verified: a self-signed server is refused, and accepted with
   -o cacert=.
 - A server that ignores Range (Python's http.server) is refused at mount
@@ -18,6 +20,7 @@ on loopback (remote_servers.py).
 import errno
 import math
 import os
+import re
 import shutil
 import time
 
@@ -58,10 +61,10 @@ def test_every_byte_and_request_bounds(site, tmp_path, cache_env):
         mnt = tmp_path / "mnt"
         with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=64M",
                          env=cache_env):
-            probes = remote_stats(mnt)["requests"]
-            assert probes == len(names) + sum(
-                math.ceil(os.path.getsize(www / n) / CHUNK) for n in names), \
-                "the index build reads each chunk once"
+            # one probe per shard, one GET for a published index (none
+            # here), then the index build reads each chunk once
+            assert remote_stats(mnt)["requests"] == len(names) + 1 + sum(
+                math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
             assert digests(mnt) == digests(ref)
             st = remote_stats(mnt)
             assert st["errors"] == 0 and st["retries"] == 0
@@ -233,3 +236,26 @@ def test_disk_cache_stays_within_cache_size(site, tmp_path, cache_env):
             assert digests(mnt) == digests(ref)
     on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*.chunk"))
     assert 0 < on_disk <= 5 << 20
+
+
+def test_published_index(site, tmp_path, cache_env):
+    www, names, ref = site
+    mine = tmp_path / "mine"
+    shutil.copytree(www, mine)
+    with rs.nginx(mine, str(tmp_path / "ng")) as url:
+        r = lib.run_cmd([lib.binary("shardfs-index"), spec(url, names)], env=cache_env)
+        assert r.returncode == 0, r
+        m = re.search(r"(\S+): to let other nodes mount with one request, upload "
+                      r"this index as (\S+)", r.stderr)
+        assert m, r.stderr
+        local, published = m.groups()
+        assert published == "%s/.%s.shardfs-index" % (url, names[0])
+        shutil.copy(local, mine / published.rsplit("/", 1)[1])
+        fresh = dict(cache_env, XDG_CACHE_HOME=str(tmp_path / "fresh"))
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=fresh):
+            assert remote_stats(mnt)["requests"] == len(names) + 1
+            assert digests(mnt) == digests(ref)
+        # kept in the local cache: the next mount does not fetch it again
+        with lib.mounted(spec(url, names), mnt, env=fresh):
+            assert remote_stats(mnt)["requests"] == len(names)

@@ -12,10 +12,13 @@ does and does not prove).
   no environment at all (fstab), and none with -o no_sign_request; a
   wrong secret is refused by the server and the mount says why.
 - Path-style and virtual-hosted addressing.
+- A fresh node mounts with the LIST pages of the prefix and one GET of
+  the index published next to the shards (no probe per shard).
 - The secret appears nowhere: not in messages (even at debug level), not
   in /.shardfs/.
 """
 import os
+import re
 
 import pytest
 
@@ -158,3 +161,27 @@ def test_missing_credentials_say_what_to_do(s3, tmp_path):
         env=clean_env(tmp_path))
     assert r.returncode == 1
     assert "no AWS credentials" in r.stderr and "no_sign_request" in r.stderr, r.stderr
+
+
+def test_fresh_node_mounts_with_a_handful_of_requests(s3, tmp_path):
+    """shardfs-index writes the index of the remote set; uploaded under
+    the name it gives, a fresh node mounts with the prefix's LIST pages
+    and one GET: no request per shard."""
+    stats, url, _, names, ref = s3
+    r = lib.run_cmd([lib.binary("shardfs-index"), *options(url),
+                     "s3://%s/%s" % (BUCKET, PREFIX)], env=key_env(tmp_path))
+    assert r.returncode == 0, r
+    m = re.search(r"(\S+): to let other nodes mount with one request, upload "
+                  r"this index as s3://%s/(\S+)" % BUCKET, r.stderr)
+    assert m, r.stderr
+    assert m.group(2) == "%s.%s.shardfs-index" % (PREFIX, names[0])
+    stats.upload(BUCKET, m.group(2), m.group(1))
+    before = len(stats.requests)
+    mnt = tmp_path / "mnt"
+    env = key_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "fresh"))
+    with lib.mounted("s3://%s/%s" % (BUCKET, PREFIX), mnt, *options(url), env=env):
+        at_mount = stats.requests[before:]
+        pages = [p for _, p in at_mount if "list-type=2" in p]
+        assert len(at_mount) == len(pages) + 1, at_mount
+        assert at_mount[-1][1].endswith(".shardfs-index")
+        assert digests(mnt) == digests(ref)
