@@ -162,7 +162,8 @@ struct chunk_cache;
 struct chunk_owner {
 	struct remote_object *obj; /* what chunks are fetched from */
 	uint64_t size;		/* bytes of the object */
-	atomic_ullong next_ahead; /* first chunk not yet prefetched */
+	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
+				 * none): a read of the next one is forward */
 	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
 };
 
