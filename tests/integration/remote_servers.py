@@ -154,6 +154,29 @@ def no_range_server(root):
         yield url
 
 
+def relay_get(host, port, path, headers):
+    """GET PATH from HOST:PORT with the client's Range and If-Match;
+    (status, headers, body)."""
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("GET", path, headers={k: v for k, v in headers.items()
+                                       if k.lower() in ("range", "if-match")})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, resp.getheaders(), data
+
+
+def reply_headers(handler, status, headers, length):
+    """Send STATUS and the upstream HEADERS that matter to a client of
+    ranged reads, for a body of LENGTH bytes."""
+    handler.send_response(status)
+    for k, v in headers:
+        if k.lower() in ("content-range", "etag", "last-modified", "content-type"):
+            handler.send_header(k, v)
+    handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+
+
 class Faults:
     """What FaultProxy does to the next requests; thread-safe counters."""
 
@@ -200,21 +223,9 @@ def fault_proxy(upstream):
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() in ("range", "if-match")}
-            conn.request("GET", self.path, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            conn.close()
+            status, headers, data = relay_get(host, port, self.path, self.headers)
             cut = faults.take("cut") and len(data) > faults.cut_at
-            self.send_response(resp.status)
-            for k, v in resp.getheaders():
-                if k.lower() in ("content-range", "etag", "last-modified",
-                                 "content-type"):
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
+            reply_headers(self, status, headers, len(data))
             self.wfile.write(data[:faults.cut_at] if cut else data)
             if cut:
                 self.close_connection = True
@@ -352,20 +363,9 @@ def _sigv4_proxy(upstream_port, stats):
                 path = "/" + host[:-len(".localhost")] + path
             if "list-type=2" in path:
                 path += "&max-keys=2"
-            conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() in ("range", "if-match")}
-            conn.request("GET", path, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            conn.close()
-            self.send_response(resp.status)
-            for k, v in resp.getheaders():
-                if k.lower() in ("content-range", "etag", "last-modified",
-                                 "content-type"):
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
+            status, headers, data = relay_get("127.0.0.1", upstream_port, path,
+                                              self.headers)
+            reply_headers(self, status, headers, len(data))
             self.wfile.write(data)
 
     with serve(Handler) as (_, url):

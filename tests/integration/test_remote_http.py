@@ -45,6 +45,13 @@ def site(tmp_path_factory):
 
 
 @pytest.fixture
+def url(site, tmp_path):
+    """nginx serving the site for one test."""
+    with rs.nginx(site[0], str(tmp_path / "ng")) as base:
+        yield base
+
+
+@pytest.fixture
 def cache_env(tmp_path):
     """A private index cache, so that tests do not share index files."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
@@ -55,55 +62,53 @@ def spec(url, names):
     return "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
 
 
-def test_every_byte_and_request_bounds(site, tmp_path, cache_env):
+def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
     www, names, ref = site
-    with rs.nginx(www, str(tmp_path / "ng")) as url:
-        mnt = tmp_path / "mnt"
-        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=64M",
-                         env=cache_env):
-            # one probe per shard, one GET for a published index (none
-            # here), then the index build reads each chunk once
-            assert remote_stats(mnt)["requests"] == len(names) + 1 + sum(
-                math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
-            assert digests(mnt) == digests(ref)
-            st = remote_stats(mnt)
-            assert st["errors"] == 0 and st["retries"] == 0
-        # a second mount reads the cached index: one probe per shard
-        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
-                         env=cache_env):
-            assert remote_stats(mnt)["requests"] == len(names)
-            # one file at random (inside one chunk): one GET of one chunk
-            victim = one_chunk_member(www / names[2])
-            with open(mnt / victim, "rb") as f:
-                data = f.read()
-            with open(ref / victim, "rb") as f:
-                assert data == f.read()
-            assert remote_stats(mnt)["requests"] == len(names) + 1
-            # a full read of one shard: at most ceil(size/chunk) + 1 GETs
-            before = remote_stats(mnt)
-            first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
-            for p in first:
-                lib.read_member(mnt / p)
-            after = remote_stats(mnt)
-            size = os.path.getsize(www / names[0])
-            assert after["requests"] - before["requests"] <= math.ceil(size / CHUNK) + 1
-            assert after["bytes"] - before["bytes"] <= size
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=64M",
+                     env=cache_env):
+        # one probe per shard, one GET for a published index (none
+        # here), then the index build reads each chunk once
+        assert remote_stats(mnt)["requests"] == len(names) + 1 + sum(
+            math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
+        assert digests(mnt) == digests(ref)
+        st = remote_stats(mnt)
+        assert st["errors"] == 0 and st["retries"] == 0
+    # a second mount reads the cached index: one probe per shard
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                     env=cache_env):
+        assert remote_stats(mnt)["requests"] == len(names)
+        # one file at random (inside one chunk): one GET of one chunk
+        victim = one_chunk_member(www / names[2])
+        with open(mnt / victim, "rb") as f:
+            data = f.read()
+        with open(ref / victim, "rb") as f:
+            assert data == f.read()
+        assert remote_stats(mnt)["requests"] == len(names) + 1
+        # a full read of one shard: at most ceil(size/chunk) + 1 GETs
+        before = remote_stats(mnt)
+        first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
+        for p in first:
+            lib.read_member(mnt / p)
+        after = remote_stats(mnt)
+        size = os.path.getsize(www / names[0])
+        assert after["requests"] - before["requests"] <= math.ceil(size / CHUNK) + 1
+        assert after["bytes"] - before["bytes"] <= size
 
 
-def test_no_byte_fetched_twice_on_a_sequential_read(site, tmp_path, cache_env):
+def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_env):
     www, names, ref = site
-    with rs.nginx(www, str(tmp_path / "ng")) as url:
-        mnt = tmp_path / "mnt"
-        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=2M",
-                         env=cache_env):
-            before = remote_stats(mnt)
-            assert digests(mnt) == digests(ref)
-            after = remote_stats(mnt)
-        total = sum(os.path.getsize(www / n) for n in names)
-        # the index was built in this mount: it read every byte once; the
-        # full read of the tree then (with 2 MiB of cache) at most once more
-        assert after["bytes"] <= 2 * total + len(names)
-        assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=2M",
+                     env=cache_env):
+        before = remote_stats(mnt)
+        assert digests(mnt) == digests(ref)
+        after = remote_stats(mnt)
+    total = sum(os.path.getsize(www / n) for n in names)
+    # the index was built in this mount: it read every byte once; the
+    # full read of the tree then (with 2 MiB of cache) at most once more
+    assert after["bytes"] <= 2 * total + len(names)
+    assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
 
 
 def test_tls_is_verified(site, tmp_path, cache_env):
@@ -195,45 +200,43 @@ def test_replaced_object_fails_with_eio_and_is_named(site, tmp_path, cache_env):
         assert names[1] in text and "replaced" in text, text
 
 
-def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, tmp_path,
+def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_path,
                                                                   cache_env):
     www, names, ref = site
     cache = tmp_path / "chunks"
     opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
-    with rs.nginx(www, str(tmp_path / "ng")) as url:
-        mnt = tmp_path / "mnt"
-        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
-            assert digests(mnt) == digests(ref)
-        files = sorted(cache.glob("*/*.chunk"))
-        total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
-        assert len(files) == total
-        # a torn file and a flipped byte: deleted and fetched again
-        with open(files[0], "r+b") as f:
-            f.truncate(os.path.getsize(files[0]) // 2)
-        with open(files[1], "r+b") as f:
-            f.seek(5000)
-            b = f.read(1)
-            f.seek(5000)
-            f.write(bytes([b[0] ^ 1]))
-        # a second epoch in a later mount: only the probes and the two
-        # chunks that were damaged go to the server
-        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
-            assert digests(mnt) == digests(ref)
-            st = remote_stats(mnt)
-        assert st["disk_corrupt"] == 2
-        assert st["requests"] == len(names) + 2, st
-        assert st["disk_hits"] >= total - 2
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert digests(mnt) == digests(ref)
+    files = sorted(cache.glob("*/*.chunk"))
+    total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
+    assert len(files) == total
+    # a torn file and a flipped byte: deleted and fetched again
+    with open(files[0], "r+b") as f:
+        f.truncate(os.path.getsize(files[0]) // 2)
+    with open(files[1], "r+b") as f:
+        f.seek(5000)
+        b = f.read(1)
+        f.seek(5000)
+        f.write(bytes([b[0] ^ 1]))
+    # a second epoch in a later mount: only the probes and the two
+    # chunks that were damaged go to the server
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert digests(mnt) == digests(ref)
+        st = remote_stats(mnt)
+    assert st["disk_corrupt"] == 2
+    assert st["requests"] == len(names) + 2, st
+    assert st["disk_hits"] >= total - 2
 
 
-def test_disk_cache_stays_within_cache_size(site, tmp_path, cache_env):
+def test_disk_cache_stays_within_cache_size(site, url, tmp_path, cache_env):
     www, names, ref = site
     cache = tmp_path / "chunks"
-    with rs.nginx(www, str(tmp_path / "ng")) as url:
-        mnt = tmp_path / "mnt"
-        with lib.mounted(spec(url, names), mnt, "-o",
-                         "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=5M" % cache,
-                         env=cache_env):
-            assert digests(mnt) == digests(ref)
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o",
+                     "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=5M" % cache,
+                     env=cache_env):
+        assert digests(mnt) == digests(ref)
     on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*.chunk"))
     assert 0 < on_disk <= 5 << 20
 

@@ -1,26 +1,22 @@
 """torchvision's ImageFolder over an s3:// mount (s3rver behind the
 botocore signature check) and over an https:// mount (nginx with TLS,
--o cacert=) sees exactly what it sees over `tar -x` of the same shards:
-classes, class_to_idx, samples in order, decoded tensors; and a shuffled
-DataLoader epoch with worker processes reads every file, its bytes equal
-to the extracted file's.
+-o cacert=) sees exactly what it sees over `tar -x` of the same shards.
+
+The checks are test_imagefolder.py's own, run here against the remote
+mounts (the `roots` fixture below): classes, class_to_idx, samples in
+order, decoded tensors, and a shuffled DataLoader epoch with four workers
+whose every file hashes to the extracted file's.
 """
-import collections
-import hashlib
-import io
 import os
 
 import pytest
-import torch
-from PIL import Image
-from torchvision import datasets, transforms
 
 import imagedata
 import remote_servers as rs
 import shardfs_testlib as lib
-
-SAMPLES = 240
-SHARDS = 4
+# collected here, these run with this module's `roots` fixture
+from test_imagefolder import (SAMPLES, SHARDS, test_dataloader_epoch_with_workers,  # noqa: F401
+                              test_same_classes_and_samples, test_same_decoded_tensors)
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:This DataLoader will create:UserWarning")
@@ -65,40 +61,3 @@ def roots(request, data, tmp_path):
                              "cacert=%s,chunk_size=256K,cache_mem=2M" % cert,
                              env=env_for(tmp_path)):
                 yield mnt / "train", ref / "train"
-
-
-def relative_samples(dataset):
-    return [(os.path.relpath(path, dataset.root), target)
-            for path, target in dataset.samples]
-
-
-def checksum_loader(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    Image.open(io.BytesIO(data)).convert("RGB")
-    return hashlib.sha256(data).hexdigest()
-
-
-def test_imagefolder_equals_tar_x(roots):
-    mnt, ref = roots
-    on_mount, on_disk = datasets.ImageFolder(mnt), datasets.ImageFolder(ref)
-    assert on_mount.classes == on_disk.classes
-    assert on_mount.class_to_idx == on_disk.class_to_idx
-    assert relative_samples(on_mount) == relative_samples(on_disk)
-    assert len(on_disk.samples) == SAMPLES
-    to_tensor = transforms.ToTensor()
-    tm = datasets.ImageFolder(mnt, transform=to_tensor)
-    td = datasets.ImageFolder(ref, transform=to_tensor)
-    for i in range(0, len(td), 5):
-        assert tm[i][1] == td[i][1]
-        assert torch.equal(tm[i][0], td[i][0]), td.samples[i][0]
-    # every byte: a shuffled epoch with workers, checked against tar -x
-    loader = torch.utils.data.DataLoader(
-        datasets.ImageFolder(mnt, loader=checksum_loader), batch_size=16,
-        shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(0))
-    seen = collections.Counter()
-    for digests, labels in loader:
-        seen.update(zip(labels.tolist(), digests))
-    expected = collections.Counter(
-        (label, digest) for digest, label in datasets.ImageFolder(ref, loader=checksum_loader))
-    assert seen == expected
