@@ -24,6 +24,8 @@
  * yet (it stops instead), so a stream fetches no byte twice even when
  * many streams share a small cache (measured: 3 shards scanned at once
  * through 8 slots fetched 5% of their bytes twice before this rule).
+ * Nor does a miss evict a chunk another stream is still reading (read in
+ * the last CHUNK_IDLE_MS and not finished): the reader waits instead.
  *
  * One mutex guards the table; it is never held across network I/O, only
  * for a hash lookup and a few pointer updates (one acquire per chunk a
@@ -34,10 +36,19 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+
+/* A chunk not read for this long (ms) may be evicted although its reader
+ * has not finished it: a stream that is still reading keeps its chunk,
+ * one that stopped (a random read, a closed file) does not keep it. */
+#define CHUNK_IDLE_MS 100
+/* How long a reader waiting for a slot sleeps before it looks again for
+ * a chunk that became idle meanwhile (ms). */
+#define CHUNK_WAIT_MS 20
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -58,6 +69,8 @@ struct chunk {
 	bool in_lru;		/* on the LRU list */
 	bool consumed;		/* a reader copied from it since it was
 				 * fetched: prefetching may evict it */
+	bool done;		/* its reader went past its end */
+	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
 };
 
 static struct {
@@ -181,14 +194,21 @@ static void make_free(struct chunk *c)
 	cc.free_list = c;
 }
 
-/* The least recently used chunk a prefetch may evict: one a reader has
- * used (a chunk fetched ahead and not yet read is what prefetching is
- * for; evicting it would fetch its bytes twice); or for a demand read,
- * any. */
+/*
+ * The least recently used chunk that may be evicted: one its reader went
+ * past, or one nobody read for CHUNK_IDLE_MS.  A chunk a stream is still
+ * reading is kept (evicting it would fetch its bytes twice: with 64
+ * streams through 8 slots, 2 MB/s instead of the link's speed), and a
+ * prefetch never evicts a chunk fetched ahead that no reader has used.
+ * NULL: wait.  O(slots) under the lock, on a miss only.
+ */
 static struct chunk *victim(bool prefetch)
 {
+	uint64_t now = remote_now_ms();
+
 	for (struct chunk *c = cc.lru.next; c != &cc.lru; c = c->next)
-		if (!prefetch || c->consumed)
+		if (c->done || (now - c->used_ms >= CHUNK_IDLE_MS &&
+				(!prefetch || c->consumed)))
 			return c;
 	return NULL;
 }
@@ -207,6 +227,8 @@ static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool pref
 		return NULL;
 	}
 	c->consumed = false;
+	c->done = false;
+	c->used_ms = remote_now_ms();
 	c->owner = ow;
 	c->index = index;
 	c->state = CHUNK_LOADING;
@@ -254,6 +276,21 @@ static void fetch(struct chunk *c)
 	pthread_mutex_unlock(&cc.lock);
 }
 
+/* Wait (lock held) for a chunk to be released, or for CHUNK_WAIT_MS, after
+ * which one may have become idle. */
+static void wait_a_little(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += CHUNK_WAIT_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&cc.changed, &cc.lock, &ts);
+}
+
 /*
  * Chunk @index of @ow, referenced, settled (ready or failed): from the
  * cache, after waiting for a fetch in flight, or fetched here.
@@ -274,7 +311,7 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index)
 			load = true;
 			break;
 		}
-		pthread_cond_wait(&cc.changed, &cc.lock);	/* backpressure */
+		wait_a_little();	/* backpressure */
 	}
 	while (!load && c->state == CHUNK_LOADING)
 		pthread_cond_wait(&cc.changed, &cc.lock);
@@ -296,9 +333,12 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	if (off >= ow->size)
 		return 0;
 	/* a reader stepping into the next chunk (the index build's scan, or
-	 * any stream) keeps chunks coming ahead of it */
-	if (atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed) + 1 == first)
+	 * any stream) is done with the one before and keeps chunks coming
+	 * ahead of it */
+	if (atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed) + 1 == first) {
+		chunk_cache_dontneed(ow, (first - 1) * cc.chunk_size, cc.chunk_size);
 		chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
+	}
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
 	while (done < len) {
@@ -314,6 +354,7 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 		}
 		pthread_mutex_lock(&cc.lock);
 		c->consumed = true;
+		c->used_ms = remote_now_ms();
 		put(c);
 		pthread_mutex_unlock(&cc.lock);
 		if (failed)
@@ -398,6 +439,8 @@ void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	pthread_mutex_lock(&cc.lock);
 	for (uint64_t i = off / cc.chunk_size; (i + 1) * cc.chunk_size <= end; i++) {
 		c = find(ow, i);
+		if (c)
+			c->done = true;
 		if (c && c->in_lru) {
 			lru_remove(c);
 			lru_insert(c, true);

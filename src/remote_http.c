@@ -428,18 +428,10 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 	return OUTCOME_FAIL;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Sleep before retry @n (1, 2, ...): exponential, jittered, capped. */
 static void backoff(unsigned n, uint64_t deadline)
 {
-	uint64_t ms = HTTP_BACKOFF_FIRST_MS << (n < 10 ? n - 1 : 9), now = now_ms();
+	uint64_t ms = HTTP_BACKOFF_FIRST_MS << (n < 10 ? n - 1 : 9), now = remote_now_ms();
 	unsigned seed = (unsigned)(now ^ (uintptr_t)&n);
 
 	if (ms > HTTP_BACKOFF_MAX_MS)
@@ -459,7 +451,7 @@ static int run(struct transfer *t,
 	       enum outcome (*classify)(struct transfer *, CURLcode, char *, size_t),
 	       char *why, size_t why_len)
 {
-	uint64_t progress = now_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
+	uint64_t progress = remote_now_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
 	unsigned attempt = 0;
 
 	for (;;) {
@@ -472,11 +464,11 @@ static int run(struct transfer *t,
 			return snprintf(why, why_len, "%s", strerror(-rc)), rc;
 		out = classify(t, cerr, why, why_len);
 		if (t->got > before)
-			progress = now_ms();
+			progress = remote_now_ms();
 		if (out == OUTCOME_DONE)
 			return 0;
 		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
-		    now_ms() - progress >= limit)
+		    remote_now_ms() - progress >= limit)
 			break;
 		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
 					  memory_order_relaxed);

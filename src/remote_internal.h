@@ -62,6 +62,15 @@ struct remote_config {
 
 extern struct remote_config remote_cfg;
 
+/* Milliseconds of CLOCK_MONOTONIC, for timeouts and ages. */
+static inline uint64_t remote_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* One remote object (a shard), as opened. */
 struct remote_object {
 	char *name;		/* as named: s3://bucket/key or the URL */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uthash.h>
 
@@ -170,10 +171,14 @@ static int find_credentials(const struct remote_options *ro, const char *profile
 
 	if (ro->credentials) {
 		int rc = read_profile(ro->credentials, profile, v);
+		struct stat st;
 
 		if (rc)
 			return log_error("credentials=%s: %s", ro->credentials,
 					 strerror(-rc)), rc;
+		if (!stat(ro->credentials, &st) && (st.st_mode & 077))
+			log_warn("credentials=%s: readable by others (mode %03o); "
+				 "chmod 600 it", ro->credentials, st.st_mode & 0777);
 		if (!v->key_id || !v->secret)
 			return log_error("credentials=%s: no aws_access_key_id and "
 					 "aws_secret_access_key in profile [%s]",
@@ -473,7 +478,7 @@ static int list_page(struct remote_object *o, const char *prefix, const char *to
 	return remote_http_get_body(o, query, S3_LIST_PAGE_MAX, body, &len, msg, msg_len);
 }
 
-/* Record s3://@bucket/@prefix as listed completely. */
+/* Record s3://@bucket/@prefix as listed (as far as it goes). */
 static void prefix_done(const char *name)
 {
 	struct listed_prefix *p = calloc(1, sizeof(*p));
@@ -509,8 +514,9 @@ static int list_prefix(const char *bucket, const char *prefix, struct name_list 
 				   o.name);
 		free(body);
 	} while (!rc && token[0] && ++pages < max_pages);
-	if (!rc && !token[0])
-		prefix_done(o.name);
+	/* listed, partly or not at all (no ListBucket permission): either
+	 * way not again; shards it did not show are probed */
+	prefix_done(o.name);
 	free(o.sign_path);
 	free(o.name);
 	return rc;

@@ -121,18 +121,74 @@ def random_reads(www, work, names, chunk, env, n=50):
             return n, stats(mnt)["requests"] - before
 
 
+def memory_streams(work, streams, cache_mem, chunk, env):
+    """STREAMS shards of 8 MiB read at once, one thread each, through a
+    mount with CACHE_MEM: the daemon's peak VmRSS (sampled every 50 ms)."""
+    import threading
+    www = os.path.join(work, "www-streams")
+    os.makedirs(www, exist_ok=True)
+    names = make_shards(www, streams, 8)
+    with rs.nginx(www, os.path.join(work, "ng-streams")) as url:
+        spec = "%s/shard-{000000..%06d}.tar" % (url, streams - 1)
+        mnt = os.path.join(work, "mnt")
+        with lib.mounted(spec, mnt, "-o", "quiet", env=env):
+            pass    # the index, built and cached
+        with lib.mounted(spec, mnt, "-o", "quiet,cache_mem=%s,chunk_size=%s"
+                         % (cache_mem, chunk), env=env):
+            pid = lib.daemon_pid(mnt)
+            with open(os.path.join(mnt, ".shardfs", "members")) as f:
+                rows = [line.split("\t") for line in f]
+            per_shard = [sorted((int(r[2]), r[0]) for r in rows if int(r[1]) == s)
+                         for s in range(streams)]
+            peak, done = [lib.vm_rss_kb(pid)], threading.Event()
+
+            def sample():
+                while not done.wait(0.05):
+                    peak[0] = max(peak[0], lib.vm_rss_kb(pid))
+
+            def stream(files):
+                for _, path in files:
+                    lib.read_member(os.path.join(mnt, path))
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            start = time.time()
+            readers = [threading.Thread(target=stream, args=(f,)) for f in per_shard]
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join()
+            elapsed = time.time() - start
+            done.set()
+            sampler.join()
+    total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
+    return peak[0] * 1024, total / elapsed / 1e6
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--shard-mb", type=int, default=128)
     ap.add_argument("--limit-rate", default="50m")
     ap.add_argument("--chunk", default="8M")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="only measure memory with this many shards streamed at once")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shardfs-remote-bench-")
     www = os.path.join(work, "www")
     os.makedirs(www)
-    names = make_shards(www, a.shards, a.shard_mb)
     env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"))
+    if a.streams:
+        print("| streams | cache_mem | chunk_size | peak daemon RSS | limit (cache_mem + 64 MiB) | MB/s |")
+        print("|---|---|---|---|---|---|")
+        for mem, chunk in (("64M", "1M"), ("64M", "8M")):
+            rss, rate = memory_streams(work, a.streams, mem, chunk, env)
+            limit = (int(mem[:-1]) + 64) << 20
+            print("| %d | %s | %s | %.0f MiB | %d MiB | %.0f |" % (
+                a.streams, mem, chunk, rss / 2**20, limit >> 20, rate))
+        subprocess.run(["rm", "-rf", work])
+        return
+    names = make_shards(www, a.shards, a.shard_mb)
     total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
     print("| nginx limit_rate | caches | curl MB/s | shardfs http:// MB/s | ratio | "
           "shardfs local MB/s | GETs | ceil(size/chunk) | bytes fetched / read |")
