@@ -41,6 +41,7 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 
 /* A chunk not read for this long (ms) may be evicted although its reader
  * has not finished it: a stream that is still reading keeps its chunk,

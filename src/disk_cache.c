@@ -35,6 +35,8 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
+#include "shardfs/util.h"
 
 #define DISK_CACHE_MAGIC 0x3143434b48435346ull	/* "FSCHKCC1" */
 /* Eviction brings the cache down to this share of cache_size (percent). */
@@ -207,14 +209,8 @@ static void list_sub(unsigned i, struct aged **v, size_t *nr, size_t *cap)
 		if (!strstr(de->d_name, ".chunk") || fstatat(dirfd(d), de->d_name, &st, 0) ||
 		    strlen(sub) + strlen(de->d_name) + 2 > PATH_MAX)
 			continue;
-		if (*nr == *cap) {
-			struct aged *p = realloc(*v, (*cap ? 2 * *cap : 256) * sizeof(**v));
-
-			if (!p)
-				break;
-			*v = p;
-			*cap = *cap ? 2 * *cap : 256;
-		}
+		if (array_grow((void **)v, cap, *nr + 1, sizeof(**v)))
+			break;
 		if (snprintf((*v)[*nr].name, PATH_MAX, "%s/%s", sub, de->d_name) >= PATH_MAX)
 			continue;
 		(*v)[*nr].mtime = st.st_mtim;

@@ -182,7 +182,7 @@ static int load_candidate(char paths[][PATH_MAX], int i, struct shard_index *idx
 	char fetched[PATH_MAX + 16];
 	int rc;
 
-	if (!remote_is_url(paths[i]))
+	if (!shard_source_is_remote(paths[i]))
 		return index_file_load(paths[i], idx, sh, msg, msg_len);
 	if (snprintf(fetched, sizeof(fetched), "%s.fetched", paths[0]) >= (int)sizeof(fetched))
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", paths[0]);
@@ -236,13 +236,13 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
 	if (nr_paths > 1 && snprintf(dir, sizeof(dir), "%s", paths[0]) < (int)sizeof(dir) &&
 	    !access(dirname(dir), W_OK))
 		pick = 0;
-	if (remote_is_url(paths[pick]))
+	if (shard_source_is_remote(paths[pick]))
 		pick = 0;
 	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
 		log_warn("%s", msg);
 		return false;
 	}
-	if (nr_paths > 1 && remote_is_url(paths[1]))
+	if (nr_paths > 1 && shard_source_is_remote(paths[1]))
 		log_info("%s: to let other nodes mount with one request, upload this "
 			 "index as %s", paths[pick], paths[1]);
 	strcpy(used, paths[pick]);
@@ -264,7 +264,7 @@ static int candidates(const struct shard_set *set,
 	/* a remote set: the cache, then an index published next to the
 	 * first shard (never written there: shardfs-index writes it locally,
 	 * the user uploads it) */
-	if (!so->path && remote_is_url(set->shards[0].path)) {
+	if (!so->path && shard_source_is_remote(set->shards[0].path)) {
 		char published[PATH_MAX];
 
 		memcpy(published, raw[0], PATH_MAX);

@@ -12,6 +12,8 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
+#include "shardfs/source.h"
 #include "shardfs/util.h"
 
 struct remote_config remote_cfg;
@@ -120,12 +122,6 @@ void remote_release(void)
 	free(remote_cfg.session_token);
 	free(remote_cfg.cacert);
 	remote_cfg = (struct remote_config){ 0 };
-}
-
-bool remote_is_url(const char *name)
-{
-	return !strncmp(name, "s3://", 5) || !strncmp(name, "http://", 7) ||
-	       !strncmp(name, "https://", 8);
 }
 
 int remote_expand(const char *item,

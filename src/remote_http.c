@@ -32,6 +32,7 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 #include "shardfs/sigv4.h"
 
 /* Idle easy handles kept (each with its connections). */

@@ -13,7 +13,6 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "shardfs/remote.h"
 
 /* Longest ETag kept (S3's are 34 bytes, quotes included). */
 #define REMOTE_ETAG_MAX 256
@@ -23,6 +22,8 @@
 #define REMOTE_URL_MAX 4096
 /* Longest secret or key id read from a file or the environment. */
 #define REMOTE_SECRET_MAX 2048
+
+struct remote_options;
 
 /* Counters for /.shardfs/stats and metrics; all relaxed atomics. */
 struct remote_counters {

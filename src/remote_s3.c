@@ -22,7 +22,9 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
 #include "shardfs/sigv4.h"
+#include "shardfs/util.h"
 
 /* Largest ListObjectsV2 page accepted (1,000 keys are about 300 KB). */
 #define S3_LIST_PAGE_MAX (16u << 20)
@@ -383,15 +385,8 @@ struct name_list {
 
 static int list_push(struct name_list *l, const char *bucket, const char *key)
 {
-	if (l->nr == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		char **p = realloc(l->names, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		l->names = p;
-		l->cap = cap;
-	}
+	if (array_grow((void **)&l->names, &l->cap, l->nr + 1, sizeof(*l->names)))
+		return -ENOMEM;
 	if (asprintf(&l->names[l->nr], "s3://%s/%s", bucket, key) < 0)
 		return -ENOMEM;
 	l->nr++;

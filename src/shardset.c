@@ -115,7 +115,7 @@ static int add_item(struct shard_set *set, const char *item, char *msg,
 	struct stat st;
 	int rc;
 
-	if (remote_is_url(item))
+	if (shard_source_is_remote(item))
 		return remote_expand(item, add_name, set, msg, msg_len);
 	if (!stat(item, &st) && S_ISDIR(st.st_mode))
 		return add_directory(set, item, msg, msg_len);

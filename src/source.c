@@ -10,15 +10,20 @@
 #include <errno.h>
 #include <string.h>
 
-#include "shardfs/remote.h"
 #include "shardfs/source.h"
 
 int shard_source_open(const char *name, struct shard_source **src,
 		      struct shard_source_info *info, char *msg, size_t msg_len)
 {
-	if (remote_is_url(name))
+	if (shard_source_is_remote(name))
 		return shard_source_open_remote(name, src, info, msg, msg_len);
 	return shard_source_open_file(name, src, info, msg, msg_len);
+}
+
+bool shard_source_is_remote(const char *name)
+{
+	return !strncmp(name, "s3://", 5) || !strncmp(name, "http://", 7) ||
+	       !strncmp(name, "https://", 8);
 }
 
 int shard_source_read_full(struct shard_source *src, void *buf, size_t len,

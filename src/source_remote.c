@@ -18,6 +18,8 @@
 
 #include "remote_internal.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
+#include "shardfs/source.h"
 
 struct source_remote {
 	struct shard_source base; /* base.size: the object's size at open */

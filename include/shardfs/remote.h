@@ -36,8 +36,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shardfs/source.h"
-
 /* Default bytes per ranged GET: 8 MiB. */
 #define REMOTE_CHUNK_DEFAULT (8u << 20)
 /* Smallest and largest chunk accepted. */
@@ -107,9 +105,6 @@ int remote_init(const struct remote_options *ro);
 /* Undo remote_init(); every remote source must be closed. */
 void remote_release(void);
 
-/* Does @name name a remote object (http://, https://, s3://)? */
-bool remote_is_url(const char *name);
-
 /*
  * Expand a brace-free remote item: "s3://bucket/prefix/" lists every *.tar
  * under the prefix (sorted); any other URL is one shard.  Calls @add for
@@ -128,11 +123,6 @@ int remote_expand(const char *item,
  * object, or -errno, with a message in @msg.
  */
 int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_len);
-
-/* Open a remote shard (see above); the contract of shard_source_open(). */
-int shard_source_open_remote(const char *url, struct shard_source **src,
-			     struct shard_source_info *info, char *msg,
-			     size_t msg_len);
 
 /*
  * Write the remote counters as a JSON member ("remote": {...}; nothing

@@ -23,6 +23,7 @@
 #ifndef SHARDFS_SOURCE_H
 #define SHARDFS_SOURCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -79,6 +80,17 @@ struct shard_source_info {
  */
 int shard_source_open(const char *name, struct shard_source **src,
 		      struct shard_source_info *info, char *msg, size_t msg_len);
+
+/* Does @name name a remote object (http://, https://, s3://)? */
+bool shard_source_is_remote(const char *name);
+
+/*
+ * Open the remote object @url as a source (source_remote.c; configured
+ * by remote_init(), remote.h).  The contract of shard_source_open().
+ */
+int shard_source_open_remote(const char *url, struct shard_source **src,
+			     struct shard_source_info *info, char *msg,
+			     size_t msg_len);
 
 /* Open a local file as a source (what shard_source_open does for paths). */
 int shard_source_open_file(const char *path, struct shard_source **src,
