@@ -12,6 +12,7 @@ does and does not prove).
   no environment at all (fstab), and none with -o no_sign_request; a
   wrong secret is refused by the server and the mount says why.
 - Path-style and virtual-hosted addressing.
+- mount -t fuse.shardfs with no environment, everything from -o.
 - A fresh node mounts with the LIST pages of the prefix and one GET of
   the index published next to the shards (no probe per shard).
 - The secret appears nowhere: not in messages (even at debug level), not
@@ -25,6 +26,7 @@ import pytest
 import remote_servers as rs
 import shardfs_testlib as lib
 from remote_servers import digests, make_shards, remote_stats
+from test_core_cli import shardfs_on_default_path  # noqa: F401 (a fixture)
 
 BUCKET = "shards"
 PREFIX = "train/set/"
@@ -184,4 +186,23 @@ def test_fresh_node_mounts_with_a_handful_of_requests(s3, tmp_path):
         pages = [p for _, p in at_mount if "list-type=2" in p]
         assert len(at_mount) == len(pages) + 1, at_mount
         assert at_mount[-1][1].endswith(".shardfs-index")
+        assert digests(mnt) == digests(ref)
+
+
+def test_mount_t_fuse_shardfs_without_environment(s3, tmp_path, shardfs_on_default_path):
+    """mount(8) and fstab pass no environment: every setting from -o."""
+    _, url, _, _, ref = s3
+    creds = tmp_path / "creds.ini"
+    creds.write_text("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n"
+                     % (rs.ACCESS_KEY, rs.SECRET_KEY))
+    creds.chmod(0o600)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with lib.registered_mount(mnt):
+        r = lib.run_cmd(["mount", "-t", "fuse.shardfs", "s3://%s/%s" % (BUCKET, PREFIX),
+                         str(mnt), "-o", "ro,endpoint=%s,region=%s,credentials=%s,index=%s"
+                         % (url, rs.REGION, creds, tmp_path / "index")],
+                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        assert r.returncode == 0, r
+        assert lib.mount_entry(mnt)[1] == "fuse.shardfs"
         assert digests(mnt) == digests(ref)
