@@ -68,6 +68,7 @@ struct raw_request {
 	struct sigv4_header headers[SIGV4_MAX_HEADERS];
 	unsigned nr;
 	const char *body;
+	char *joined[SIGV4_MAX_HEADERS];	/* continued values, malloc'ed */
 };
 
 /* Parse @text in place; continuation lines are joined with a space. */
@@ -100,7 +101,8 @@ static void parse_request(char *text, struct raw_request *r)
 
 			assert_true(asprintf(&joined, "%s %s",
 					     r->headers[r->nr - 1].value, line) > 0);
-			r->headers[r->nr - 1].value = joined;	/* leaked: test */
+			free(r->joined[r->nr - 1]);
+			r->headers[r->nr - 1].value = r->joined[r->nr - 1] = joined;
 			continue;
 		}
 		assert_true(r->nr < SIGV4_MAX_HEADERS);
@@ -157,6 +159,11 @@ static void run_case(const char *dir)
 	assert_string_equal(out->signature, sig);
 	assert_non_null(strstr(out->authorization, sig));
 	free(out);
+	for (unsigned i = 0; i < r.nr; i++)
+		free(r.joined[i]);
+	free((char *)key.access_key_id), free((char *)key.secret_access_key);
+	free((char *)key.session_token);
+	free((char *)scope.region), free((char *)scope.service);
 	free(ctx), free(text), free(creq), free(sts), free(sig), free(ts);
 }
 
