@@ -8,11 +8,17 @@
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (buffers are
  * allocated on a slot's first use, then kept: reads allocate nothing).  A
- * slot is free, loading (a GET fills it; readers wait for it rather than
- * fetch it again), ready, or failed.  Ready slots nobody is copying from
- * are on an LRU list; a new chunk takes a free slot or the least recently
- * used one.  When every slot is in use, readers wait (backpressure) and
- * prefetching stops: memory never grows past cache_mem.
+ * slot is free, loading (a GET fills it; readers copy the bytes they need
+ * as soon as those have arrived, rather than wait for the whole chunk,
+ * and never fetch it again), ready, or failed.  Ready slots nobody is
+ * copying from are on an LRU list; a new chunk takes a free slot or one
+ * whose reader is done with it.  When every slot is in use, readers wait
+ * (backpressure) and prefetching stops: memory never grows past
+ * cache_mem.
+ *
+ * Fetches run in REMOTE_FETCH_THREADS threads, reads that missed first;
+ * at most REMOTE_PREFETCH_THREADS of them fetch ahead at a time, so that
+ * a miss never waits behind a window of prefetches.
  *
  * A reader moving forward through a shard gets chunks fetched ahead of it
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
@@ -72,12 +78,22 @@ struct chunk {
 				 * fetched: prefetching may evict it */
 	bool done;		/* its reader went past its end */
 	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
+	struct remote_progress progress; /* bytes of data filled so far,
+				 * while loading: readers need not wait for
+				 * the whole chunk */
+};
+
+/* Loading chunks waiting for a worker, in order. */
+struct ring {
+	struct chunk **slot;	/* one entry per slot of the cache */
+	unsigned head;		/* first entry */
+	unsigned len;		/* entries */
 };
 
 static struct {
 	pthread_mutex_t lock;	/* guards everything below */
 	pthread_cond_t changed;	/* a chunk settled or was released */
-	pthread_cond_t work;	/* the prefetch queue has entries */
+	pthread_cond_t work;	/* a queue has entries a worker may take */
 	uint64_t chunk_size;	/* bytes per chunk */
 	unsigned nr;		/* slots */
 	struct chunk *chunks;	/* the slots */
@@ -85,9 +101,10 @@ static struct {
 	unsigned nbuckets;	/* a power of two */
 	struct chunk lru;	/* sentinel: next is evicted first */
 	struct chunk *free_list; /* free slots, linked by next */
-	struct chunk **queue;	/* ring of loading slots for the workers */
-	unsigned qhead, qlen;	/* first entry, entries */
-	pthread_t workers[REMOTE_PREFETCH_THREADS]; /* prefetch threads */
+	struct ring demand;	/* chunks a reader waits for: first */
+	struct ring ahead;	/* chunks fetched ahead of readers */
+	unsigned busy_ahead;	/* workers fetching ahead now */
+	pthread_t workers[REMOTE_FETCH_THREADS]; /* fetch threads */
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
@@ -99,6 +116,7 @@ static struct {
 
 static void register_fork_handler(void);
 static void stop_workers(void);
+static void cancel_queued(const struct chunk_owner *ow);
 
 int chunk_cache_init(uint64_t chunk_size, uint64_t mem)
 {
@@ -113,8 +131,9 @@ int chunk_cache_init(uint64_t chunk_size, uint64_t mem)
 		;
 	cc.chunks = calloc(cc.nr, sizeof(*cc.chunks));
 	cc.buckets = calloc(cc.nbuckets, sizeof(*cc.buckets));
-	cc.queue = calloc(cc.nr, sizeof(*cc.queue));
-	if (!cc.chunks || !cc.buckets || !cc.queue) {
+	cc.demand.slot = calloc(cc.nr, sizeof(*cc.demand.slot));
+	cc.ahead.slot = calloc(cc.nr, sizeof(*cc.ahead.slot));
+	if (!cc.chunks || !cc.buckets || !cc.demand.slot || !cc.ahead.slot) {
 		chunk_cache_release();
 		return -ENOMEM;
 	}
@@ -129,14 +148,19 @@ int chunk_cache_init(uint64_t chunk_size, uint64_t mem)
 void chunk_cache_release(void)
 {
 	stop_workers();
+	pthread_mutex_lock(&cc.lock);
+	if (cc.chunks)
+		cancel_queued(NULL);
+	pthread_mutex_unlock(&cc.lock);
 	for (unsigned i = 0; cc.chunks && i < cc.nr; i++)
 		free(cc.chunks[i].data);
 	free(cc.chunks);
 	free(cc.buckets);
-	free(cc.queue);
+	free(cc.demand.slot);
+	free(cc.ahead.slot);
 	cc.chunks = NULL;
 	cc.buckets = NULL;
-	cc.queue = NULL;
+	cc.demand.slot = cc.ahead.slot = NULL;
 }
 
 static unsigned bucket_of(const struct chunk_owner *ow, uint64_t index)
@@ -230,6 +254,7 @@ static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool pref
 	c->consumed = false;
 	c->done = false;
 	c->used_ms = remote_now_ms();
+	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
 	c->owner = ow;
 	c->index = index;
 	c->state = CHUNK_LOADING;
@@ -252,7 +277,28 @@ static void put(struct chunk *c)
 	pthread_cond_broadcast(&cc.changed);
 }
 
-/* Fill loading chunk @c with one GET (lock not held). */
+static void ring_push(struct ring *r, struct chunk *c)
+{
+	r->slot[(r->head + r->len++) % cc.nr] = c;
+}
+
+static struct chunk *ring_pop(struct ring *r)
+{
+	struct chunk *c = r->slot[r->head];
+
+	r->head = (r->head + 1) % cc.nr;
+	r->len--;
+	return c;
+}
+
+/* A piece of a chunk arrived: readers waiting for it look again. */
+static void progress_notify(struct remote_progress *p)
+{
+	pthread_cond_broadcast(&cc.changed);
+}
+
+/* Fill loading chunk @c from the disk cache or with one GET (lock not
+ * held). */
 static void fetch(struct chunk *c)
 {
 	struct chunk_owner *ow = c->owner;
@@ -263,10 +309,11 @@ static void fetch(struct chunk *c)
 
 	if (!c->data)
 		c->data = malloc(cc.chunk_size);	/* once per slot */
+	c->progress.notify = progress_notify;
 	if (c->data && !disk_cache_load(ow->obj, c->index, c->data, want)) {
 		n = (ssize_t)want;
 	} else if (c->data) {
-		n = remote_http_read(ow->obj, c->data, want, off);
+		n = remote_http_read(ow->obj, c->data, want, off, &c->progress);
 		if (n == (ssize_t)want)
 			disk_cache_store(ow->obj, c->index, c->data, want);
 	}
@@ -292,11 +339,32 @@ static void wait_a_little(void)
 	pthread_cond_timedwait(&cc.changed, &cc.lock, &ts);
 }
 
+static void start_workers(void);
+
+/* Have a worker fetch loading chunk @c for a reader, ahead of any
+ * prefetch (lock held); without workers, fetch it here. */
+static void fetch_for_reader(struct chunk *c)
+{
+	start_workers();
+	if (cc.nworkers) {
+		ring_push(&cc.demand, c);
+		pthread_cond_signal(&cc.work);
+		return;
+	}
+	pthread_mutex_unlock(&cc.lock);
+	fetch(c);
+	pthread_mutex_lock(&cc.lock);
+	put(c);		/* the fetcher's reference */
+}
+
 /*
- * Chunk @index of @ow, referenced, settled (ready or failed): from the
- * cache, after waiting for a fetch in flight, or fetched here.
+ * Chunk @index of @ow, referenced, with its first @need bytes present
+ * (or settled: ready with fewer, or failed): from the cache, or after
+ * waiting for the part of a fetch in flight that the reader needs.
+ * *@avail gets the bytes that may be copied (0: failed).
  */
-static struct chunk *acquire(struct chunk_owner *ow, uint64_t index)
+static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, size_t need,
+			     size_t *avail)
 {
 	struct chunk *c;
 	bool load = false;
@@ -310,18 +378,21 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index)
 		}
 		if ((c = take_slot(ow, index, false))) {
 			load = true;
+			c->refs++;	/* the reader's; the fetcher has one */
+			fetch_for_reader(c);
 			break;
 		}
 		wait_a_little();	/* backpressure */
 	}
-	while (!load && c->state == CHUNK_LOADING)
-		pthread_cond_wait(&cc.changed, &cc.lock);
+	while (c->state == CHUNK_LOADING &&
+	       atomic_load_explicit(&c->progress.bytes, memory_order_acquire) < need)
+		wait_a_little();	/* woken by each piece that arrives */
+	*avail = c->state == CHUNK_READY ? c->len : c->state == CHUNK_FAILED ? 0 :
+		 atomic_load_explicit(&c->progress.bytes, memory_order_acquire);
 	pthread_mutex_unlock(&cc.lock);
 	atomic_fetch_add_explicit(load ? &remote_cfg.counters.cache_misses :
 				  &remote_cfg.counters.cache_hits, 1,
 				  memory_order_relaxed);
-	if (load)
-		fetch(c);
 	return c;
 }
 
@@ -344,13 +415,14 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 		len = (size_t)(ow->size - off);
 	while (done < len) {
 		uint64_t pos = off + done, index = pos / cc.chunk_size;
-		size_t in = (size_t)(pos % cc.chunk_size), n = 0;
-		struct chunk *c = acquire(ow, index);
-		/* settled and referenced: neither state nor bytes change */
-		bool failed = c->state == CHUNK_FAILED || c->len <= in;
+		size_t in = (size_t)(pos % cc.chunk_size), avail;
+		size_t n = len - done < cc.chunk_size - in ? len - done : cc.chunk_size - in;
+		/* referenced: its first avail bytes stay as they are */
+		struct chunk *c = acquire(ow, index, in + n, &avail);
+		bool failed = avail <= in;
 
 		if (!failed) {
-			n = c->len - in < len - done ? c->len - in : len - done;
+			n = avail - in < n ? avail - in : n;
 			memcpy((char *)buf + done, c->data + in, n);
 		}
 		pthread_mutex_lock(&cc.lock);
@@ -365,25 +437,38 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	return (ssize_t)done;
 }
 
-static void *prefetch_worker(void *arg)
+/* Is there a chunk a worker may take (lock held)?  Reads that missed
+ * first; fetches ahead only while fewer than REMOTE_PREFETCH_THREADS run,
+ * so that a miss never waits behind a window of prefetches. */
+static bool work_to_do(void)
+{
+	return cc.demand.len || (cc.ahead.len && cc.busy_ahead < REMOTE_PREFETCH_THREADS);
+}
+
+static void *fetch_worker(void *arg)
 {
 	pthread_mutex_lock(&cc.lock);
 	for (;;) {
 		struct chunk *c;
+		bool ahead;
 
-		while (!cc.qlen && !cc.stopping)
+		while (!work_to_do() && !cc.stopping)
 			pthread_cond_wait(&cc.work, &cc.lock);
 		if (cc.stopping)
 			break;
-		c = cc.queue[cc.qhead];
-		cc.qhead = (cc.qhead + 1) % cc.nr;
-		cc.qlen--;
+		ahead = !cc.demand.len;
+		c = ring_pop(ahead ? &cc.ahead : &cc.demand);
+		cc.busy_ahead += ahead;
 		pthread_mutex_unlock(&cc.lock);
 		fetch(c);
-		atomic_fetch_add_explicit(&remote_cfg.counters.prefetches, 1,
-					  memory_order_relaxed);
+		if (ahead)
+			atomic_fetch_add_explicit(&remote_cfg.counters.prefetches, 1,
+						  memory_order_relaxed);
 		pthread_mutex_lock(&cc.lock);
-		put(c);
+		cc.busy_ahead -= ahead;
+		if (ahead && cc.ahead.len)
+			pthread_cond_signal(&cc.work);
+		put(c);		/* the fetcher's reference */
 	}
 	pthread_mutex_unlock(&cc.lock);
 	return NULL;
@@ -397,8 +482,8 @@ static void start_workers(void)
 		return;
 	cc.workers_pid = getpid();
 	cc.nworkers = 0;
-	while (cc.nworkers < REMOTE_PREFETCH_THREADS &&
-	       !pthread_create(&cc.workers[cc.nworkers], NULL, prefetch_worker, NULL))
+	while (cc.nworkers < REMOTE_FETCH_THREADS &&
+	       !pthread_create(&cc.workers[cc.nworkers], NULL, fetch_worker, NULL))
 		cc.nworkers++;
 }
 
@@ -424,7 +509,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		if (!c)
 			break;	/* every slot is busy or unread: no prefetch
 				 * past cache_mem */
-		cc.queue[(cc.qhead + cc.qlen++) % cc.nr] = c;
+		ring_push(&cc.ahead, c);
 		pthread_cond_signal(&cc.work);
 	}
 	pthread_mutex_unlock(&cc.lock);
@@ -450,29 +535,35 @@ void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	pthread_mutex_unlock(&cc.lock);
 }
 
-/* Drop the queued fetches of @ow (of every owner: NULL), lock held;
- * readers waiting for them see a failed chunk and fetch it themselves. */
-static void cancel_queued(const struct chunk_owner *ow)
+/* Drop the queued fetches of @ow (of every owner: NULL) from @r, lock
+ * held; a reader waiting for one sees a failed read (EIO). */
+static void cancel_ring(struct ring *r, const struct chunk_owner *ow)
 {
-	for (unsigned i = 0, n = cc.qlen; i < n; i++) {
-		struct chunk *c = cc.queue[cc.qhead];
+	for (unsigned i = 0, n = r->len; i < n; i++) {
+		struct chunk *c = ring_pop(r);
 
-		cc.qhead = (cc.qhead + 1) % cc.nr;
-		cc.qlen--;
 		if (!ow || c->owner == ow) {
 			c->state = CHUNK_FAILED;
+			pthread_cond_broadcast(&cc.changed);
 			put(c);
 		} else {
-			cc.queue[(cc.qhead + cc.qlen++) % cc.nr] = c;
+			ring_push(r, c);
 		}
 	}
+}
+
+static void cancel_queued(const struct chunk_owner *ow)
+{
+	cancel_ring(&cc.demand, ow);
+	cancel_ring(&cc.ahead, ow);
 }
 
 /*
  * Threads do not survive fork(2), and a condition variable with waiters
  * that vanished is not safe to use: before any fork (the daemon's, after
- * the index build may have prefetched), the workers finish their fetch
- * and exit; the next hint starts new ones in whichever process goes on.
+ * the index build may have prefetched; lifecycle.c's fusermount3), the
+ * workers finish their fetch and exit; after it, both processes start new
+ * ones if fetches are still queued (readers may be waiting for them).
  */
 static void stop_workers(void)
 {
@@ -484,15 +575,22 @@ static void stop_workers(void)
 		for (unsigned i = 0; i < cc.nworkers; i++)
 			pthread_join(cc.workers[i], NULL);
 	pthread_mutex_lock(&cc.lock);
-	cancel_queued(NULL);
 	cc.nworkers = 0;
 	cc.stopping = false;
 	pthread_mutex_unlock(&cc.lock);
 }
 
+static void resume_workers(void)
+{
+	pthread_mutex_lock(&cc.lock);
+	if (cc.demand.len || cc.ahead.len)
+		start_workers();
+	pthread_mutex_unlock(&cc.lock);
+}
+
 static void register_fork_handler(void)
 {
-	pthread_atfork(stop_workers, NULL, NULL);
+	pthread_atfork(stop_workers, resume_workers, resume_workers);
 }
 
 void chunk_cache_forget(struct chunk_owner *ow)

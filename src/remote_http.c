@@ -67,6 +67,9 @@ struct transfer {
 	uint64_t asked_from;	/* first byte the current attempt asked for */
 	bool overflow;		/* more body than wanted: aborted */
 	bool bad_range;		/* a 206 starting elsewhere: aborted */
+	bool checked;		/* this attempt's response was checked */
+	bool bad_object;	/* it came from another object: aborted */
+	struct remote_progress *progress; /* told of each piece, or NULL */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	size_t error_len;	/* bytes in error_body */
@@ -170,6 +173,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
 	return n;
 }
 
+static bool same_object(struct transfer *t);
+
 /* Is the response the body we asked for? (Known before the body.) */
 static bool body_wanted(const struct transfer *t, long status)
 {
@@ -189,6 +194,14 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	    (!t->resp.has_range || t->resp.range_start != t->asked_from)) {
 		t->bad_range = true;
 		return 0;
+	}
+	/* before any byte is stored, and readers may see it: the object's */
+	if (t->if_match && t->resp.status == 206 && !t->checked) {
+		t->checked = true;
+		if (!same_object(t)) {
+			t->bad_object = true;
+			return 0;
+		}
 	}
 	if (!body_wanted(t, t->resp.status)) {
 		size_t room = sizeof(t->error_body) - 1 - t->error_len;
@@ -214,6 +227,10 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	memcpy(t->buf + t->got, data, n);
 	t->got += n;
 	atomic_fetch_add_explicit(&remote_cfg.counters.bytes, n, memory_order_relaxed);
+	if (t->progress) {
+		atomic_store_explicit(&t->progress->bytes, t->got, memory_order_release);
+		t->progress->notify(t->progress);
+	}
 	return n;
 }
 
@@ -338,6 +355,7 @@ static int perform(struct transfer *t, CURLcode *cerr)
 	if (!rc) {
 		memset(&t->resp, 0, sizeof(t->resp));
 		t->asked_from = t->off + t->got;
+		t->checked = false;
 		t->error_len = 0;
 		t->error_body[0] = '\0';
 		set_options(h, t, url, hdrs);
@@ -397,8 +415,8 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 	long st = t->resp.status;
 	char code[64];
 
-	if (st == 206 && !same_object(t))
-		return OUTCOME_FAIL;
+	if (t->bad_object)
+		return OUTCOME_FAIL;	/* object_replaced() said why */
 	if (st == 200) {
 		snprintf(why, why_len, "the server ignored the Range header (HTTP 200)");
 		return OUTCOME_FAIL;
@@ -480,10 +498,10 @@ static int run(struct transfer *t,
 }
 
 ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
-			 uint64_t off)
+			 uint64_t off, struct remote_progress *progress)
 {
 	struct transfer t = { .o = o, .ranged = true, .if_match = true,
-			      .off = off, .buf = buf };
+			      .off = off, .buf = buf, .progress = progress };
 	char why[256];
 
 	if (atomic_load_explicit(&o->replaced, memory_order_relaxed))

@@ -125,13 +125,23 @@ int remote_s3_list(const char *bucket, const char *prefix,
 		   int (*add)(void *arg, const char *name, size_t len), void *arg,
 		   char *msg, size_t msg_len);
 
+/* How much of a GET's body has arrived, for readers that need only the
+ * start of it: bytes is stored (release) after they are in the buffer,
+ * and notify() called, after each piece. */
+struct remote_progress {
+	atomic_size_t bytes;	/* bytes of the buffer filled, in order */
+	void (*notify)(struct remote_progress *p); /* after each piece */
+};
+
 /*
  * GET [@off, @off + @len) of @o into @buf, with If-Match, retrying as
- * remote.h says and resuming at the byte reached.  Returns the bytes
- * read (less than @len only at the end of the object) or -EIO.
+ * remote.h says and resuming at the byte reached; @progress (or NULL)
+ * follows it.  No byte is stored before the response was checked to come
+ * from the object of the mount.  Returns the bytes read (less than @len
+ * only at the end of the object) or -EIO.
  */
 ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
-			 uint64_t off);
+			 uint64_t off, struct remote_progress *progress);
 
 /*
  * The mount-time probe: a GET of byte 0 that records size, ETag and

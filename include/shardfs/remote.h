@@ -51,7 +51,9 @@
 #define REMOTE_ATTEMPTS_DEFAULT 6
 /* Default size of the disk cache (-o cache_dir=): 10 GiB. */
 #define REMOTE_CACHE_SIZE_DEFAULT (10ull << 30)
-/* Threads fetching chunks ahead of forward readers. */
+/* Threads fetching chunks, and how many of them may fetch ahead of
+ * readers at once (the others stay free for reads that miss). */
+#define REMOTE_FETCH_THREADS 8
 #define REMOTE_PREFETCH_THREADS 4
 
 /* The -o options of remote shard sets (strings malloc'ed). */

@@ -58,6 +58,14 @@ def cache_env(tmp_path):
     return env
 
 
+def requests(mnt):
+    """GETs the mount made, not counting retries: a loaded machine may
+    time a connection out now and then, and a retry is not a request the
+    design makes."""
+    st = remote_stats(mnt)
+    return st["requests"] - st["retries"]
+
+
 def spec(url, names):
     return "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
 
@@ -69,7 +77,7 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
                      env=cache_env):
         # one probe per shard, one GET for a published index (none
         # here), then the index build reads each chunk once
-        assert remote_stats(mnt)["requests"] == len(names) + 1 + sum(
+        assert requests(mnt) == len(names) + 1 + sum(
             math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
         assert digests(mnt) == digests(ref)
         st = remote_stats(mnt)
@@ -77,14 +85,14 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
     # a second mount reads the cached index: one probe per shard
     with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
                      env=cache_env):
-        assert remote_stats(mnt)["requests"] == len(names)
+        assert requests(mnt) == len(names)
         # one file at random (inside one chunk): one GET of one chunk
         victim = one_chunk_member(www / names[2])
         with open(mnt / victim, "rb") as f:
             data = f.read()
         with open(ref / victim, "rb") as f:
             assert data == f.read()
-        assert remote_stats(mnt)["requests"] == len(names) + 1
+        assert requests(mnt) == len(names) + 1
         # a full read of one shard: at most ceil(size/chunk) + 1 GETs
         before = remote_stats(mnt)
         first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
@@ -92,7 +100,7 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
             lib.read_member(mnt / p)
         after = remote_stats(mnt)
         size = os.path.getsize(www / names[0])
-        assert after["requests"] - before["requests"] <= math.ceil(size / CHUNK) + 1
+        assert (after["requests"] - after["retries"]) - (before["requests"] - before["retries"]) <= math.ceil(size / CHUNK) + 1
         assert after["bytes"] - before["bytes"] <= size
 
 
@@ -225,7 +233,7 @@ def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_
         assert digests(mnt) == digests(ref)
         st = remote_stats(mnt)
     assert st["disk_corrupt"] == 2
-    assert st["requests"] == len(names) + 2, st
+    assert st["requests"] - st["retries"] == len(names) + 2, st
     assert st["disk_hits"] >= total - 2
 
 
@@ -257,8 +265,8 @@ def test_published_index(site, tmp_path, cache_env):
         fresh = dict(cache_env, XDG_CACHE_HOME=str(tmp_path / "fresh"))
         mnt = tmp_path / "mnt"
         with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=fresh):
-            assert remote_stats(mnt)["requests"] == len(names) + 1
+            assert requests(mnt) == len(names) + 1
             assert digests(mnt) == digests(ref)
         # kept in the local cache: the next mount does not fetch it again
         with lib.mounted(spec(url, names), mnt, env=fresh):
-            assert remote_stats(mnt)["requests"] == len(names)
+            assert requests(mnt) == len(names)
