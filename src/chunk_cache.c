@@ -221,20 +221,23 @@ static void make_free(struct chunk *c)
 
 /*
  * The least recently used chunk that may be evicted: one its reader went
- * past, or one nobody read for CHUNK_IDLE_MS.  A chunk a stream is still
- * reading is kept (evicting it would fetch its bytes twice: with 64
- * streams through 8 slots, 2 MB/s instead of the link's speed), and a
- * prefetch never evicts a chunk fetched ahead that no reader has used.
- * NULL: wait.  O(slots) under the lock, on a miss only.
+ * past, or one read but then left alone for CHUNK_IDLE_MS; for a read
+ * that missed, failing those, one fetched ahead and not read for
+ * CHUNK_IDLE_MS.  A chunk a stream is still reading is kept (evicting it
+ * would fetch its bytes twice: with 64 streams through 8 slots, 2 MB/s
+ * instead of the link's speed), and a prefetch never evicts a chunk
+ * fetched ahead that no reader has used.  NULL: wait.  O(slots) under the
+ * lock, on a miss only.
  */
 static struct chunk *victim(bool prefetch)
 {
 	uint64_t now = remote_now_ms();
 
-	for (struct chunk *c = cc.lru.next; c != &cc.lru; c = c->next)
-		if (c->done || (now - c->used_ms >= CHUNK_IDLE_MS &&
-				(!prefetch || c->consumed)))
-			return c;
+	for (int pass = 0; pass < (prefetch ? 1 : 2); pass++)
+		for (struct chunk *c = cc.lru.next; c != &cc.lru; c = c->next)
+			if (c->done || (now - c->used_ms >= CHUNK_IDLE_MS &&
+					c->consumed == !pass))
+				return c;
 	return NULL;
 }
 

@@ -572,7 +572,8 @@ int remote_s3_list(const char *bucket, const char *prefix,
 	if (!rc && !l.nr)
 		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no *.tar objects under "
 				"the prefix", bucket, prefix);
-	qsort(l.names, l.nr, sizeof(*l.names), cmp_name);
+	if (l.nr)
+		qsort(l.names, l.nr, sizeof(*l.names), cmp_name);
 	for (size_t i = 0; i < l.nr; i++) {
 		if (!rc)
 			rc = add(arg, l.names[i], strlen(l.names[i]));
