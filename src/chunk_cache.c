@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * chunk_cache.c - remote shard bytes in aligned chunks, in bounded memory.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * disk_cache.c - remote chunks kept on a node-local disk (-o cache_dir=).
  *

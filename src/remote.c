@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote.c - the remote shard options, their resolution, SHARDS items
  * that are URLs, and the remote counters.

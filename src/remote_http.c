@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote_http.c - ranged GETs over libcurl, signed for S3, retried.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote_internal.h - what the pieces of the remote shard reader share:
  * the resolved configuration, one remote object, the HTTP request layer

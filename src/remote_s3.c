@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote_s3.c - S3: where an object is (endpoint, addressing), who asks
  * (credentials), and what a prefix holds (ListObjectsV2).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sigv4.c - AWS Signature Version 4 (see sigv4.h for why it is ours).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_remote.c - a shard that is a remote object, as a shard_source.
  *

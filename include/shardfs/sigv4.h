@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sigv4.h - AWS Signature Version 4 for S3 requests, on libcrypto.
  *

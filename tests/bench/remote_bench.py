@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Remote shards benchmark: a sequential read of shards through an
 http:// mount against `curl -o /dev/null` of the same objects from the
 same nginx (loopback), with and without limit_rate, side by side in one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real servers on loopback for the remote shard tests, started and always
 stopped by the tests themselves, each on a free port of 127.0.0.1:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shards on web servers: http:// and https:// mounts against real servers
 on loopback (remote_servers.py).
 

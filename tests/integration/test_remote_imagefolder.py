@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torchvision's ImageFolder over an s3:// mount (s3rver behind the
 botocore signature check) and over an https:// mount (nginx with TLS,
 -o cacert=) sees exactly what it sees over `tar -x` of the same shards.

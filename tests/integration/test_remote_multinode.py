@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two ranks, each with its own s3:// mount of the same shards (as two
 nodes would have), train with ShardAwareSampler over torch.distributed
 (gloo, CPU): each rank reads its own shards, so each mount fetches about

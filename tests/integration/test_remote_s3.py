@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shards on S3: s3:// mounts against s3rver behind a proxy that checks
 every SigV4 signature with botocore (remote_servers.py says what that
 does and does not prove).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_remote_config.c - where remote settings come from, and where an S3
  * object is, without a server.

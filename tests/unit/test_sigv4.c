@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_sigv4.c - the SigV4 signer against AWS's test suite.
  *
