@@ -53,7 +53,7 @@ ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
 UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
 SHARDFS_STRESS_SECONDS=10 \
 	ctest --test-dir "$asan" --output-on-failure \
-	-R 'unit\.|core_|layouts|reliability|access_control|index_persist'
+	-R 'unit\.|core_|layouts|reliability|access_control|index_persist|remote_http|remote_s3'
 if [ -n "$(ls -A "$reports")" ]; then
 	echo "sanitizer reports (from daemons or tests):" >&2
 	head -n 40 "$reports"/* >&2
