@@ -907,8 +907,13 @@ def drop_caches(what=3):
     """Make the kernel forget cached pages (and dentries/inodes) so that
     reads reach shardfs and the backing store again."""
     subprocess.run(["sync"])
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("%d\n" % what)
+    # twice: a page read moments ago may still sit in a per-CPU LRU batch,
+    # which holds a reference that makes the first pass skip it (seen on a
+    # loaded machine: the last member read survived one drop)
+    for _ in range(2):
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("%d\n" % what)
+        time.sleep(0.05)
 
 
 def read_member(path, chunk=1 << 20):
