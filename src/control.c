@@ -114,6 +114,21 @@ static void render_remote(struct control_buf *b, bool metrics)
 		buf_printf(b, "%s", text);
 }
 
+static void render_stats_push(const struct control_source *src,
+			      struct control_buf *b)
+{
+	const struct pushahead_counters *p = src->push;
+
+	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
+		   "\"files\": %llu, \"passed\": %llu, \"wasted\": %llu, "
+		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
+		   "\"ahead\": %llu, \"ahead_max\": %llu},\n",
+		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
+		   counter(&p->files), counter(&p->passed), counter(&p->wasted),
+		   counter(&p->read_anyway), counter(&p->refused),
+		   counter(&p->unknown), counter(&p->ahead), counter(&p->ahead_max));
+}
+
 static void render_stats(const struct control_source *src, struct control_buf *b)
 {
 	const struct shard_index_counts *c = &src->idx->counts;
@@ -138,13 +153,13 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
 		   "  \"logged_errors\": %llu,\n"
-		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu},\n"
-		   "  \"io_uring_requests\": %llu\n}\n",
+		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu},\n",
 		   counter(&k->read_bytes), br, counter(&k->backing_bytes),
 		   br ? (double)counter(&k->backing_bytes) / br : 0.0,
 		   counter(&k->errors), log_errors(), (unsigned long long)src->opt->readahead,
-		   counter(&k->readahead_hits), counter(&k->readahead_misses),
-		   counter(&k->uring_requests));
+		   counter(&k->readahead_hits), counter(&k->readahead_misses));
+	render_stats_push(src, b);
+	buf_printf(b, "  \"io_uring_requests\": %llu\n}\n", counter(&k->uring_requests));
 }
 
 static void render_shards(const struct control_source *src, struct control_buf *b)
@@ -190,6 +205,25 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	       counter(&k->readahead_hits));
 	metric(b, "readahead_misses_total", "counter", "Forward reads past the prefetched range.",
 	       counter(&k->readahead_misses));
+	metric(b, "pushahead_bytes_total", "counter",
+	       "Bytes stored into the kernel's page cache ahead of readers.",
+	       counter(&src->push->bytes));
+	metric(b, "pushahead_files_total", "counter", "Files stored ahead of readers.",
+	       counter(&src->push->files));
+	metric(b, "pushahead_passed_total", "counter",
+	       "Stored files their reader went past (read from the page cache).",
+	       counter(&src->push->passed));
+	metric(b, "pushahead_wasted_total", "counter",
+	       "Stored files their reader never reached.",
+	       counter(&src->push->wasted));
+	metric(b, "pushahead_read_anyway_total", "counter",
+	       "Stored files the kernel sent a READ for all the same.",
+	       counter(&src->push->read_anyway));
+	metric(b, "pushahead_refused_total", "counter", "Stores the kernel refused.",
+	       counter(&src->push->refused));
+	metric(b, "pushahead_ahead_bytes", "gauge",
+	       "Bytes the push-ahead windows hold now.",
+	       counter(&src->push->ahead));
 	metric(b, "io_uring_requests_total", "counter",
 	       "Requests that came over io_uring rather than /dev/fuse.",
 	       counter(&k->uring_requests));

@@ -15,6 +15,7 @@
  * it fail with EIO, never with the wrong bytes, and it is logged once.  A
  * rewrite in place to the same size cannot be seen this way (shardfs(1)).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -64,16 +65,27 @@ out_release_set:
 	return rc;
 }
 
+static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
+			    uint64_t off)
+{
+	return shardfs_fetch(fs, e, buf, size, off);
+}
+
 int shardfs_init_built(struct shardfs *fs)
 {
 	fs->streams = calloc(fs->set.nr ? fs->set.nr : 1, sizeof(*fs->streams));
-	if (!fs->streams)
+	if (!fs->streams || pushahead_init(&fs->push, &fs->idx, &fs->set,
+					   fs->opt.pushahead, fetch_member, fs)) {
+		free(fs->streams);
+		fs->streams = NULL;
 		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < fs->set.nr; i++)
 		atomic_init(&fs->streams[i].served_lo, ~0ull);
 	control_init(&fs->control, &(struct control_source){
 		.idx = &fs->idx, .set = &fs->set, .streams = fs->streams,
 		.counters = &fs->counters, .opt = &fs->opt,
+		.push = &fs->push.counters,
 		.build_seconds = &fs->build_seconds,
 	});
 	return 0;
@@ -81,6 +93,8 @@ int shardfs_init_built(struct shardfs *fs)
 
 void shardfs_release(struct shardfs *fs)
 {
+	pushahead_stop(&fs->push);
+	pushahead_release(&fs->push);
 	free(fs->streams);
 	fs->streams = NULL;
 	control_release(&fs->control);
@@ -244,33 +258,34 @@ static void atomic_max(atomic_ullong *v, unsigned long long x)
  * now and then, and each of those used to prefetch a whole window for
  * nothing (1,551 windows, 6 GB, in one shuffled pass over 4.9 GB).  Racy
  * by design: the fields are hints, a lost update costs one fadvise more
- * or less.
+ * or less.  Returns true when the reader is on such a streak (push-ahead
+ * starts on it too, with readahead off or on).
  */
-static void shard_readahead(struct shardfs *fs, struct shard_source *src,
+static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
 			    struct shard_stream *s, uint64_t off, uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
 	unsigned streak = 0;
 	bool inside, forward;
 
-	if (!ra)
-		return;
 	prev = atomic_exchange_explicit(&s->last_end, end, memory_order_relaxed);
-	ra_end = atomic_load_explicit(&s->ra_end, memory_order_relaxed);
-	inside = off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
-		 end <= ra_end;
-	if (inside)
-		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
-					  memory_order_relaxed);
 	forward = off >= prev && off - prev <= SHARDFS_READAHEAD_GAP;
 	if (forward)
 		streak = atomic_fetch_add_explicit(&s->forward, 1,
 						   memory_order_relaxed) + 1;
 	else
 		atomic_store_explicit(&s->forward, 0, memory_order_relaxed);
+	if (!ra)
+		return streak >= SHARDFS_READAHEAD_STREAK;
+	ra_end = atomic_load_explicit(&s->ra_end, memory_order_relaxed);
+	inside = off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
+		 end <= ra_end;
+	if (inside)
+		atomic_fetch_add_explicit(&fs->counters.readahead_hits, 1,
+					  memory_order_relaxed);
 	if (!forward || (inside && end + ra / 2 <= ra_end) ||
 	    (!inside && streak < SHARDFS_READAHEAD_STREAK))
-		return;
+		return streak >= SHARDFS_READAHEAD_STREAK;
 	if (!inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_misses, 1,
 					  memory_order_relaxed);
@@ -279,6 +294,7 @@ static void shard_readahead(struct shardfs *fs, struct shard_source *src,
 	atomic_store_explicit(&s->ra_start, start, memory_order_relaxed);
 	atomic_store_explicit(&s->ra_end, start + ra, memory_order_relaxed);
 	shard_source_advise(src, start, ra, SHARD_SOURCE_WILLNEED);
+	return streak >= SHARDFS_READAHEAD_STREAK;
 }
 
 /*
@@ -290,18 +306,20 @@ static void shard_readahead(struct shardfs *fs, struct shard_source *src,
  * shard order: 571-685 MB/s keeping both copies, 931-967 MB/s keeping
  * one, with half the daemon's CPU time.
  */
-static void shard_served(struct shardfs *fs, uint32_t shard, uint64_t off,
+static bool shard_served(struct shardfs *fs, uint32_t shard, uint64_t off,
 			 uint64_t len)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	struct shard_stream *s = &fs->streams[shard];
+	bool streak;
 
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, len,
 				  memory_order_relaxed);
 	atomic_min(&s->served_lo, off);
 	atomic_max(&s->served_hi, off + len);
-	shard_readahead(fs, src, s, off, off + len);
+	streak = shard_readahead(fs, src, s, off, off + len);
 	shard_source_advise(src, off, len, SHARD_SOURCE_DONTNEED);
+	return streak;
 }
 
 /* Log a failed read of @s, the first SHARDFS_READ_ERRORS_LOGGED only. */
@@ -326,8 +344,8 @@ static void read_failed(struct shardfs *fs, uint32_t shard, uint64_t off,
  * back: a file rewritten under the mount would serve its new bytes at the
  * old offsets.
  */
-static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
-			   size_t size, uint64_t off)
+static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
+				  char *buf, size_t size, uint64_t off)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	ssize_t n;
@@ -350,7 +368,36 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 	 * read would otherwise serve its new bytes at the old offsets */
 	if (!shard_unchanged(fs, shard, off))
 		return -EIO;
-	shard_served(fs, shard, off, size);
+	return n;
+}
+
+/* A reader's read: checked, accounted; *@streak: it moves forward. */
+static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
+			   size_t size, uint64_t off, bool *streak)
+{
+	ssize_t n = shard_read_checked(fs, shard, buf, size, off);
+	bool forward = n >= 0 && shard_served(fs, shard, off, size);
+
+	if (streak)
+		*streak = forward;
+	return n;
+}
+
+ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
+		      uint64_t off)
+{
+	const struct shard_inode *in = &fs->idx.inodes[e];
+	struct shard_source *src = fs->set.shards[in->shard].src;
+	ssize_t n;
+
+	assert(S_ISREG(in->mode) && !(in->flags & SHARD_INODE_SPARSE));
+	assert(off + size <= in->size);
+	n = shard_read_checked(fs, in->shard, buf, size, in->data + off);
+	if (n < 0)
+		return n;
+	atomic_fetch_add_explicit(&fs->counters.backing_bytes, size,
+				  memory_order_relaxed);
+	shard_source_advise(src, in->data + off, size, SHARD_SOURCE_DONTNEED);
 	return n;
 }
 
@@ -392,7 +439,7 @@ static ssize_t read_sparse(struct shardfs *fs, const struct shard_inode *in,
 		if (from >= to)
 			continue;
 		rc = shard_pread(fs, in->shard, buf + (from - off), to - from,
-				 e->physical + (from - e->logical));
+				 e->physical + (from - e->logical), NULL);
 		if (rc < 0)
 			return rc;
 	}
@@ -404,6 +451,7 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	int node = control_node_of(&fs->control, ino);
+	bool streak;
 	ssize_t rc;
 
 	if (node == CONTROL_DIR)
@@ -418,10 +466,14 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 		return 0;
 	if (size > in->size - off)
 		size = in->size - off;
-	if (in->flags & SHARD_INODE_SPARSE)
+	if (in->flags & SHARD_INODE_SPARSE) {
 		rc = read_sparse(fs, in, buf, size, off);
-	else
-		rc = shard_pread(fs, in->shard, buf, size, in->data + off);
+	} else {
+		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &streak);
+		if (rc >= 0)
+			pushahead_read(&fs->push, (uint32_t)(ino - 1), in->data + off,
+				       in->data + off + size, streak);
+	}
 	if (rc < 0)
 		atomic_fetch_add_explicit(&fs->counters.errors, 1,
 					  memory_order_relaxed);

@@ -48,6 +48,17 @@ static struct shardfs *fs_of(fuse_req_t req)
 	return ls->fs;
 }
 
+/* The push-ahead worker's store: the bytes go into the inode's page cache. */
+static int push_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
+		      size_t len)
+{
+	struct ll_session *ls = arg;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+
+	bv.buf[0].mem = (void *)buf;
+	return fuse_lowlevel_notify_store(ls->se, ino, (off_t)off, &bv, 0);
+}
+
 static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ll_session *ls = userdata;
@@ -61,9 +72,18 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * entry on the first stat; READDIRPLUS returns attributes in bulk. */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_readahead = READ_BUF_SIZE;
+	pushahead_start(&ls->fs->push, push_store, ls);
 	log_debug("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_readahead %u",
 		  conn->proto_major, conn->proto_minor, conn->capable,
 		  conn->want, conn->max_readahead);
+}
+
+/* Nothing is stored into the page cache once the session goes away. */
+static void ll_destroy(void *userdata)
+{
+	struct ll_session *ls = userdata;
+
+	pushahead_stop(&ls->fs->push);
 }
 
 static void reply_err(fuse_req_t req, int rc)
@@ -136,8 +156,25 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	shardfs_op_done(fs, SHARDFS_OP_LOOKUP, t0);
 	if (rc)
 		reply_err(req, rc);
-	else
-		fuse_reply_entry(req, &e);
+	else if (!fuse_reply_entry(req, &e))	/* the kernel holds e.ino now */
+		pushahead_lookup(&fs->push, e.ino, 1);
+}
+
+/* The kernel dropped references: push-ahead must not store there. */
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	pushahead_forget(&fs_of(req)->push, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void ll_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	struct shardfs *fs = fs_of(req);
+
+	for (size_t i = 0; i < count; i++)
+		pushahead_forget(&fs->push, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
 }
 
 static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -215,6 +252,19 @@ static ssize_t add_dirent(fuse_req_t req, struct shardfs *fs, fuse_ino_t dir,
 	return fuse_add_direntry_plus(req, buf, size, name, &e, off + 1);
 }
 
+/* The kernel takes a reference on each inode of a READDIRPLUS reply. */
+static void count_plus_refs(struct shardfs *fs, fuse_ino_t dir, off_t from,
+			    off_t to)
+{
+	for (off_t off = from < 2 ? 2 : from; off < to; off++) {
+		const char *name;
+		uint64_t ino;
+
+		if (!shardfs_readdir_entry(fs, dir, off - 2, &name, &ino))
+			pushahead_lookup(&fs->push, ino, 1);
+	}
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       bool plus)
 {
@@ -223,6 +273,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t room, used = 0;
 	char *buf = read_buf(&room);
 	ssize_t n = -ENOMEM;
+	off_t first = off;
 
 	if (size > room)
 		size = room;
@@ -235,8 +286,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	shardfs_op_done(fs, SHARDFS_OP_READDIR, t0);
 	if (n < 0 && used == 0)
 		reply_err(req, (int)n);
-	else
-		fuse_reply_buf(req, buf, used);
+	else if (!fuse_reply_buf(req, buf, used) && plus)
+		count_plus_refs(fs, ino, first, off);
 }
 
 static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -337,7 +388,10 @@ static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static const struct fuse_lowlevel_ops shardfs_ll_ops = {
 	.init = ll_init,
+	.destroy = ll_destroy,
 	.lookup = ll_lookup,
+	.forget = ll_forget,
+	.forget_multi = ll_forget_multi,
 	.getattr = ll_getattr,
 	.readlink = ll_readlink,
 	.opendir = ll_opendir,
@@ -353,5 +407,6 @@ static const struct fuse_lowlevel_ops shardfs_ll_ops = {
 struct fuse_session *shardfs_session_new(struct fuse_args *args,
 					 struct ll_session *ls)
 {
-	return fuse_session_new(args, &shardfs_ll_ops, sizeof(shardfs_ll_ops), ls);
+	ls->se = fuse_session_new(args, &shardfs_ll_ops, sizeof(shardfs_ll_ops), ls);
+	return ls->se;
 }

@@ -13,12 +13,14 @@
 
 #include "shardfs/fs.h"
 
+struct fuse_session;
 struct ll_uring;
 
 /* What a session serves and how; the session's userdata. */
 struct ll_session {
 	struct shardfs *fs;	/* the filesystem served */
 	struct ll_uring *uring;	/* the io_uring transport, or NULL */
+	struct fuse_session *se; /* the session, for notifications */
 	bool no_open;		/* the kernel accepts ENOSYS for OPEN */
 };
 

@@ -45,6 +45,7 @@ struct mount_cli {
 	char *gid;		/* -o gid=N */
 	char *umask;		/* -o umask=OCTAL */
 	char *readahead;	/* -o readahead=SIZE */
+	char *pushahead;	/* -o pushahead=SIZE */
 	int notify_fd;		/* -o notify_fd=N, -1 when unset */
 	char *idle_timeout;	/* -o idle_timeout=SECONDS (0: never) */
 	char *log;		/* -o log=FILE: messages once detached */
@@ -60,6 +61,7 @@ static const struct fuse_opt mount_opts[] = {
 	MOUNT_OPT("gid=%s", gid, 0),
 	MOUNT_OPT("umask=%s", umask, 0),
 	MOUNT_OPT("readahead=%s", readahead, 0),
+	MOUNT_OPT("pushahead=%s", pushahead, 0),
 	MOUNT_OPT("notify_fd=%d", notify_fd, 0),
 	MOUNT_OPT("idle_timeout=%s", idle_timeout, 0),
 	MOUNT_OPT("log=%s", log, 0),
@@ -81,6 +83,10 @@ static void usage(const char *prog)
 	       "    -o nonempty            allow a non-empty mountpoint\n"
 	       "    -o readahead=SIZE      prefetch ahead of forward readers of a\n"
 	       "                           shard (K/M/G/T suffixes; 0: off; default 4M)\n"
+	       "    -o pushahead=SIZE      store the members that follow a forward\n"
+	       "                           reader in the kernel's page cache, at\n"
+	       "                           most SIZE bytes ahead of all readers\n"
+	       "                           (0: off; default %uM)\n"
 	       "    -o notify_fd=N         write READY=1 to fd N once mounted\n"
 	       "                           (NOTIFY_SOCKET is honoured as well)\n"
 	       "    -o idle_timeout=SECS   unmount after SECS without requests\n"
@@ -91,7 +97,8 @@ static void usage(const char *prog)
 	       "                           (default %d; 0: /dev/fuse only)\n"
 	       "%s\n"
 	       "exit status: 0 mounted, 1 failure (bad shard set, mountpoint or\n"
-	       "FUSE error), 2 usage error\n\n", prog, LL_URING_THREADS_DEFAULT,
+	       "FUSE error), 2 usage error\n\n", prog, SHARDFS_PUSHAHEAD_DEFAULT >> 20,
+	       LL_URING_THREADS_DEFAULT,
 	       cli_index_help);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -179,6 +186,9 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt,
 	opt->readahead = SHARDFS_READAHEAD_DEFAULT;
 	if (m->readahead && parse_size(m->readahead, &opt->readahead))
 		return log_error("bad readahead size '%s'", m->readahead), -EINVAL;
+	opt->pushahead = SHARDFS_PUSHAHEAD_DEFAULT;
+	if (m->pushahead && parse_size(m->pushahead, &opt->pushahead))
+		return log_error("bad pushahead size '%s'", m->pushahead), -EINVAL;
 	/* (uid_t)-1 means "no change" to the kernel: not a valid owner */
 	if (parse_number("uid", m->uid, 10, UINT32_MAX - 1, &opt->uid, &opt->set_uid) ||
 	    parse_number("gid", m->gid, 10, UINT32_MAX - 1, &opt->gid, &opt->set_gid) ||
@@ -375,6 +385,7 @@ out_release_config:
 out_free_args:
 	free(o.mountpoint);
 	free(m.readahead);
+	free(m.pushahead);
 	free(m.uid);
 	free(m.gid);
 	free(m.umask);

@@ -79,6 +79,7 @@ struct control_source {
 	const struct shard_stream *streams;	/* per shard, set->nr of them */
 	const struct shardfs_counters *counters; /* activity since mount */
 	const struct shardfs_options *opt;	/* owner and readahead */
+	const struct pushahead_counters *push;	/* what push-ahead did */
 	const double *build_seconds;		/* time the index took */
 };
 

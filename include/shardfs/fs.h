@@ -33,6 +33,7 @@
 #include "shardfs/index.h"
 #include "shardfs/index_store.h"
 #include "shardfs/mount.h"
+#include "shardfs/pushahead.h"
 #include "shardfs/shardset.h"
 
 /* Inode number of the root directory (FUSE_ROOT_ID). */
@@ -59,6 +60,7 @@ struct shardfs {
 	struct shard_index idx;		/* the namespace */
 	struct shardfs_options opt;	/* ownership overrides */
 	struct shardfs_counters counters; /* activity since mount */
+	struct pushahead push;		/* members stored ahead of readers */
 	double build_seconds;		/* time the index build took */
 	struct index_store_result index_file; /* where the index came from */
 	struct control_state control;	/* the /.shardfs/ files' content */
@@ -140,6 +142,15 @@ ssize_t shardfs_getxattr(const struct shardfs *fs, uint64_t ino,
 			 const char *name, char *buf, size_t size);
 ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
 			  size_t size);
+
+/*
+ * Read @size bytes at @off of member entry @e (a plain, not sparse, file)
+ * for push-ahead: checked like a READ (-EIO when the shard changed or
+ * failed; never other bytes), counted as shard I/O but not as a reader's
+ * move.  The shard pages read are dropped.  Returns @size or -EIO.
+ */
+ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
+		      uint64_t off);
 
 /* Monotonic nanoseconds, for shardfs_op_done(). */
 uint64_t shardfs_now_ns(void);

@@ -30,6 +30,9 @@ struct shardfs_options {
 	mode_t umask;		/* permission bits to clear (default 0) */
 	uint64_t readahead;	/* bytes prefetched ahead of forward
 				 * readers of a shard; 0 turns it off */
+	uint64_t pushahead;	/* bound on the bytes pushed into the
+				 * kernel ahead of readers (pushahead.h);
+				 * 0 turns it off */
 };
 
 /* Operations timed for /.shardfs/stats. */
@@ -79,6 +82,21 @@ struct shard_stream {
 	atomic_uint forward;	/* reads in a row that moved forward */
 	atomic_ullong ra_start;	/* start of the range last prefetched */
 	atomic_ullong ra_end;	/* end of the range last prefetched */
+};
+
+/* What push-ahead did since mount (pushahead.h); relaxed atomics. */
+struct pushahead_counters {
+	atomic_ullong bytes;		/* bytes stored into the kernel */
+	atomic_ullong files;		/* members stored */
+	atomic_ullong passed;		/* stored members the reader went past */
+	atomic_ullong wasted;		/* stored members the reader never
+					 * reached (jumped, stopped) */
+	atomic_ullong read_anyway;	/* stored members READ all the same */
+	atomic_ullong refused;		/* stores the kernel refused */
+	atomic_ullong unknown;		/* members skipped: inode not held
+					 * by the kernel */
+	atomic_ullong ahead;		/* bytes held by windows now */
+	atomic_ullong ahead_max;	/* most ever held at once */
 };
 
 #endif

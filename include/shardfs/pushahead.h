@@ -1,0 +1,155 @@
+/*
+ * pushahead.h - the data of the members a reader will ask for next,
+ * handed to the kernel before it asks.
+ *
+ * A reader that walks a shard front to back (a training epoch in shard
+ * order) would cost one READ round trip per file.  Once its reads of a
+ * shard form a forward streak, a worker thread reads the members that
+ * follow in the shard and hands each one, whole, to a store callback: the
+ * FUSE glue puts the bytes into the kernel's page cache for the member's
+ * inode (FUSE_NOTIFY_STORE), so the reader's next open and read are served
+ * by the kernel alone.  Sample mates come with it, since WebDataset
+ * writers put key.jpg, key.json and key.cls next to each other.
+ *
+ * The window of a stream: [pos, to) in shard offsets, where pos is the end
+ * of the reader's latest READ and to the end of what the worker was asked
+ * to push.  One member in each extension is left out (the trip member):
+ * the reader's READ of it is the only sign that it got that far, and
+ * moves the window on.  A READ elsewhere with no forward streak (a jump)
+ * ends the window; so does a reader that stops for
+ * SHARDFS_PUSHAHEAD_IDLE_MS.  Each window is at most
+ * SHARDFS_PUSHAHEAD_WINDOW bytes, and all of them together at most the
+ * bound (-o pushahead=SIZE): bytes are reserved from it before they are
+ * asked for, and given back as the reader passes them or the window ends.
+ *
+ * Only inodes the kernel holds can be stored into, so the FUSE glue
+ * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
+ * drops (FORGET); a member with none is skipped.  The bytes pushed are
+ * read and checked like a READ's (the fetch callback: shardfs_fetch,
+ * fs.h): a shard that changed size is never pushed from.
+ *
+ * Thread-safety: pushahead_read(), _lookup() and _forget() may be called
+ * from any number of threads; they take no global lock and allocate
+ * nothing (a stream's window is updated under a per-stream try-lock: a
+ * READ that finds it taken leaves the window as it is).  _start() and
+ * _stop() are called once each, by one thread.
+ */
+#ifndef SHARDFS_PUSHAHEAD_H
+#define SHARDFS_PUSHAHEAD_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/index.h"
+#include "shardfs/mount.h"
+#include "shardfs/shardset.h"
+
+/* Default bound on the bytes pushed ahead of all readers (-o pushahead=). */
+#define SHARDFS_PUSHAHEAD_DEFAULT (64u << 20)
+/* Most bytes pushed ahead of one reader of one shard. */
+#define SHARDFS_PUSHAHEAD_WINDOW (8u << 20)
+/* Bytes read and stored at a time: the worker's one buffer. */
+#define SHARDFS_PUSHAHEAD_CHUNK (1u << 20)
+/* A READ this far past the window still continues it (a reader that
+ * outran the pushes); as SHARDFS_READAHEAD_GAP in fs.h. */
+#define SHARDFS_PUSHAHEAD_SLACK (1u << 20)
+/* A window whose reader sent nothing for this long is given up. */
+#define SHARDFS_PUSHAHEAD_IDLE_MS 250
+
+/*
+ * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
+ * Returns 0 or -errno (the kernel does not have the inode, the mount is
+ * going away).
+ */
+typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
+				  const void *buf, size_t len);
+
+/*
+ * Read @size bytes at @off of member entry @e, checked as a READ is
+ * (shardfs_fetch in fs.h).  Returns @size or -EIO.
+ */
+typedef ssize_t (*pushahead_fetch_fn)(void *arg, uint32_t e, char *buf,
+				      size_t size, uint64_t off);
+
+/* The window of one shard; the fields under @busy unless said. */
+struct pushahead_stream {
+	atomic_flag busy;	/* the try-lock over the fields below */
+	uint64_t from;		/* where the window started: a READ from
+				 * here on continues it */
+	atomic_ullong pos;	/* end of the reader's latest READ; read by
+				 * the worker without the lock */
+	atomic_ullong to;	/* end of the window (0: none) */
+	uint64_t held;		/* bytes of the bound this window holds */
+	atomic_uint trip;	/* entry left for the reader to READ */
+	atomic_uint gen;	/* bumped when the window restarts or ends */
+	atomic_ullong active_ns; /* when the reader was last seen */
+	atomic_bool queued;	/* on the worker's list (set by the pusher,
+				 * cleared by the worker) */
+	uint32_t next;		/* next stream on that list, + 1 */
+	uint32_t done_gen;	/* worker only: the window pushed so far */
+	uint64_t done;		/* worker only: pushed up to this offset */
+};
+
+struct pushahead {
+	const struct shard_index *idx;	/* the members */
+	const struct shard_set *set;	/* their shards */
+	pushahead_fetch_fn fetch;	/* reads a member's bytes */
+	void *fetch_arg;		/* passed to fetch */
+	uint64_t bound;			/* -o pushahead= (0: off) */
+	uint64_t window;		/* per-stream window: min(bound, WINDOW) */
+	uint32_t *order;		/* pushable entries by (shard, offset) */
+	uint32_t *order_start;		/* per shard: its first in order; nr + 1 */
+	atomic_uint *refs;		/* per entry: kernel references, and
+					 * PUSHAHEAD_STORED once pushed */
+	struct pushahead_stream *streams; /* one per shard */
+	struct pushahead_counters counters; /* activity */
+	pushahead_store_fn store;	/* the FUSE glue's store */
+	void *store_arg;		/* passed to store */
+	atomic_uint list;		/* streams waiting for the worker, + 1 */
+	sem_t wake;			/* posted when a stream is queued */
+	atomic_bool stop;		/* the worker must return */
+	bool running;			/* the worker thread exists */
+	pthread_t worker;		/* the thread that pushes */
+	char *buf;			/* the worker's CHUNK-byte buffer */
+};
+
+/*
+ * Set @p up over @idx and @set (built and open; they outlive @p) with
+ * @bound bytes, reading members through @fetch(@fetch_arg, ...); a bound
+ * of 0 leaves it off, allocating nothing.  Returns 0 or -ENOMEM.
+ */
+int pushahead_init(struct pushahead *p, const struct shard_index *idx,
+		   const struct shard_set *set, uint64_t bound,
+		   pushahead_fetch_fn fetch, void *fetch_arg);
+
+/* Free what _init allocated (after _stop). */
+void pushahead_release(struct pushahead *p);
+
+/*
+ * Start the worker, which stores through @store(@arg, ...).  Does nothing
+ * when @p is off.  Returns 0 or -errno (push-ahead then stays off).
+ */
+int pushahead_start(struct pushahead *p, pushahead_store_fn store, void *arg);
+
+/* Stop and join the worker; no store is called after it returns. */
+void pushahead_stop(struct pushahead *p);
+
+/* The kernel took @n references to inode @ino (LOOKUP, READDIRPLUS). */
+void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n);
+
+/* The kernel dropped @n references to inode @ino (FORGET). */
+void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n);
+
+/*
+ * The reader READ [@off, @end) of entry @e in its shard; @streak is true
+ * when its reads of the shard move forward (see fs.c).  Moves, starts or
+ * ends the shard's window.
+ */
+void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
+		    uint64_t end, bool streak);
+
+#endif
