@@ -189,8 +189,14 @@ def run_cmd(argv, env=None, timeout=300):
         return Result(argv, rc, out.read(), err.read())
 
 
+# SHARDFS_TEST_PUSHAHEAD=SIZE mounts every shardfs of the run with
+# -o pushahead=SIZE (ctest runs the suites that check bytes with 0 too).
+PUSHAHEAD = os.environ.get("SHARDFS_TEST_PUSHAHEAD")
+
+
 def shardfs_argv(shards, mountpoint, *options):
-    return [SHARDFS, *options, os.fspath(shards), os.fspath(mountpoint)]
+    extra = ["-o", "pushahead=" + PUSHAHEAD] if PUSHAHEAD is not None else []
+    return [SHARDFS, *extra, *options, os.fspath(shards), os.fspath(mountpoint)]
 
 
 def run_shardfs(shards, mountpoint, *options, check=True, env=None,

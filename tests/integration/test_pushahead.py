@@ -1,0 +1,152 @@
+"""Push-ahead (-o pushahead=): the members after a forward reader are
+stored into the kernel's page cache before they are asked for.
+
+What it must do: after a listing, a reader in shard order gets its files
+with almost no READ reaching the daemon (read from /.shardfs/stats), every
+byte still right; a shard changed under the mount while a reader streams
+through it gives EIO or the original bytes, never bytes pushed from the
+changed file; and 64 readers at once on 64 shards stay within the bound.
+"""
+import io
+import os
+import tarfile
+import threading
+
+import pytest
+
+import shardfs_testlib as lib
+
+FILES = 240
+
+
+def make_shard(path, tag, files=FILES, size=lambda i: 3000 + 997 * (i % 40)):
+    """A shard of FILES members d/kNNNN.bin (in name order), and their
+    bytes by name."""
+    content = {}
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(files):
+            name = "d/k%04d.bin" % i
+            data = lib.deterministic_bytes((tag, i), size(i))
+            info = tarfile.TarInfo("%s/%s" % (tag, name))
+            info.size, info.mtime = len(data), 1_600_000_000
+            tar.addfile(info, io.BytesIO(data))
+            content["%s/%s" % (tag, name)] = data
+    return content
+
+
+def list_tree(mnt):
+    for _ in os.walk(mnt):
+        pass
+
+
+def read_in_order(mnt, content):
+    for name in sorted(content):
+        with open(os.path.join(mnt, name), "rb") as f:
+            assert f.read() == content[name], name
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pushahead", ["default", "0"])
+def test_reads_after_a_listing_cost_almost_no_request(tmp_path, pushahead):
+    content = make_shard(tmp_path / "a.tar", "a")
+    content.update(make_shard(tmp_path / "b.tar", "b"))
+    mnt = tmp_path / "mnt"
+    opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
+    with lib.mounted("%s,%s" % (tmp_path / "a.tar", tmp_path / "b.tar"), mnt, *opts):
+        list_tree(mnt)
+        lib.drop_caches(1)		# pages only: the kernel keeps the inodes
+        before = lib.read_stats(mnt)
+        read_in_order(mnt, content)
+        after = lib.read_stats(mnt)
+    reads = after["ops"]["read"]["count"] - before["ops"]["read"]["count"]
+    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
+    push = after["pushahead"]
+    assert lookups <= 2, "the listing left the entries to the kernel"
+    if pushahead == "0":
+        assert reads >= len(content) and push["files"] == 0
+        return
+    assert push["bound"] > 0 and push["files"] > len(content) // 2, push
+    assert reads <= len(content) // 5, (reads, push)
+    assert push["read_anyway"] <= 2, push
+    assert push["ahead_max"] <= push["bound"], push
+
+
+@pytest.mark.timeout(120)
+def test_a_mount_without_a_listing_pushes_nothing_unknown(tmp_path):
+    """Members the kernel has no inode for are skipped, not stored."""
+    content = make_shard(tmp_path / "a.tar", "a")
+    mnt = tmp_path / "mnt"
+    with lib.mounted(tmp_path / "a.tar", mnt):
+        read_in_order(mnt, content)
+        push = lib.read_stats(mnt)["pushahead"]
+    assert push["refused"] <= push["files"] + 2, push
+
+
+def change(shard, how):
+    """Rewrite SHARD in place (same inode: the daemon keeps it open)."""
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:
+        if how == "truncate":
+            f.truncate(size // 3)
+        else:	# other bytes, shorter, so its size never passes the old one
+            f.truncate(0)
+            f.write(lib.deterministic_bytes("other", size - 10240))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["truncate", "rewrite"])
+def test_a_changed_shard_never_serves_pushed_bytes_of_the_new_file(tmp_path, how):
+    shard = tmp_path / "a.tar"
+    content = make_shard(shard, "a", files=600)
+    mnt = tmp_path / "mnt"
+    names = sorted(content)
+    good = eio = 0
+    with lib.mounted(shard, mnt):
+        list_tree(mnt)
+        lib.drop_caches(1)
+        for i, name in enumerate(names):
+            if i == len(names) // 4:
+                assert lib.read_stats(mnt)["pushahead"]["files"] > 0
+                change(shard, how)
+            data, err = lib.read_member(os.path.join(mnt, name))
+            if err is None:
+                assert data == content[name], "%s: bytes of the changed shard" % name
+                good += 1
+            else:
+                assert err == 5, "%s: errno %d" % (name, err)
+                eio += 1
+    assert good >= len(names) // 4 and eio > 0, (good, eio)
+
+
+@pytest.mark.timeout(180)
+def test_64_readers_stay_within_the_bound(tmp_path):
+    content = {}
+    os.makedirs(tmp_path / "shards")
+    for k in range(64):
+        content.update(make_shard(tmp_path / "shards" / ("s%02d.tar" % k),
+                                  "s%02d" % k, files=60,
+                                  size=lambda i: 40000 + 113 * i))
+    bound = 4 << 20
+    mnt = tmp_path / "mnt"
+    errors = []
+
+    def reader(tag):
+        try:
+            read_in_order(mnt, {n: d for n, d in content.items()
+                                if n.startswith(tag + "/")})
+        except (OSError, AssertionError) as e:
+            errors.append(e)
+
+    with lib.mounted(tmp_path / "shards", mnt, "-o", "pushahead=%d" % bound):
+        list_tree(mnt)
+        lib.drop_caches(1)
+        threads = [threading.Thread(target=reader, args=("s%02d" % k,))
+                   for k in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        push = lib.read_stats(mnt)["pushahead"]
+    assert not errors, errors[:3]
+    assert push["bound"] == bound and push["files"] > 0, push
+    assert 0 < push["ahead_max"] <= bound, push
