@@ -120,11 +120,11 @@ static void render_stats_push(const struct control_source *src,
 	const struct pushahead_counters *p = src->push;
 
 	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
-		   "\"files\": %llu, \"passed\": %llu, \"wasted\": %llu, "
+		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
 		   "\"ahead\": %llu, \"ahead_max\": %llu},\n",
 		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
-		   counter(&p->files), counter(&p->passed), counter(&p->wasted),
+		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
 		   counter(&p->unknown), counter(&p->ahead), counter(&p->ahead_max));
 }
@@ -213,9 +213,10 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	metric(b, "pushahead_passed_total", "counter",
 	       "Stored files their reader went past (read from the page cache).",
 	       counter(&src->push->passed));
-	metric(b, "pushahead_wasted_total", "counter",
-	       "Stored files their reader never reached.",
-	       counter(&src->push->wasted));
+	metric(b, "pushahead_unconfirmed_total", "counter",
+	       "Stored files past their reader's last READ when its window "
+	       "ended: read from the cache, or wasted.",
+	       counter(&src->push->unconfirmed));
 	metric(b, "pushahead_read_anyway_total", "counter",
 	       "Stored files the kernel sent a READ for all the same.",
 	       counter(&src->push->read_anyway));

@@ -236,7 +236,11 @@ static void queue_stream(struct pushahead *p, uint32_t shard)
 	sem_post(&p->wake);
 }
 
-/* End the window of @s (under its lock): what was pushed past pos is wasted. */
+/*
+ * End the window of @s (under its lock).  What was stored past the
+ * reader's last READ is unconfirmed: a reader that finished the window
+ * from the page cache sends nothing more, one that jumped never read it.
+ */
 static void end_window(struct pushahead *p, uint32_t shard)
 {
 	struct pushahead_stream *s = &p->streams[shard];
@@ -245,7 +249,7 @@ static void end_window(struct pushahead *p, uint32_t shard)
 	if (!to)
 		return;
 	settle(p, shard, atomic_load_explicit(&s->pos, memory_order_relaxed), to,
-	       &p->counters.wasted);
+	       &p->counters.unconfirmed);
 	unreserve(p, s, s->held);
 	atomic_store_explicit(&s->to, 0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);

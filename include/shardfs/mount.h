@@ -89,8 +89,10 @@ struct pushahead_counters {
 	atomic_ullong bytes;		/* bytes stored into the kernel */
 	atomic_ullong files;		/* members stored */
 	atomic_ullong passed;		/* stored members the reader went past */
-	atomic_ullong wasted;		/* stored members the reader never
-					 * reached (jumped, stopped) */
+	atomic_ullong unconfirmed;	/* stored members past the reader's
+					 * last READ when its window ended:
+					 * read from the page cache before
+					 * it moved on, or never (wasted) */
 	atomic_ullong read_anyway;	/* stored members READ all the same */
 	atomic_ullong refused;		/* stores the kernel refused */
 	atomic_ullong unknown;		/* members skipped: inode not held

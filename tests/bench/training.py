@@ -1,0 +1,290 @@
+#!/usr/bin/python3
+"""The training benchmark: what an epoch costs on a shardfs mount beside
+the loose tree and `cat` of the shards, on both FUSE transports in one run.
+
+For each transport (the fuse module's enable_uring off: requests over
+/dev/fuse, what stock kernels do; then on: over io_uring) it measures, on
+the loose tree, on shardfs (default options: push-ahead on) and on shardfs
+with -o pushahead=0:
+
+  fresh      every file in shard order, 1 thread, cold, on a fresh mount
+  listed     the training pattern: list the tree (os.walk, as ImageFolder
+             does), drop only the page cache (echo 1 > drop_caches, which
+             keeps dentries and inodes), read every file in shard order
+  shuf4_cold every file shuffled, 4 threads, cold
+  shuf4_warm the same again, warm
+  dl_shuffle a DataLoader epoch (ImageFolder, PIL decode, 2 workers),
+             shuffled, cold
+  dl_shards  a DataLoader epoch in shard order: shards in a shuffled
+             order, each front to back, cold
+
+and `cat` of every shard, cold, as the limit.  For shardfs it reports the
+FUSE requests per file (LOOKUP + READ + GETATTR from /.shardfs/stats),
+the daemon's CPU seconds per GB served, its RSS after the full reads and
+the most bytes push-ahead held at once against its bound.  Every byte of
+the shard-order reads is checked against the data set's CRC-32s.
+
+    tests/bench/training.sh [--samples N] [--docs]
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import random
+import shlex
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+
+import dataset                                   # noqa: E402
+import report                                    # noqa: E402
+import shardfs_testlib as testlib                # noqa: E402
+import system                                    # noqa: E402
+import workloads as wl                           # noqa: E402
+
+SEED = 1
+REQUESTS = ("lookup", "read", "getattr", "open")
+SYSTEMS = ("loose", "shardfs", "shardfs_nopush")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--samples", type=int, default=5_000,
+                   help="samples (.jpg + .json + .cls), default 5000")
+    p.add_argument("--shard-samples", type=int, default=500)
+    p.add_argument("--classes", type=int, default=100)
+    p.add_argument("--workdir", default="/var/tmp/shardfs-bench")
+    p.add_argument("--shardfs", default=os.path.join(REPO, "build", "shardfs"))
+    p.add_argument("--transports", default="off,on",
+                   help="enable_uring settings to run, in order (default off,on)")
+    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
+                   help="add the result section to docs/benchmarks.md (or PATH)")
+    return p.parse_args(argv)
+
+
+def log(message):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
+
+
+def shards_in_order(ds):
+    """Member names of each shard, in shard order (from the tar headers)."""
+    out = []
+    for path in ds.shards:
+        with tarfile.open(path) as tar:
+            out.append([m.name for m in tar.getmembers() if m.isfile()])
+    return out
+
+
+def dataloader_shard_order(root, shard_names, workers=2, batch_size=64):
+    """A DataLoader epoch whose sampler visits the shards in a shuffled
+    order, each front to back (what a WebDataset-style loader does)."""
+    import torch
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    ds = ImageFolder(root, transform=transforms.Compose(
+        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+    where = {os.path.relpath(p, root): i for i, (p, _) in enumerate(ds.samples)}
+    shards = list(shard_names)
+    random.Random(SEED).shuffle(shards)
+    order = [where[n] for names in shards for n in names if n in where]
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size,
+                                         sampler=order, num_workers=workers)
+    seconds, images = system.timed(lambda: sum(len(y) for _, y in loader))
+    return wl.Result(seconds, files=images, nbytes=0,
+                     note="%d images, shard order" % images)
+
+
+def listed_shard_order(root, names, expected):
+    """List the tree, drop the page cache only, read in shard order (the
+    clock covers the reads)."""
+    wl.walk_stat(root)
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1\n")
+    return wl.read_files(root, names, expected=expected)
+
+
+class Daemon:
+    """The shardfs daemon of a mount: counters, CPU time, RSS."""
+
+    def __init__(self, mountpoint):
+        self.mp = mountpoint
+        self.pid = system.daemon_pid(mountpoint)
+
+    def stats(self):
+        with open(os.path.join(self.mp, ".shardfs", "stats")) as f:
+            return json.load(f)
+
+    def cpu(self):
+        return system.process_cpu_seconds(self.pid)
+
+    def rss(self):
+        return system.process_status(self.pid)["VmRSS"]
+
+
+def measured(fn, daemon=None):
+    """Run fn; with a daemon, add requests and CPU time to the result."""
+    before = (daemon.stats(), daemon.cpu()) if daemon else None
+    r = fn()
+    out = {"seconds": r.seconds, "files": r.files, "bytes": r.nbytes,
+           "mb_s": r.mb_per_s, "files_s": r.files_per_s}
+    if daemon:
+        after, cpu = daemon.stats(), daemon.cpu()
+        reqs = sum(after["ops"][k]["count"] - before[0]["ops"][k]["count"]
+                   for k in REQUESTS)
+        served = after["read_bytes"] - before[0]["read_bytes"] + \
+            after["pushahead"]["bytes"] - before[0]["pushahead"]["bytes"]
+        out.update(requests=reqs, requests_per_file=reqs / max(r.files, 1),
+                   daemon_cpu=cpu - before[1],
+                   cpu_s_per_gb=(cpu - before[1]) / (served / 1e9) if served else None,
+                   push=after["pushahead"])
+    return out
+
+
+@contextlib.contextmanager
+def tree(system_name, ds, mp):
+    """The root to measure and its daemon (None for the loose tree)."""
+    if system_name == "loose":
+        yield ds.loose_dir, None
+        return
+    opts = ["-o", "pushahead=0"] if system_name == "shardfs_nopush" else []
+    with testlib.mounted(ds.shards_dir, mp, *opts):
+        yield mp, Daemon(mp)
+
+
+def step(res, system_name, key, root, daemon, fn, cold):
+    if cold:
+        system.drop_caches()
+    res[key] = r = measured(lambda: fn(root), daemon)
+    log("  %-15s %-11s %7.2f s %7.0f MB/s %7.0f files/s %s" % (
+        system_name, key, r["seconds"], r["mb_s"], r["files_s"],
+        "%.3f req/file" % r["requests_per_file"] if daemon else ""))
+
+
+def run_system(system_name, ds, shard_names, mp):
+    """The steps on one system; fresh and listed each on a new mount."""
+    res = {}
+    names, expected = ds.shard_order(), ds.by_name
+    shuffled = ds.shuffled_order(SEED)
+    with tree(system_name, ds, mp) as (root, daemon):
+        step(res, system_name, "fresh", root, daemon,
+             lambda root: wl.read_files(root, names, expected=expected), True)
+    with tree(system_name, ds, mp) as (root, daemon):
+        system.drop_caches()
+        step(res, system_name, "listed", root, daemon,
+             lambda root: listed_shard_order(root, names, expected), False)
+    if system_name == "shardfs_nopush":
+        return res
+    with tree(system_name, ds, mp) as (root, daemon):
+        read4 = lambda root: wl.read_files(root, shuffled, threads=4)  # noqa: E731
+        step(res, system_name, "shuf4_cold", root, daemon, read4, True)
+        step(res, system_name, "shuf4_warm", root, daemon, read4, False)
+        if daemon:
+            res["rss_after_reads"] = daemon.rss()
+        step(res, system_name, "dl_shuffle", root, daemon, wl.dataloader_epoch, True)
+        step(res, system_name, "dl_shards", root, daemon,
+             lambda root: dataloader_shard_order(root, shard_names), True)
+        if daemon:
+            res["push_final"] = daemon.stats()["pushahead"]
+    return res
+
+
+def run_transport(ds, shard_names, mp):
+    """cat, then every system, on the transport currently set."""
+    out = {}
+    system.drop_caches()
+    r = wl.cat_shards(ds.shards, ds.shard_bytes)
+    out["cat"] = {"seconds": r.seconds, "mb_s": r.mb_per_s}
+    log("  cat cold %.0f MB/s" % r.mb_per_s)
+    for name in SYSTEMS:
+        out[name] = run_system(name, ds, shard_names, mp)
+    return out
+
+
+def ratio(a, b):
+    return a / b if a and b else float("nan")
+
+
+def render(run):
+    lines = ["## Training benchmark, %s" % run["date"], "",
+             "`%s`" % run["command"], "",
+             "%(samples)d samples, %(files)d files, %(shards)d shards, %(mb).0f MB; "
+             "%(machine)s" % run["dataset"], ""]
+    for transport, res in run["results"].items():
+        cat = res["cat"]["mb_s"]
+        lines += ["### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
+                  "%.0f MB/s" % ("io_uring" if transport == "on" else "/dev/fuse",
+                                 transport, cat), "",
+                  "| workload | loose | shardfs | shardfs, pushahead=0 | "
+                  "shardfs / loose | shardfs / cat | requests per file | "
+                  "daemon CPU s per GB |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for key in ("fresh", "listed", "shuf4_cold", "shuf4_warm", "dl_shuffle",
+                    "dl_shards"):
+            lo, sh = res["loose"].get(key), res["shardfs"].get(key)
+            np = res["shardfs_nopush"].get(key)
+            unit = "files_s" if key.startswith("dl_") else "mb_s"
+            fmt = "%.0f smp/s" if unit == "files_s" else "%.0f MB/s"
+            lines.append("| %s | %s | %s | %s | %.2f | %s | %.3f%s | %s |" % (
+                key, fmt % lo[unit], fmt % sh[unit],
+                (fmt % np[unit]) + (" (%.2f req/file)" % np["requests_per_file"])
+                if np else "-",
+                ratio(sh[unit], lo[unit]),
+                "%.2f" % ratio(sh[unit], cat) if unit == "mb_s" else "-",
+                sh["requests_per_file"],
+                "" if not np else "",
+                "%.2f" % sh["cpu_s_per_gb"] if sh.get("cpu_s_per_gb") else "-"))
+        push = res["shardfs"]["push_final"]
+        lines += ["", "shardfs daemon RSS after the full reads: %.1f MiB; push-ahead: "
+                  "%d files (%d MB) stored, %d passed by their reader's next READ, "
+                  "%d unconfirmed when the window ended, %d READ anyway, %d refused; most held at once %.1f MiB of a "
+                  "%.0f MiB bound." % (
+                      res["shardfs"]["rss_after_reads"] / 2**20, push["files"],
+                      push["bytes"] / 1e6, push["passed"], push["unconfirmed"],
+                      push["read_anyway"], push["refused"], push["ahead_max"] / 2**20,
+                      push["bound"] / 2**20), ""]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    args = parse_args()
+    system.check_can_drop_caches()
+    started = datetime.datetime.now()
+    testlib.SHARDFS = args.shardfs
+    params = dataset.Params(args.samples, args.shard_samples, args.classes)
+    ds = dataset.ensure(params, args.workdir, log)
+    shard_names = shards_in_order(ds)
+    mp = os.path.join(args.workdir, "mnt-training")
+    os.makedirs(mp, exist_ok=True)
+    results = {}
+    for transport in args.transports.split(","):
+        with system.fuse_io_uring(transport) as got:
+            log("transport: enable_uring %s" % got)
+            results[transport] = run_transport(ds, shard_names, mp)
+    machine = system.machine_info(args.workdir)
+    run = {"date": started.isoformat(timespec="seconds"),
+           "command": "tests/bench/training.sh " + " ".join(
+               shlex.quote(a) for a in sys.argv[1:]),
+           "dataset": {"samples": params.samples, "files": len(ds.members),
+                       "shards": len(ds.shards), "mb": ds.nbytes / 1e6,
+                       "machine": "%s, %s, kernel %s" % (
+                           machine["cpu"], machine["disk"], machine["kernel"])},
+           "results": results}
+    out = os.path.join(args.workdir, "results")
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, "training-" + started.strftime("%Y%m%d-%H%M%S"))
+    with open(stem + ".json", "w") as f:
+        json.dump(run, f, indent=1)
+    markdown = render(run)
+    if args.docs:
+        report.add_to_docs(args.docs, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

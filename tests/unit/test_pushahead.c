@@ -1,0 +1,212 @@
+/*
+ * test_pushahead.c - what push-ahead stores, without a mount: a fake
+ * store callback stands for the kernel and checks every byte it is given.
+ *
+ * The properties that matter: nothing is stored for an inode the kernel
+ * does not hold (never looked up, or forgotten); once a reader moves
+ * forward, the members after it are stored whole with their own bytes,
+ * except the trip member; the bytes held ahead never exceed the bound; a
+ * shard that changed size is never pushed from.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shardfs/pushahead.h"
+#include "tarbuild.h"
+
+#define MEMBERS 48
+#define MEMBER_SIZE 3000
+
+/* What the fake kernel received. */
+struct fake_kernel {
+	struct shardfs *fs;
+	atomic_uint stores;		/* calls */
+	atomic_uint bad;		/* stores whose bytes were wrong */
+	atomic_uchar stored[MEMBERS + 8]; /* per inode: stored at least once */
+};
+
+static struct fake_kernel kernel;
+
+static void member_content(int i, char *buf)
+{
+	for (int j = 0; j < MEMBER_SIZE; j++)
+		buf[j] = (char)('a' + (i * 7 + j) % 26);
+	buf[MEMBER_SIZE] = '\0';
+}
+
+static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
+		      size_t len)
+{
+	struct fake_kernel *k = arg;
+	char want[MEMBER_SIZE + 1];
+	int i = -1;
+
+	sscanf(shard_index_name(&k->fs->idx, &k->fs->idx.inodes[ino - 1]), "m%d", &i);
+	member_content(i, want);
+	if (i < 0 || off != 0 || len != MEMBER_SIZE || memcmp(buf, want, len))
+		atomic_fetch_add(&k->bad, 1);
+	if (ino < MEMBERS + 8)
+		atomic_store(&k->stored[ino], 1);
+	atomic_fetch_add(&k->stores, 1);
+	return 0;
+}
+
+static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off)
+{
+	return shardfs_fetch(fs, e, buf, size, off);
+}
+
+/* A shard of MEMBERS files m00.. and push-ahead over it with @bound. */
+static void setup(struct tb_env *e, uint64_t bound)
+{
+	char name[16], content[MEMBER_SIZE + 1];
+	struct tb a = { 0 };
+
+	for (int i = 0; i < MEMBERS; i++) {
+		snprintf(name, sizeof(name), "m%02d", i);
+		member_content(i, content);
+		tb_file(&a, name, content);
+	}
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	pushahead_release(&e->fs.push);
+	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, bound,
+					fetch, &e->fs), 0);
+	memset(&kernel, 0, sizeof(kernel));
+	kernel.fs = &e->fs;
+	assert_int_equal(pushahead_start(&e->fs.push, fake_store, &kernel), 0);
+}
+
+static uint64_t ino_of(struct tb_env *e, int i)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "m%02d", i);
+	return tb_ino(&e->fs, name);
+}
+
+static void read_member(struct tb_env *e, int i)
+{
+	char buf[MEMBER_SIZE];
+
+	assert_int_equal(shardfs_read(&e->fs, ino_of(e, i), buf, sizeof(buf), 0),
+			 MEMBER_SIZE);
+}
+
+/* What the worker has done so far. */
+static unsigned long long progress(struct tb_env *e)
+{
+	const struct pushahead_counters *c = &e->fs.push.counters;
+
+	return atomic_load(&c->files) + atomic_load(&c->unknown) +
+	       atomic_load(&c->refused) + atomic_load(&kernel.stores);
+}
+
+/* Wait (up to 10 s) until nothing is queued and the worker is quiet. */
+static void settle(struct tb_env *e)
+{
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	unsigned long long seen = ~0ull;
+
+	for (int i = 0; i < 200; i++) {
+		if (!atomic_load(&e->fs.push.list) && progress(e) == seen)
+			return;
+		seen = progress(e);
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void test_nothing_stored_for_inodes_the_kernel_lacks(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup(e, 1 << 20);
+	for (int i = 0; i < 8; i++)
+		read_member(e, i);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	assert_true(atomic_load(&e->fs.push.counters.unknown) > 0);
+}
+
+static void test_forward_reader_gets_the_next_members(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+	int stored = 0;
+
+	setup(e, 1 << 20);
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 2);
+	pushahead_forget(&e->fs.push, ino_of(e, 20), 2);	/* dropped */
+	/* the third forward read in a row opens the window */
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
+		read_member(e, i);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
+		assert_false(atomic_load(&kernel.stored[ino_of(e, i)]));
+	assert_false(atomic_load(&kernel.stored[ino_of(e, 20)]));
+	for (int i = SHARDFS_READAHEAD_STREAK; i < MEMBERS; i++)
+		stored += atomic_load(&kernel.stored[ino_of(e, i)]);
+	/* all after the reader but the forgotten one and the trip */
+	assert_int_equal(stored, MEMBERS - SHARDFS_READAHEAD_STREAK - 2);
+	assert_int_equal(atomic_load(&c->files), stored);
+	assert_true(atomic_load(&c->ahead_max) <= e->fs.push.bound);
+	/* a READ of a stored member is counted as one the kernel missed */
+	read_member(e, 10);
+	assert_int_equal(atomic_load(&c->read_anyway), 1);
+}
+
+static void test_bound_holds(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+
+	setup(e, 4 * MEMBER_SIZE + 1000);
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
+		read_member(e, i);
+	settle(e);
+	assert_true(atomic_load(&kernel.stores) > 0);
+	assert_true(atomic_load(&kernel.stores) <= 4);
+	assert_true(atomic_load(&c->ahead_max) <= e->fs.push.bound);
+	/* a jump back (no streak) ends the window and frees the bound */
+	read_member(e, 0);
+	assert_int_equal(atomic_load(&c->ahead), 0);
+}
+
+/* The worker reads through shardfs_fetch: checked as a READ is. */
+static void test_changed_shard_is_never_pushed_from(void **state)
+{
+	struct tb_env *e = *state;
+	uint32_t entry;
+	char path[4096], buf[MEMBER_SIZE], want[MEMBER_SIZE + 1];
+
+	setup(e, 1 << 20);
+	entry = (uint32_t)(ino_of(e, 1) - 1);
+	member_content(1, want);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), MEMBER_SIZE);
+	assert_memory_equal(buf, want, MEMBER_SIZE);
+	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
+	assert_int_equal(truncate(path, 64 * 1024), 0);	/* longer: no short read */
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
+	assert_int_equal(truncate(path, e->fs.set.shards[0].stored_size), 0);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
+		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
+		TB_ENV_TEST(test_bound_holds),
+		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
