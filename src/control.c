@@ -186,6 +186,36 @@ static void metric(struct control_buf *b, const char *name, const char *type,
 		   name, help, name, type, name, value);
 }
 
+static void render_metrics_push(const struct control_source *src,
+				struct control_buf *b)
+{
+	const struct pushahead_counters *p = src->push;
+	const struct {
+		const char *name, *type, *help;	/* as metric() takes them */
+		const atomic_ullong *value;	/* the counter */
+	} m[] = {
+		{ "pushahead_bytes_total", "counter",
+		  "Bytes stored into the kernel's page cache ahead of readers.", &p->bytes },
+		{ "pushahead_files_total", "counter", "Files stored ahead of readers.",
+		  &p->files },
+		{ "pushahead_passed_total", "counter",
+		  "Stored files their reader went past (read from the page cache).",
+		  &p->passed },
+		{ "pushahead_unconfirmed_total", "counter",
+		  "Stored files past their reader's last READ when its window ended: "
+		  "read from the cache, or wasted.", &p->unconfirmed },
+		{ "pushahead_read_anyway_total", "counter",
+		  "Stored files the kernel sent a READ for all the same.", &p->read_anyway },
+		{ "pushahead_refused_total", "counter", "Stores the kernel refused.",
+		  &p->refused },
+		{ "pushahead_ahead_bytes", "gauge", "Bytes the push-ahead windows hold now.",
+		  &p->ahead },
+	};
+
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+		metric(b, m[i].name, m[i].type, m[i].help, counter(m[i].value));
+}
+
 static void render_metrics(const struct control_source *src, struct control_buf *b)
 {
 	const struct shardfs_counters *k = src->counters;
@@ -205,26 +235,7 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	       counter(&k->readahead_hits));
 	metric(b, "readahead_misses_total", "counter", "Forward reads past the prefetched range.",
 	       counter(&k->readahead_misses));
-	metric(b, "pushahead_bytes_total", "counter",
-	       "Bytes stored into the kernel's page cache ahead of readers.",
-	       counter(&src->push->bytes));
-	metric(b, "pushahead_files_total", "counter", "Files stored ahead of readers.",
-	       counter(&src->push->files));
-	metric(b, "pushahead_passed_total", "counter",
-	       "Stored files their reader went past (read from the page cache).",
-	       counter(&src->push->passed));
-	metric(b, "pushahead_unconfirmed_total", "counter",
-	       "Stored files past their reader's last READ when its window "
-	       "ended: read from the cache, or wasted.",
-	       counter(&src->push->unconfirmed));
-	metric(b, "pushahead_read_anyway_total", "counter",
-	       "Stored files the kernel sent a READ for all the same.",
-	       counter(&src->push->read_anyway));
-	metric(b, "pushahead_refused_total", "counter", "Stores the kernel refused.",
-	       counter(&src->push->refused));
-	metric(b, "pushahead_ahead_bytes", "gauge",
-	       "Bytes the push-ahead windows hold now.",
-	       counter(&src->push->ahead));
+	render_metrics_push(src, b);
 	metric(b, "io_uring_requests_total", "counter",
 	       "Requests that came over io_uring rather than /dev/fuse.",
 	       counter(&k->uring_requests));

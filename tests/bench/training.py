@@ -211,13 +211,13 @@ def ratio(a, b):
 
 
 def render(run):
-    lines = ["## Training benchmark, %s" % run["date"], "",
+    lines = ["### Training run of %s" % run["date"].replace("T", " "), "",
              "`%s`" % run["command"], "",
              "%(samples)d samples, %(files)d files, %(shards)d shards, %(mb).0f MB; "
              "%(machine)s" % run["dataset"], ""]
     for transport, res in run["results"].items():
         cat = res["cat"]["mb_s"]
-        lines += ["### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
+        lines += ["#### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
                   "%.0f MB/s" % ("io_uring" if transport == "on" else "/dev/fuse",
                                  transport, cat), "",
                   "| workload | loose | shardfs | shardfs, pushahead=0 | "
