@@ -210,44 +210,52 @@ def ratio(a, b):
     return a / b if a and b else float("nan")
 
 
+STEPS = ("fresh", "listed", "shuf4_cold", "shuf4_warm", "dl_shuffle", "dl_shards")
+
+
+def render_row(key, res, cat):
+    """One workload: loose, shardfs, shardfs without push-ahead, ratios."""
+    lo, sh, off = (res[name].get(key) for name in SYSTEMS)
+    unit = "files_s" if key.startswith("dl_") else "mb_s"
+    fmt = "%.0f smp/s" if unit == "files_s" else "%.0f MB/s"
+    return "| %s | %s | %s | %s | %.2f | %s | %.3f | %s |" % (
+        key, fmt % lo[unit], fmt % sh[unit],
+        "%s (%.2f req/file)" % (fmt % off[unit], off["requests_per_file"])
+        if off else "-",
+        ratio(sh[unit], lo[unit]),
+        "%.2f" % ratio(sh[unit], cat) if unit == "mb_s" else "-",
+        sh["requests_per_file"],
+        "%.2f" % sh["cpu_s_per_gb"] if sh.get("cpu_s_per_gb") else "-")
+
+
+def render_transport(transport, res):
+    cat = res["cat"]["mb_s"]
+    push = res["shardfs"]["push_final"]
+    return ["#### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
+            "%.0f MB/s" % ("io_uring" if transport == "on" else "/dev/fuse",
+                           transport, cat), "",
+            "| workload | loose | shardfs | shardfs, pushahead=0 | "
+            "shardfs / loose | shardfs / cat | requests per file | "
+            "daemon CPU s per GB |",
+            "|---|---|---|---|---|---|---|---|"] + \
+        [render_row(key, res, cat) for key in STEPS] + \
+        ["", "shardfs daemon RSS after the full reads: %.1f MiB; push-ahead: "
+         "%d files (%d MB) stored, %d passed by their reader's next READ, "
+         "%d unconfirmed when the window ended, %d READ anyway, %d refused; "
+         "most held at once %.1f MiB of a %.0f MiB bound." % (
+             res["shardfs"]["rss_after_reads"] / 2**20, push["files"],
+             push["bytes"] / 1e6, push["passed"], push["unconfirmed"],
+             push["read_anyway"], push["refused"], push["ahead_max"] / 2**20,
+             push["bound"] / 2**20), ""]
+
+
 def render(run):
     lines = ["### Training run of %s" % run["date"].replace("T", " "), "",
              "`%s`" % run["command"], "",
              "%(samples)d samples, %(files)d files, %(shards)d shards, %(mb).0f MB; "
              "%(machine)s" % run["dataset"], ""]
     for transport, res in run["results"].items():
-        cat = res["cat"]["mb_s"]
-        lines += ["#### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
-                  "%.0f MB/s" % ("io_uring" if transport == "on" else "/dev/fuse",
-                                 transport, cat), "",
-                  "| workload | loose | shardfs | shardfs, pushahead=0 | "
-                  "shardfs / loose | shardfs / cat | requests per file | "
-                  "daemon CPU s per GB |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for key in ("fresh", "listed", "shuf4_cold", "shuf4_warm", "dl_shuffle",
-                    "dl_shards"):
-            lo, sh = res["loose"].get(key), res["shardfs"].get(key)
-            np = res["shardfs_nopush"].get(key)
-            unit = "files_s" if key.startswith("dl_") else "mb_s"
-            fmt = "%.0f smp/s" if unit == "files_s" else "%.0f MB/s"
-            lines.append("| %s | %s | %s | %s | %.2f | %s | %.3f%s | %s |" % (
-                key, fmt % lo[unit], fmt % sh[unit],
-                (fmt % np[unit]) + (" (%.2f req/file)" % np["requests_per_file"])
-                if np else "-",
-                ratio(sh[unit], lo[unit]),
-                "%.2f" % ratio(sh[unit], cat) if unit == "mb_s" else "-",
-                sh["requests_per_file"],
-                "" if not np else "",
-                "%.2f" % sh["cpu_s_per_gb"] if sh.get("cpu_s_per_gb") else "-"))
-        push = res["shardfs"]["push_final"]
-        lines += ["", "shardfs daemon RSS after the full reads: %.1f MiB; push-ahead: "
-                  "%d files (%d MB) stored, %d passed by their reader's next READ, "
-                  "%d unconfirmed when the window ended, %d READ anyway, %d refused; most held at once %.1f MiB of a "
-                  "%.0f MiB bound." % (
-                      res["shardfs"]["rss_after_reads"] / 2**20, push["files"],
-                      push["bytes"] / 1e6, push["passed"], push["unconfirmed"],
-                      push["read_anyway"], push["refused"], push["ahead_max"] / 2**20,
-                      push["bound"] / 2**20), ""]
+        lines += render_transport(transport, res)
     return "\n".join(lines) + "\n"
 
 
@@ -261,11 +269,6 @@ def main():
     shard_names = shards_in_order(ds)
     mp = os.path.join(args.workdir, "mnt-training")
     os.makedirs(mp, exist_ok=True)
-    results = {}
-    for transport in args.transports.split(","):
-        with system.fuse_io_uring(transport) as got:
-            log("transport: enable_uring %s" % got)
-            results[transport] = run_transport(ds, shard_names, mp)
     machine = system.machine_info(args.workdir)
     run = {"date": started.isoformat(timespec="seconds"),
            "command": "tests/bench/training.sh " + " ".join(
@@ -274,12 +277,17 @@ def main():
                        "shards": len(ds.shards), "mb": ds.nbytes / 1e6,
                        "machine": "%s, %s, kernel %s" % (
                            machine["cpu"], machine["disk"], machine["kernel"])},
-           "results": results}
+           "results": {}}
     out = os.path.join(args.workdir, "results")
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, "training-" + started.strftime("%Y%m%d-%H%M%S"))
-    with open(stem + ".json", "w") as f:
-        json.dump(run, f, indent=1)
+    for transport in args.transports.split(","):
+        with system.fuse_io_uring(transport) as got:
+            log("transport: enable_uring %s" % got)
+            run["results"][transport] = run_transport(ds, shard_names, mp)
+        # saved after each transport: a run cut short keeps what it measured
+        with open(stem + ".json", "w") as f:
+            json.dump(run, f, indent=1)
     markdown = render(run)
     if args.docs:
         report.add_to_docs(args.docs, markdown)
