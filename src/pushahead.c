@@ -4,7 +4,8 @@
  *
  * Measured on a stock kernel (FUSE over /dev/fuse), after a listing, one
  * thread reading 15,000 files in shard order: one READ per file without
- * it, fewer than 0.05 with it (docs/benchmarks.md).  The worker runs
+ * it, 0.04 to 0.1 with it, and 3x the throughput in a quiet run
+ * (docs/benchmarks.md).  The worker runs
  * apart from the request threads so that no reply waits for a push; the
  * request path only moves a window and, when it grew, queues its stream
  * on a lock-free list (one compare-and-swap) and posts a semaphore.
