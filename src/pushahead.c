@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pushahead.c - the members that follow a forward reader, stored into
  * the kernel's page cache before they are asked for (pushahead.h).

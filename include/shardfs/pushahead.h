@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pushahead.h - the data of the members a reader will ask for next,
  * handed to the kernel before it asks.

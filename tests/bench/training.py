@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The training benchmark: what an epoch costs on a shardfs mount beside
 the loose tree and `cat` of the shards, on both FUSE transports in one run.
 

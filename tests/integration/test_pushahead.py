@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Push-ahead (-o pushahead=): the members after a forward reader are
 stored into the kernel's page cache before they are asked for.
 

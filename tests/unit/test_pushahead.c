@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pushahead.c - what push-ahead stores, without a mount: a fake
  * store callback stands for the kernel and checks every byte it is given.
