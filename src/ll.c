@@ -17,6 +17,11 @@
  * whole cost.  The exceptions are the changing files of /.shardfs/, whose
  * entries and attributes are not cached at all (control.h).
  *
+ * Push-ahead (pushahead.h) stores only into inodes the kernel holds, so
+ * every reference the kernel takes (a LOOKUP reply, each READDIRPLUS
+ * entry) is counted before the reply goes out, and every FORGET drops
+ * what it names.
+ *
  * Read buffers are per thread, allocated on a thread's first read and
  * freed when it ends (a ring thread reads into its reply buffer, see
  * ll_uring.h), so the read path neither allocates nor takes a lock.
@@ -154,10 +159,14 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		rc = rc ?: fill_entry(fs, ino, &e);
 	}
 	shardfs_op_done(fs, SHARDFS_OP_LOOKUP, t0);
-	if (rc)
+	if (rc) {
 		reply_err(req, rc);
-	else if (!fuse_reply_entry(req, &e))	/* the kernel holds e.ino now */
-		pushahead_lookup(&fs->push, e.ino, 1);
+		return;
+	}
+	/* counted before the reply, so that its FORGET cannot come first */
+	pushahead_lookup(&fs->push, e.ino, 1);
+	if (fuse_reply_entry(req, &e))
+		pushahead_forget(&fs->push, e.ino, 1);
 }
 
 /* The kernel dropped references: push-ahead must not store there. */
@@ -252,16 +261,23 @@ static ssize_t add_dirent(fuse_req_t req, struct shardfs *fs, fuse_ino_t dir,
 	return fuse_add_direntry_plus(req, buf, size, name, &e, off + 1);
 }
 
-/* The kernel takes a reference on each inode of a READDIRPLUS reply. */
+/*
+ * The kernel takes a reference on each inode of a READDIRPLUS reply but
+ * "." and "..": count (@n 1) or take back (@n -1) those of [@from, @to).
+ */
 static void count_plus_refs(struct shardfs *fs, fuse_ino_t dir, off_t from,
-			    off_t to)
+			    off_t to, int n)
 {
 	for (off_t off = from < 2 ? 2 : from; off < to; off++) {
 		const char *name;
 		uint64_t ino;
 
-		if (!shardfs_readdir_entry(fs, dir, off - 2, &name, &ino))
+		if (shardfs_readdir_entry(fs, dir, off - 2, &name, &ino))
+			continue;
+		if (n > 0)
 			pushahead_lookup(&fs->push, ino, 1);
+		else
+			pushahead_forget(&fs->push, ino, 1);
 	}
 }
 
@@ -284,10 +300,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		used += n;
 	}
 	shardfs_op_done(fs, SHARDFS_OP_READDIR, t0);
-	if (n < 0 && used == 0)
+	if (n < 0 && used == 0) {
 		reply_err(req, (int)n);
-	else if (!fuse_reply_buf(req, buf, used) && plus)
-		count_plus_refs(fs, ino, first, off);
+		return;
+	}
+	if (plus)	/* before the reply, as in ll_lookup */
+		count_plus_refs(fs, ino, first, off, 1);
+	if (fuse_reply_buf(req, buf, used) && plus)
+		count_plus_refs(fs, ino, first, off, -1);
 }
 
 static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
