@@ -24,6 +24,9 @@
 # (HTTP(S), SigV4); nginx-light, openssl, python3-botocore and Node.js/npm
 # run the loopback servers of tests/integration/test_remote_*.py (s3rver
 # itself is installed by those tests with npm, into the build tree).
+# Compressed shards: zlib1g-dev and libzstd-dev build the decoders; gzip,
+# pigz, tabix (bgzip), zstd, xz-utils, bzip2, lz4 and ncompress make the
+# shards of tests/integration/test_core_compressed.py.
 # systemd-analyze comes with the base system's systemd, not named here
 # because apt-get would then upgrade systemd whenever Debian has a newer one.
 set -eu
@@ -37,6 +40,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
 	build-essential cmake pkg-config libfuse3-dev fuse3 libarchive-dev \
 	libxxhash-dev liburing-dev uthash-dev libcurl4-openssl-dev libssl-dev \
+	zlib1g-dev libzstd-dev \
 	python3 python3-venv \
 	python3-setuptools python3-wheel python3-pil python3-torch python3-torchvision \
 	python3-matplotlib \
@@ -46,6 +50,7 @@ apt-get install -y -qq --no-install-recommends \
 	clang libclang-rt-14-dev libcmocka-dev valgrind strace attr tar \
 	libarchive-tools python3-pytest python3-yaml groff-base man-db \
 	shellcheck lintian btrfs-progs dmsetup nginx-light openssl python3-botocore \
+	gzip pigz tabix zstd xz-utils bzip2 lz4 ncompress \
 	>/dev/null
 # Node.js for s3rver: the machine's own when present, else Debian's
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -17,6 +17,8 @@
 
 #include "cli.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
+#include "span_cache.h"
 
 /* Longest libfuse message joined from pieces; longer ones are cut. */
 #define CLI_FUSE_LINE_MAX 1024
@@ -66,6 +68,10 @@ const char cli_index_help[] =
 	"                           shard, else in the cache directory)\n"
 	"    -o index_mode=MODE     auto (default): use a valid index, else\n"
 	"                           build and save one; require; rebuild; off\n"
+	"    -o cache_dir=DIR       also keeps decoded spans of compressed shards\n"
+	"                           (gzip and zstd: each span decoded once; xz,\n"
+	"                           bzip2, lz4, lzip, compress: served only so),\n"
+	"                           up to cache_size of them as well\n"
 	"    -o skip_bad_shards     index the valid shards, skip the rest\n"
 	"    -o scan_threads=N      threads that scan shards (default: CPUs)\n"
 	"    -o quiet               no summary line\n"
@@ -127,6 +133,21 @@ static void print_progress(void *arg, const struct shard_index_progress *p)
 		fputc('\n', stderr);
 }
 
+/* -o cache_dir, -o cache_size: the decoded-span cache (span_cache.h). */
+static int cache_init(const struct cli_index *cli)
+{
+	const char *dir = cli->remote.cache_dir, *size_arg = cli->remote.cache_size;
+	uint64_t size = 0;
+	char msg[512];
+
+	if (size_arg && (!dir || parse_size(size_arg, &size) || !size))
+		return log_error("bad cache_size '%s' (a size like 20G, with cache_dir)",
+				 size_arg), -EINVAL;
+	if (dir && span_cache_init(dir, size, msg, sizeof(msg)))
+		return log_error("%s", msg), -EINVAL;
+	return 0;
+}
+
 int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 {
 	enum log_level level;
@@ -140,6 +161,8 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 		return log_error("unknown index_mode '%s'", cli->index_mode), -EINVAL;
 	if (layout_init(&cfg->layout, cli->layout, cli->label, cli->classnames,
 			cli->unlabeled))
+		return -EINVAL;
+	if (cache_init(cli))
 		return -EINVAL;
 	cfg->store.path = cli->index;
 	cfg->store.options_hash = layout_hash(&cfg->layout);

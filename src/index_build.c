@@ -77,10 +77,23 @@ struct builder {
 static void scan_one_shard(struct builder *b, uint32_t i)
 {
 	struct shard_scan *sc = &b->scans[i];
+	struct shard *s = &b->set->shards[i];
 
-	if (b->set->shards[i].bad)	/* could not even be opened */
+	if (s->bad)	/* could not even be opened */
 		return;
-	shard_scan_run(sc, &b->set->shards[i], layout_or_tree(b->opt->layout));
+	/* what the shard is, its first bytes say; a compressed shard is
+	 * decoded once first, to learn where decoding can start
+	 * (seek_table.h) and how long it is */
+	sc->shard = s;
+	sc->err.offset = 0;
+	sc->rc = shard_source_detect(&s->src, s->path, sc->err.msg, sizeof(sc->err.msg));
+	if (!sc->rc && shard_source_needs_seek(s->src))
+		sc->rc = s->src->ops->seek_build(s->src, sc->err.msg,
+						 sizeof(sc->err.msg));
+	if (sc->rc)
+		return;
+	s->size = s->src->size;
+	shard_scan_run(sc, s, layout_or_tree(b->opt->layout));
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }

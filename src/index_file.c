@@ -132,6 +132,61 @@ static int shard_table(const char *path, const struct shard_set *set,
 	return 0;
 }
 
+/* The seek tables of @set's compressed shards, as three sections. */
+struct seek_sections {
+	struct index_file_seek *recs;	/* SEEK_SHARDS: one per shard */
+	struct seek_point *points;	/* SEEK_POINTS */
+	uint64_t nr_points;		/* entries in points */
+	unsigned char *windows;		/* SEEK_WINDOWS */
+	uint64_t windows_len;		/* bytes in windows */
+};
+
+static const struct seek_table *shard_seek(const struct shard *s)
+{
+	return s->src && s->src->ops->seek_get ? s->src->ops->seek_get(s->src) : NULL;
+}
+
+static int seek_sections_fill(const struct shard_set *set, struct seek_sections *ss)
+{
+	uint64_t np = 0, nw = 0;
+
+	for (uint32_t i = 0; i < set->nr; i++) {
+		const struct seek_table *t = shard_seek(&set->shards[i]);
+
+		np += t ? t->nr : 0;
+		nw += t ? t->windows_len : 0;
+	}
+	ss->recs = calloc(set->nr ? set->nr : 1, sizeof(*ss->recs));
+	ss->points = malloc(np ? np * sizeof(*ss->points) : 1);
+	ss->windows = malloc(nw ? nw : 1);
+	if (!ss->recs || !ss->points || !ss->windows)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < set->nr; i++) {
+		const struct seek_table *t = shard_seek(&set->shards[i]);
+
+		if (!t)
+			continue;
+		ss->recs[i] = (struct index_file_seek){
+			.first = ss->nr_points, .nr = t->nr,
+			.windows = ss->windows_len, .windows_len = t->windows_len,
+			.stored_size = t->stored_size };
+		snprintf(ss->recs[i].encoding, sizeof(ss->recs[i].encoding), "%s",
+			 set->shards[i].src->encoding);
+		memcpy(ss->points + ss->nr_points, t->points, t->nr * sizeof(*t->points));
+		memcpy(ss->windows + ss->windows_len, t->windows, t->windows_len);
+		ss->nr_points += t->nr;
+		ss->windows_len += t->windows_len;
+	}
+	return 0;
+}
+
+static void seek_sections_free(struct seek_sections *ss)
+{
+	free(ss->recs);
+	free(ss->points);
+	free(ss->windows);
+}
+
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
 	const char *p = buf;
@@ -180,23 +235,28 @@ static int write_file(int fd, const char *path, const struct shard_index *idx,
 		.counts = counts_to_file(&idx->counts),
 	};
 	struct index_file_shard *recs = NULL;
+	struct seek_sections ss = { 0 };
 	char *names = NULL;
 	uint64_t names_len = 0;
 	int rc = shard_table(path, set, &recs, &names, &names_len);
 
+	rc = rc ?: seek_sections_fill(set, &ss);
 	if (!rc) {
 		const void *const data[INDEX_NR_SECTIONS] = {
 			recs, names, idx->inodes, idx->names, idx->sparse,
-			idx->extents, idx->hardlinks };
+			idx->extents, idx->hardlinks, ss.recs, ss.points, ss.windows };
 		const uint64_t len[INDEX_NR_SECTIONS] = {
 			set->nr * sizeof(*recs), names_len,
 			(uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
 			idx->names_len, idx->nr_sparse * sizeof(*idx->sparse),
 			idx->nr_extents * sizeof(*idx->extents),
-			idx->nr_hardlinks * sizeof(*idx->hardlinks) };
+			idx->nr_hardlinks * sizeof(*idx->hardlinks),
+			set->nr * sizeof(*ss.recs), ss.nr_points * sizeof(*ss.points),
+			ss.windows_len };
 
 		rc = write_sections(fd, &h, data, len);
 	}
+	seek_sections_free(&ss);
 	if (!rc) {
 		h.header_xxh3 = XXH3_64bits(&h, sizeof(h));
 		rc = write_all(fd, &h, sizeof(h), 0);
@@ -500,6 +560,54 @@ static void point_into(const struct index_file_header *h, char *map,
 	sh->nr = h->nr_shards;
 	sh->names = map + s[INDEX_SEC_SHARD_NAMES].offset;
 	sh->options_hash = h->options_hash;
+	sh->seek = (const struct index_file_seek *)(map + s[INDEX_SEC_SEEK_SHARDS].offset);
+	sh->points = (const struct seek_point *)(map + s[INDEX_SEC_SEEK_POINTS].offset);
+	sh->windows = (const unsigned char *)map + s[INDEX_SEC_SEEK_WINDOWS].offset;
+}
+
+bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
+			   struct seek_table *t)
+{
+	const struct index_file_seek *r = &sh->seek[i];
+
+	if (!r->nr)
+		return false;
+	*t = (struct seek_table){
+		.points = sh->points + r->first, .nr = r->nr,
+		.windows = sh->windows + r->windows, .windows_len = r->windows_len,
+		.size = sh->shards[i].size, .stored_size = r->stored_size };
+	return true;
+}
+
+/* Every shard's seek table lies in the sections and is consistent. */
+static int check_seek(const struct index_file_header *h,
+		      const struct index_file_shards *sh, char *msg, size_t msg_len)
+{
+	const struct index_section_entry *s = h->sections;
+	uint64_t nr_points = s[INDEX_SEC_SEEK_POINTS].length / sizeof(struct seek_point);
+
+	if (s[INDEX_SEC_SEEK_SHARDS].length != (uint64_t)sh->nr * sizeof(struct index_file_seek))
+		return log_format(msg, msg_len, -EINVAL, "section %d: not one record per shard",
+				  INDEX_SEC_SEEK_SHARDS);
+	for (uint32_t i = 0; i < sh->nr; i++) {
+		const struct index_file_seek *r = &sh->seek[i];
+		struct seek_table t;
+		uint64_t bad;
+
+		if (!range_ok(r->first, r->nr, nr_points) ||
+		    !range_ok(r->windows, r->windows_len, s[INDEX_SEC_SEEK_WINDOWS].length) ||
+		    !memchr(r->encoding, '\0', sizeof(r->encoding)) ||
+		    !r->nr != !r->encoding[0])
+			return log_format(msg, msg_len, -EINVAL, "offset %llu: seek table of "
+					  "shard %u lies outside its sections", (unsigned long long)
+					  (s[INDEX_SEC_SEEK_SHARDS].offset + i * sizeof(*r)), i);
+		if (index_file_seek_table(sh, i, &t) && !seek_table_check(&t, &bad))
+			return log_format(msg, msg_len, -EINVAL, "offset %llu: seek point %llu "
+					  "of shard %u is inconsistent", (unsigned long long)
+					  (s[INDEX_SEC_SEEK_POINTS].offset + (r->first + bad) *
+					   sizeof(struct seek_point)), (unsigned long long)bad, i);
+	}
+	return 0;
 }
 
 /*
@@ -597,6 +705,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 				      h->sections[INDEX_SEC_SHARD_NAMES].length) ||
 			    sh->shards[i].name_len == 0)
 				rc = log_format(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
+		rc = rc ?: check_seek(h, sh, msg, msg_len);
 		rc = rc ?: check_structure(idx, sh, h->sections[INDEX_SEC_INODES].offset,
 					   msg, msg_len);
 	}

@@ -7,6 +7,7 @@
  * It accepts the same index options as shardfs and therefore finds,
  * validates and writes exactly the index file a mount would.
  */
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "shardfs/control.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/verify.h"
 
 enum index_exit {
 	INDEX_EXIT_OK = 0,	/* built, valid, or listed */
@@ -29,6 +31,7 @@ enum index_exit {
 struct index_cli {
 	int check;		/* --check: verify, never build */
 	int list;		/* --list: print the members */
+	int verify;		/* --verify: compare with libarchive */
 	unsigned jobs;		/* -j N: scanning threads */
 };
 
@@ -37,6 +40,7 @@ struct index_cli {
 static const struct fuse_opt index_opts[] = {
 	INDEX_OPT("--check", check, 1),
 	INDEX_OPT("--list", list, 1),
+	INDEX_OPT("--verify", verify, 1),
 	INDEX_OPT("-j %u", jobs, 0),
 	FUSE_OPT_END
 };
@@ -50,10 +54,15 @@ static void usage(const char *prog)
 	       "                           that it matches the shards); build nothing\n"
 	       "    --list                 print the files as TSV: path, shard, offset\n"
 	       "                           of the data in the shard, size\n"
+	       "    --verify               read every shard again with libarchive and\n"
+	       "                           compare every file (path, size, content)\n"
+	       "                           with what the index serves; exit 1 on any\n"
+	       "                           difference\n"
 	       "    -j N                   scanning threads (default: CPUs)\n"
 	       "%s\n"
 	       "exit status: 0 success, 1 failure (bad shard set, no index saved,\n"
-	       "no valid index), 2 usage error\n", prog, cli_index_help);
+	       "no valid index, a difference found by --verify), 2 usage error\n",
+	       prog, cli_index_help);
 }
 
 static int keep_args(void *data, const char *arg, int key, struct fuse_args *out)
@@ -68,6 +77,27 @@ static void list_members(const struct shardfs *fs)
 
 	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++)
 		fwrite(line, 1, control_members_line(&fs->idx, e, line), stdout);
+}
+
+/* --verify: report every difference; exit status per enum index_exit. */
+static int verify(struct shardfs *fs, const struct cli_config *cfg)
+{
+	struct verify_result res;
+	int rc;
+
+	if (cfg->layout.kind != LAYOUT_TREE) {
+		log_error("--verify compares paths as stored: use the default layout");
+		return INDEX_EXIT_USAGE;
+	}
+	rc = verify_shards(fs, stdout, &res);
+	if (rc) {
+		log_error("verify: %s", strerror(-rc));
+		return INDEX_EXIT_FAILED;
+	}
+	log_info("verified %" PRIu64 " files in %u shards against libarchive "
+		 "(%" PRIu64 " replaced by later shards): %" PRIu64 " differences",
+		 res.files, fs->set.nr, res.shadowed, res.differences);
+	return res.differences ? INDEX_EXIT_FAILED : INDEX_EXIT_OK;
 }
 
 int main(int argc, char *argv[])
@@ -109,7 +139,7 @@ int main(int argc, char *argv[])
 	rc = INDEX_EXIT_FAILED;
 	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
 		goto out_release_config;
-	if (!ic.check && !ic.list && fs.index_file.origin != INDEX_LOADED &&
+	if (!ic.check && !ic.list && !ic.verify && fs.index_file.origin != INDEX_LOADED &&
 	    !fs.index_file.saved) {
 		log_error("no index file was saved for %s%s", cli.shards,
 			  cfg.store.mode == INDEX_MODE_OFF ? " (index_mode=off)" : "");
@@ -122,7 +152,7 @@ int main(int argc, char *argv[])
 				  &fs.index_file);
 	if (ic.list)
 		list_members(&fs);
-	rc = INDEX_EXIT_OK;
+	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;
 out_release_fs:
 	shardfs_release(&fs);
 out_release_config:

@@ -196,6 +196,36 @@ static int load_candidate(char paths[][PATH_MAX], int i, struct shard_index *idx
 	return rc ? rc : index_file_load(paths[0], idx, sh, msg, msg_len);
 }
 
+/*
+ * Give the shards among the first @sh->nr of @set that the index recorded
+ * as compressed (for an object of the same size) their decoding source
+ * and seek table, so that they are validated and read without reading
+ * their first bytes or decoding them again.  With @sh NULL, take the
+ * decoding sources of the first @nr away again: the index did not hold.
+ */
+static void seek_tables_attach(struct shard_set *set,
+			       const struct index_file_shards *sh, uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr && i < set->nr; i++) {
+		struct shard *s = &set->shards[i];
+		struct seek_table t;
+		char msg[256];
+
+		if (!s->src)
+			continue;
+		if (!sh) {
+			s->src = shard_source_unwrap(s->src);
+		} else if (index_file_seek_table(sh, i, &t) &&
+			   t.stored_size == s->stored_size &&
+			   !shard_source_wrap(&s->src, s->path, sh->seek[i].encoding,
+					      msg, sizeof(msg)) &&
+			   s->src->ops->seek_set(s->src, &t)) {
+			s->src = shard_source_unwrap(s->src);
+		}
+		s->size = s->src->size;
+	}
+}
+
 /* Load the first valid index among @paths; *covered says for how much. */
 static int try_load(struct shard_index *idx, struct shard_set *set,
 		    char paths[][PATH_MAX], int nr_paths,
@@ -213,11 +243,13 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 			log_warn("%s: %s; the index will be rebuilt", paths[i], msg);
 			continue;
 		}
+		seek_tables_attach(set, &sh, sh.nr);
 		*covered = covered_shards(set, &sh, paths[i], so, layout, rescanned);
 		if (*covered >= 0) {
 			strcpy(used, paths[i]);
 			return 0;
 		}
+		seek_tables_attach(set, NULL, sh.nr);
 		log_info("%s: the shards changed since it was built%s", paths[i],
 			 so->mode == INDEX_MODE_REQUIRE ? "" : "; rebuilding");
 		shard_index_release(idx);

@@ -50,14 +50,22 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Names the directory form picks up; what a shard is, its bytes tell. */
 static int has_tar_suffix(const char *name)
 {
+	static const char *const suffixes[] = { ".tar", ".tar.gz", ".tgz", ".tar.zst" };
 	size_t n = strlen(name);
 
-	return n > 4 && !strcmp(name + n - 4, ".tar");
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(*suffixes); i++) {
+		size_t k = strlen(suffixes[i]);
+
+		if (n > k && !strcmp(name + n - k, suffixes[i]))
+			return 1;
+	}
+	return 0;
 }
 
-/* Every *.tar directly in @dir, sorted by name. */
+/* Every shard (has_tar_suffix) directly in @dir, sorted by name. */
 static int add_directory(struct shard_set *set, const char *dir, char *msg,
 			 size_t msg_len)
 {
@@ -82,7 +90,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	}
 	free(names);
 	if (!rc && !found)
-		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no *.tar shards", dir);
+		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no *.tar, *.tar.gz, *.tgz or *.tar.zst shards", dir);
 	return rc ? log_format(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
 }
 
@@ -384,7 +392,7 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 
 		rc = shard_open(s, msg, msg_len);
 		if (!rc) {
-			if (!s->size)
+			if (!s->size && !shard_source_needs_seek(s->src))
 				log_warn("%s: empty shard (0 bytes): it adds no files",
 					 s->path);
 		} else if (set->skip_bad) {

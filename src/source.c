@@ -3,14 +3,77 @@
  * source.c - opening a shard by name, and what every source shares.
  *
  * shard_source_open() is the one place that decides what kind of source a
- * name is: a URL (remote.h) or a local path.  The memory source serves
+ * name is: a URL (remote.h) or a local path.  What the bytes are is told
+ * by their first bytes, never by the name (shard_source_detect(), called
+ * before a shard is scanned; an index that covers a shard says it
+ * instead, so a remount reads nothing): a gzip or zstd stream gets a
+ * decoding source on top (source_gzip.c, source_zstd.c), local or
+ * remote; other compressions libarchive reads are decoded whole into the
+ * decoded cache (source_archive.c), or refused, named, without one.  The
+ * memory source serves
  * tests and fuzzers, which hold archives in memory and must exercise the
  * same scanner and read path as a mount.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "shardfs/log.h"
 #include "shardfs/source.h"
+
+/* Encodings told by their first bytes (magic), never by the name. */
+static const struct {
+	const char *encoding;		/* what shard_source_wrap() takes */
+	unsigned char magic[6];		/* first bytes */
+	size_t len;			/* bytes of magic */
+	unsigned char any_low;		/* the first byte's low nibble varies */
+} magics[] = {
+	{ "gzip", { 0x1f, 0x8b, 8 }, 3, 0 },
+	{ "zstd", { 0x28, 0xb5, 0x2f, 0xfd }, 4, 0 },
+	{ "zstd", { 0x50, 0x2a, 0x4d, 0x18 }, 4, 1 }, /* skippable (pzstd) */
+	{ "xz", { 0xfd, '7', 'z', 'X', 'Z', 0 }, 6, 0 },
+	{ "bzip2", { 'B', 'Z', 'h' }, 3, 0 },
+	{ "lz4", { 0x04, 0x22, 0x4d, 0x18 }, 4, 0 },
+	{ "lzip", { 'L', 'Z', 'I', 'P' }, 4, 0 },
+	{ "compress", { 0x1f, 0x9d }, 2, 0 },
+};
+
+int shard_source_wrap(struct shard_source **src, const char *name,
+		      const char *encoding, char *msg, size_t msg_len)
+{
+	int rc;
+
+	if (!strcmp(encoding, "gzip"))
+		rc = shard_source_open_gzip(*src, name, src);
+	else if (!strcmp(encoding, "zstd"))
+		rc = shard_source_open_zstd(*src, name, src);
+	else
+		rc = shard_source_open_archive(*src, name, encoding, src);
+	if (rc == -ENOTSUP)
+		return log_format(msg, msg_len, -EINVAL, "compressed with %s, which has "
+				  "no places to start decoding: it is served only from a "
+				  "decoded cache; add -o cache_dir=DIR (local disk), or "
+				  "recompress it with gzip or zstd", encoding);
+	return rc ? log_format(msg, msg_len, rc, "%s", strerror(-rc)) : 0;
+}
+
+int shard_source_detect(struct shard_source **src, const char *name, char *msg,
+			size_t msg_len)
+{
+	unsigned char head[6] = { 0 };
+	ssize_t n = (*src)->ops->read(*src, head, sizeof(head), 0);
+
+	if (n < 0)
+		return log_format(msg, msg_len, (int)n, "%s", strerror((int)-n));
+	for (size_t i = 0; i < sizeof(magics) / sizeof(*magics); i++) {
+		unsigned char first = magics[i].any_low ? head[0] & 0xf0 : head[0];
+
+		if ((size_t)n >= magics[i].len && first == magics[i].magic[0] &&
+		    !memcmp(head + 1, magics[i].magic + 1, magics[i].len - 1))
+			return shard_source_wrap(src, name, magics[i].encoding, msg, msg_len);
+	}
+	return 0;
+}
 
 int shard_source_open(const char *name, struct shard_source **src,
 		      struct shard_source_info *info, char *msg, size_t msg_len)

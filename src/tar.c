@@ -156,7 +156,10 @@ static int buf_set(struct tar_buf *b, const char *src, size_t len)
 /*
  * Fill the window starting at @off.  Dense headers (small members) get a
  * whole window, sparse ones a probe: reading 64 KiB to find one header
- * every 100 KiB would read most of the shard.
+ * every 100 KiB would read most of the shard.  A window that fails is
+ * tried again as a probe: damage in a compressed shard's member data
+ * after the header (source_gzip.c) fails that member's reads, not the
+ * scan.
  */
 static int reader_fill(struct tar_scan *s, uint64_t off)
 {
@@ -168,6 +171,8 @@ static int reader_fill(struct tar_scan *s, uint64_t off)
 	if (want > rd->file_size - off)
 		want = rd->file_size - off;
 	n = rd->src->ops->read(rd->src, rd->window, want, off);
+	if (n < 0 && want > TAR_PROBE_SIZE)
+		n = rd->src->ops->read(rd->src, rd->window, TAR_PROBE_SIZE, off);
 	if (n < 0)
 		return scan_fail(s, -EIO, off, "read failed: %s", strerror((int)-n));
 	rd->win_off = off;

@@ -29,7 +29,7 @@ fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
 if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
-	fuzz_index_file shardfs-index; then
+	fuzz_index_file fuzz_seek_table shardfs-index; then
 	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
@@ -47,6 +47,20 @@ for tar in "$work"/seeds/tar/*; do
 			"$tar" >/dev/null 2>&1 || true
 	done
 done
+
+# Seeds for fuzz_seek_table: a table of one member point, and one of the
+# two member points of its fixed stream (196608 bytes, halves compressed
+# apart; the second member's compressed offset is only a guess).
+mkdir -p "$work/seeds/seek_table"
+python3 - "$work/seeds/seek_table" <<'PY'
+import struct, sys
+def point(out, inn, kind):
+    return struct.pack("<QQQIBBH", out, inn, 0, 0, kind, 0, 0)
+size = 192 * 1024
+open(sys.argv[1] + "/one", "wb").write(struct.pack("<QQ", size, 1) + point(0, 0, 1))
+open(sys.argv[1] + "/two", "wb").write(struct.pack("<QQ", size, 2) + point(0, 0, 1)
+                                      + point(size // 2, 120, 1))
+PY
 
 # Run one regression input of @1 once; log to $work.
 run_regression() {
@@ -79,7 +93,7 @@ run_fuzzer() {
 }
 
 status=0
-for target in fuzz_tar fuzz_index fuzz_index_file; do
+for target in fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table; do
 	for input in "$repo"/tests/data/fuzz-regressions/"$target"-*; do
 		[ -e "$input" ] || continue
 		run_regression "$target" "$input" || status=1

@@ -8,6 +8,7 @@
  * whose index is valid parses nothing per member: it costs one sequential
  * read into anonymous memory, a checksum pass and a bounds check pass over the arrays, and one
  * fstat per shard.  The format, byte for byte, is index_format.h.
+
  *
  * A shard is identified by its path (relative to the index file's
  * directory when it lies below it, so that a set moved or copied together
@@ -32,11 +33,13 @@
 #ifndef SHARDFS_INDEX_FILE_H
 #define SHARDFS_INDEX_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "shardfs/index.h"
 #include "shardfs/index_format.h"
+#include "shardfs/seek_table.h"
 #include "shardfs/shardset.h"
 
 /* Bytes of a shard hashed into its fingerprint. */
@@ -48,7 +51,17 @@ struct index_file_shards {
 	uint32_t nr;				/* entries in shards */
 	const char *names;			/* paths, not NUL-terminated */
 	uint64_t options_hash;			/* layout the index was built for */
+	const struct index_file_seek *seek;	/* one per shard */
+	const struct seek_point *points;	/* all seek tables' points */
+	const unsigned char *windows;		/* all seek tables' windows */
 };
+
+/*
+ * The seek table of shard @i of a loaded index into *@t (pointing into
+ * the mapping): true, or false for a plain tar.  Checked at load.
+ */
+bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
+			   struct seek_table *t);
 
 /*
  * Map the index at @path into @idx (which then owns the mapping) and

@@ -6,7 +6,7 @@
  * A file is, in native byte order (the header's byte_order field tells a
  * file from another byte order apart, and such a file is refused):
  *
- *   struct index_file_header     304 bytes at offset 0: magic, version,
+ *   struct index_file_header     376 bytes at offset 0: magic, version,
  *                                sizes, counts, the section table, and
  *                                an xxh3 of the header itself (computed
  *                                with header_xxh3 zero)
@@ -21,6 +21,14 @@
  *   INDEX_SEC_SPARSE       struct shard_sparse
  *   INDEX_SEC_EXTENTS      struct shard_extent
  *   INDEX_SEC_HARDLINKS    struct shard_hardlink
+ *   INDEX_SEC_SEEK_SHARDS  struct index_file_seek, one per shard (version 2)
+ *   INDEX_SEC_SEEK_POINTS  struct seek_point (seek_table.h)
+ *   INDEX_SEC_SEEK_WINDOWS deflated 32 KiB windows, a byte pool
+ *
+ * The SEEK sections hold the seek tables of compressed shards, so that
+ * remounting a compressed set decodes nothing: a shard's record points at
+ * its run of points and its run of windows, and names its encoding
+ * (nr 0 and no encoding for a plain tar).
  *
  * The arrays are those of struct shard_index byte for byte, so the
  * static assertions below pin every size the format depends on: a struct
@@ -36,10 +44,11 @@
 #include <stdint.h>
 
 #include "shardfs/index.h"
+#include "shardfs/seek_table.h"
 
 #define INDEX_FILE_MAGIC "SHARDIDX"
-/* Moves with every change of the bytes below. */
-#define INDEX_FILE_VERSION 1
+/* Moves with every change of the bytes below (2: the SEEK sections). */
+#define INDEX_FILE_VERSION 2
 /* Written as is: read back equal only in the same byte order. */
 #define INDEX_BYTE_ORDER 0x01020304u
 /* Sections start on a multiple of this many bytes. */
@@ -53,6 +62,9 @@ enum index_section {
 	INDEX_SEC_SPARSE,	/* struct shard_sparse[] */
 	INDEX_SEC_EXTENTS,	/* struct shard_extent[] */
 	INDEX_SEC_HARDLINKS,	/* struct shard_hardlink[] */
+	INDEX_SEC_SEEK_SHARDS,	/* struct index_file_seek[] */
+	INDEX_SEC_SEEK_POINTS,	/* struct seek_point[] */
+	INDEX_SEC_SEEK_WINDOWS,	/* deflated windows, a byte pool */
 	INDEX_NR_SECTIONS
 };
 
@@ -109,6 +121,17 @@ struct index_file_shard {
 
 #define INDEX_SHARD_ABSOLUTE 0x1 /* name is absolute, not index-relative */
 
+/* A compressed shard's seek table, as the index file records it. */
+struct index_file_seek {
+	uint64_t first;		/* its first point in SEEK_POINTS */
+	uint64_t nr;		/* its points; 0: a plain tar */
+	uint64_t windows;	/* offset of its windows in SEEK_WINDOWS */
+	uint64_t windows_len;	/* bytes of its windows */
+	uint64_t stored_size;	/* bytes of the compressed object */
+	char encoding[16];	/* the source's encoding ("gzip"), NUL-
+				 * terminated; empty for a plain tar */
+};
+
 /* Bytes of one record of section @s (1 for the byte pools). */
 static inline size_t index_section_record(enum index_section s)
 {
@@ -123,6 +146,10 @@ static inline size_t index_section_record(enum index_section s)
 		return sizeof(struct shard_extent);
 	case INDEX_SEC_HARDLINKS:
 		return sizeof(struct shard_hardlink);
+	case INDEX_SEC_SEEK_SHARDS:
+		return sizeof(struct index_file_seek);
+	case INDEX_SEC_SEEK_POINTS:
+		return sizeof(struct seek_point);
 	default:
 		return 1;
 	}
@@ -137,6 +164,8 @@ _Static_assert(sizeof(struct index_section_entry) == 24, "section entry: 24 byte
 _Static_assert(sizeof(struct index_file_counts) == 88, "index_file_counts: 88 bytes");
 _Static_assert(offsetof(struct index_file_header, counts) == 40, "counts at 40");
 _Static_assert(offsetof(struct index_file_header, sections) == 128, "sections at 128");
-_Static_assert(sizeof(struct index_file_header) == 304, "header: 304 bytes");
+_Static_assert(sizeof(struct index_file_seek) == 56, "index_file_seek: 56 bytes");
+_Static_assert(sizeof(struct seek_point) == 32, "seek_point: 32 bytes");
+_Static_assert(sizeof(struct index_file_header) == 376, "header: 376 bytes");
 
 #endif

@@ -30,6 +30,7 @@
 #include <time.h>
 
 struct shard_source;
+struct seek_table;
 
 /* What advise() says about a range. */
 enum shard_source_advice {
@@ -56,12 +57,26 @@ struct shard_source_ops {
 	int (*current_size)(struct shard_source *src, uint64_t *size);
 	/* Release everything the source holds, including @src itself. */
 	void (*close)(struct shard_source *src);
+	/*
+	 * Compressed sources only; NULL for the others.  Until a source has
+	 * a seek table (seek_table.h) its size is unknown and it must not be
+	 * read.  seek_build() decodes the whole object once to make the
+	 * table, logging damage it finds (0 or -errno with @msg);
+	 * seek_set() adopts a copy of @t, e.g. from an index file, or forgets
+	 * the table when @t is NULL (0 or -ENOMEM, -EINVAL when @t is not of
+	 * this object); seek_get() returns the table or NULL.
+	 */
+	int (*seek_build)(struct shard_source *src, char *msg, size_t msg_len);
+	int (*seek_set)(struct shard_source *src, const struct seek_table *t);
+	const struct seek_table *(*seek_get)(struct shard_source *src);
 };
 
 /* The common head of every source; implementations embed it first. */
 struct shard_source {
 	const struct shard_source_ops *ops; /* the implementation */
-	uint64_t size;		/* bytes of the tar stream served */
+	uint64_t size;		/* bytes of the tar stream served (0 for a
+				 * compressed source without a seek table) */
+	const char *encoding;	/* "gzip", ...; NULL for a plain tar */
 };
 
 /* What opening a source learnt about the stored object. */
@@ -76,7 +91,9 @@ struct shard_source_info {
 /*
  * Open the shard named @name (a path) and fill @info.  Returns 0 and
  * *@src, or -errno with a message naming the shard in @msg: missing,
- * unreadable, not a regular file.
+ * unreadable, not a regular file.  The source serves the stored bytes:
+ * whether they are compressed is told later, by shard_source_detect() or
+ * by the index.
  */
 int shard_source_open(const char *name, struct shard_source **src,
 		      struct shard_source_info *info, char *msg, size_t msg_len);
@@ -92,10 +109,57 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 			     struct shard_source_info *info, char *msg,
 			     size_t msg_len);
 
+/*
+ * Read the first bytes of *@src and, when they are those of a compressed
+ * stream, replace *@src by a decoding source on top of it (@name, the
+ * shard, is its name for messages).  0 (also for a plain tar), or -errno
+ * with why in @msg (a format that needs -o cache_dir without one; the
+ * caller names the shard and offset 0); *@src is then unchanged.
+ */
+int shard_source_detect(struct shard_source **src, const char *name, char *msg,
+			size_t msg_len);
+
+/*
+ * Put the decoding source for @encoding ("gzip", "zstd", "xz", "bzip2",
+ * "lz4", "lzip", "compress": a source's encoding) on *@src without
+ * reading anything.  0 or -errno with @msg; *@src is unchanged on error.
+ */
+int shard_source_wrap(struct shard_source **src, const char *name,
+		      const char *encoding, char *msg, size_t msg_len);
+
+/* The stored bytes' source under a decoding @src (@src itself for others);
+ * the decoding source is freed.  Undoes shard_source_wrap(). */
+struct shard_source *shard_source_unwrap(struct shard_source *src);
+
 /* Open a local file as a source (what shard_source_open does for paths). */
 int shard_source_open_file(const char *path, struct shard_source **src,
 			   struct shard_source_info *info, char *msg,
 			   size_t msg_len);
+
+/*
+ * Wrap @raw, which starts like a gzip stream, as a source serving the
+ * decompressed tar stream; on success the new source owns @raw.  @name
+ * is the shard's name for messages.  Returns 0 or -errno.  See
+ * source_gzip.c.
+ */
+int shard_source_open_gzip(struct shard_source *raw, const char *name,
+			   struct shard_source **src);
+/* The same for a zstd stream (source_zstd.c). */
+int shard_source_open_zstd(struct shard_source *raw, const char *name,
+			   struct shard_source **src);
+/*
+ * The same for a stream libarchive decodes (@format: "xz", "bzip2",
+ * "lz4", "lzip", "compress"; source_archive.c); -ENOTSUP without the
+ * decoded cache (-o cache_dir) it is served from.
+ */
+int shard_source_open_archive(struct shard_source *raw, const char *name,
+			      const char *format, struct shard_source **src);
+
+/* Does a compressed source still need a seek table before it is read? */
+static inline bool shard_source_needs_seek(struct shard_source *src)
+{
+	return src->ops->seek_get && !src->ops->seek_get(src);
+}
 
 /*
  * Wrap an open descriptor of a regular file as a source; the source owns

@@ -180,6 +180,37 @@ void pack_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Report "PATH: WHAT: <errno text>" and return -errno. */
 int pack_errno(const char *path, const char *what);
 
+/* --compress: what each shard is compressed with (compress.c). */
+enum pack_compression {
+	PACK_COMPRESS_NONE,	/* plain tar */
+	PACK_COMPRESS_GZIP,	/* one gzip member per flushed buffer */
+	PACK_COMPRESS_ZSTD,	/* one zstd frame per flushed buffer */
+};
+
+struct pack_compress {
+	enum pack_compression kind;	/* what */
+	int level;			/* the compressor's level */
+};
+
+/* Parse "gzip", "zstd", "gzip:LEVEL" (1-9) or "zstd:LEVEL".  0 or -EINVAL. */
+int pack_compress_parse(const char *arg, struct pack_compress *c);
+
+/* A writer's compressor: output buffer and state, reused per block. */
+struct pack_compressor {
+	struct pack_compress c;		/* what it makes */
+	unsigned char *out;		/* the last block, compressed */
+	size_t cap;			/* bytes of out */
+	void *cctx;			/* zstd: its context */
+};
+
+/* Ready @z for blocks of up to @max_in bytes.  0 or -ENOMEM. */
+int pack_compressor_init(struct pack_compressor *z, const struct pack_compress *c,
+			 size_t max_in);
+void pack_compressor_release(struct pack_compressor *z);
+/* Compress @len bytes at @in as one member/frame into z->out. 0 or -EIO. */
+int pack_compress_block(struct pack_compressor *z, const void *in, size_t len,
+			size_t *out_len);
+
 /* What the shard writers need beyond the plan. */
 struct pack_write_options {
 	const char *src_root;		/* SRC_DIR, prefixed to member paths */
@@ -187,6 +218,7 @@ struct pack_write_options {
 	bool follow_symlinks;		/* members may be reached by links */
 	bool resume;			/* keep complete shards of this plan */
 	unsigned jobs;			/* shards written at once */
+	struct pack_compress compress;	/* --compress */
 };
 
 /* What happened to each shard. */

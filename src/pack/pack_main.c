@@ -37,6 +37,7 @@ struct pack_options {
 	bool resume;			/* keep shards of an interrupted run */
 	bool quiet;			/* no progress line, no summary */
 	bool no_index;			/* do not write the shardfs index */
+	struct pack_compress compress;	/* --compress */
 };
 
 enum {
@@ -45,6 +46,7 @@ enum {
 	OPT_WHOLE_SECONDS,
 	OPT_RESUME,
 	OPT_NO_INDEX,
+	OPT_COMPRESS,
 };
 
 static const struct option long_options[] = {
@@ -56,6 +58,7 @@ static const struct option long_options[] = {
 	{ "whole-seconds", no_argument, NULL, OPT_WHOLE_SECONDS },
 	{ "resume", no_argument, NULL, OPT_RESUME },
 	{ "no-index", no_argument, NULL, OPT_NO_INDEX },
+	{ "compress", required_argument, NULL, OPT_COMPRESS },
 	{ "jobs", required_argument, NULL, 'j' },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
@@ -81,6 +84,10 @@ static void usage(FILE *f)
 "      --whole-seconds    drop sub-second mtimes (saves a PAX header each)\n"
 "      --resume           keep the shards an interrupted run completed\n"
 "      --no-index         do not write the shardfs index\n"
+"      --compress=gzip|zstd[:LEVEL]\n"
+"                         compress each shard, one gzip member or zstd frame\n"
+"                         per MiB, so that shardfs reads it at random; name\n"
+"                         the shards .tar.gz or .tar.zst (not with --resume)\n"
 "  -j, --jobs=N           threads reading the tree and writing shards\n"
 "                         (default: online CPUs, at most 4)\n"
 "  -q, --quiet            no progress line and no summary\n"
@@ -136,6 +143,8 @@ static int parse_option(struct pack_options *opt, int c, const char *arg)
 	case OPT_NO_INDEX:
 		opt->no_index = true;
 		return 0;
+	case OPT_COMPRESS:
+		return pack_compress_parse(arg, &opt->compress);
 	case 'j':
 		if (parse_count(arg, 1, &jobs) || jobs > JOBS_MAX)
 			return -EINVAL;
@@ -208,6 +217,11 @@ static int parse_args(int argc, char **argv, struct pack_options *opt)
 	}
 	opt->root = strip_slashes(argv[optind]);
 	opt->out = argv[optind + 1];
+	if (opt->resume && opt->compress.kind != PACK_COMPRESS_NONE) {
+		/* --resume tells a complete shard by its planned tar size */
+		pack_error("--resume cannot be used with --compress");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -353,6 +367,7 @@ static int pack_produce(const struct pack_options *opt,
 		.follow_symlinks = opt->walk.follow_symlinks,
 		.resume = opt->resume,
 		.jobs = opt->walk.jobs,
+		.compress = opt->compress,
 	};
 	struct pack_progress pr = {
 		.total_files = plan->files,

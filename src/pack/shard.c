@@ -12,7 +12,9 @@
  *
  * Output goes through a buffer: small members are gathered into large
  * writes, file data is read straight into the buffer, and the shard's
- * XXH3 hash is updated at each flush, so nothing is read back.  Shards
+ * XXH3 hash is updated at each flush, so nothing is read back.  With
+ * --compress each flush is compressed as one gzip member or zstd frame
+ * (compress.c) before it is written and hashed.  Shards
  * are independent, so each of --jobs threads takes the next unwritten
  * shard in turn; -j1 keeps the writes sequential on a single disk.
  */
@@ -44,7 +46,9 @@ struct pack_writer {
 	char temp[PACK_PATH_MAX];	/* path + ".part", written first */
 	unsigned char *buf;		/* output not yet written to fd */
 	size_t used;			/* bytes in buf */
-	uint64_t offset;		/* bytes written to fd so far */
+	uint64_t offset;		/* tar bytes flushed so far */
+	uint64_t stored;		/* bytes written to fd so far */
+	struct pack_compressor z;	/* --compress; kind NONE: plain */
 	XXH3_state_t *hash;		/* hash of the bytes written so far */
 	struct pack_progress *pr;	/* counts the bytes written */
 };
@@ -75,7 +79,7 @@ static int writer_names(struct pack_writer *w, const char *path)
 
 /* Create the .part file of shard @path; pack_writer_release() undoes it. */
 static int pack_writer_init(struct pack_writer *w, const char *path,
-			    struct pack_progress *pr)
+			    struct pack_progress *pr, const struct pack_compress *c)
 {
 	int rc;
 
@@ -85,8 +89,10 @@ static int pack_writer_init(struct pack_writer *w, const char *path,
 	if (rc)
 		return rc;
 	w->buf = malloc(WRITER_BUF_SIZE);
-	if (!w->buf)
+	if (!w->buf || pack_compressor_init(&w->z, c, WRITER_BUF_SIZE)) {
+		free(w->buf);
 		return -ENOMEM;
+	}
 	w->hash = XXH3_createState();
 	if (!w->hash) {
 		rc = -ENOMEM;
@@ -103,6 +109,7 @@ static int pack_writer_init(struct pack_writer *w, const char *path,
 out_free_hash:
 	XXH3_freeState(w->hash);
 out_free_buf:
+	pack_compressor_release(&w->z);
 	free(w->buf);
 	return rc;
 }
@@ -115,17 +122,27 @@ static void pack_writer_release(struct pack_writer *w)
 	if (!w->done)
 		unlink(w->temp);
 	XXH3_freeState(w->hash);
+	pack_compressor_release(&w->z);
 	free(w->buf);
 }
 
-/* Write out and hash what the buffer holds. */
+/* Write out and hash what the buffer holds, compressed if asked to. */
 static int writer_flush(struct pack_writer *w)
 {
-	size_t done = 0;
+	const unsigned char *out = w->buf;
+	size_t len = w->used, done = 0;
 
-	XXH3_64bits_update(w->hash, w->buf, w->used);
-	while (done < w->used) {
-		ssize_t n = write(w->fd, w->buf + done, w->used - done);
+	if (w->z.c.kind != PACK_COMPRESS_NONE && w->used) {
+		if (pack_compress_block(&w->z, w->buf, w->used, &len)) {
+			pack_error("%s: cannot compress at tar byte %" PRIu64, w->temp,
+				   w->offset);
+			return -EIO;
+		}
+		out = w->z.out;
+	}
+	XXH3_64bits_update(w->hash, out, len);
+	while (done < len) {
+		ssize_t n = write(w->fd, out + done, len - done);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -133,12 +150,13 @@ static int writer_flush(struct pack_writer *w)
 			int rc = n ? -errno : -ENOSPC;
 
 			pack_error("%s: write failed at byte %" PRIu64 ": %s",
-				   w->temp, w->offset + done, strerror(-rc));
+				   w->temp, w->stored + done, strerror(-rc));
 			return rc;
 		}
 		done += (size_t)n;
 	}
 	w->offset += w->used;
+	w->stored += len;
 	atomic_fetch_add(&w->pr->bytes, w->used);
 	w->used = 0;
 	return 0;
@@ -340,7 +358,7 @@ static int shard_write(struct shard_pool *pool, size_t index, const char *path)
 	struct pack_writer w;
 	int rc;
 
-	rc = pack_writer_init(&w, path, pool->pr);
+	rc = pack_writer_init(&w, path, pool->pr, &pool->opt->compress);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < shard->count && !rc; i++) {

@@ -11,11 +11,18 @@
  * and sparse runs are in order and inside the file.  The warn callback
  * reads its message.  The scan's result must be one of the documented
  * ones, with a terminated message when it failed.
+ *
+ * The archive is then gzip-compressed and scanned again through a gzip
+ * source (source_gzip.c), after its seek table is built: the same result
+ * and the same members must come out.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "fuzz_common.h"
 #include "shardfs/tar.h"
@@ -23,11 +30,16 @@
 /* The archive being scanned, for the callbacks. */
 struct scan_ctx {
 	uint64_t file_size;	/* bytes in the archive */
+	uint64_t members;	/* members the scan reported */
 };
+
+static int gzip_fd = -1;	/* holds the compressed archive */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	fuzz_keep_stderr();
+	gzip_fd = memfd_create("fuzz-tar-gz", MFD_CLOEXEC);
+	FUZZ_CHECK(gzip_fd >= 0, "memfd_create: %s", strerror(errno));
 	return 0;
 }
 
@@ -80,6 +92,7 @@ static void check_member(const struct scan_ctx *ctx, const struct tar_member *m)
 
 static int on_member(void *arg, const struct tar_member *m)
 {
+	((struct scan_ctx *)arg)->members++;
 	fuzz_touch(m->path, m->path_len);
 	fuzz_touch(m->link, m->link_len);
 	fuzz_touch(m->extents, m->nr_extents * sizeof(*m->extents));
@@ -96,9 +109,45 @@ static void on_warn(void *arg, uint64_t offset, const char *msg)
 		   (ull)offset, (ull)ctx->file_size, msg);
 }
 
+static const struct tar_scan_ops ops = { on_member, on_warn };
+
+/* The archive as a gzip stream, scanned as a mount scans a .tar.gz. */
+static void scan_gzip(const uint8_t *data, size_t size, int want_rc,
+		      uint64_t want_members)
+{
+	uLongf zlen = compressBound(size) + 32;
+	unsigned char *z = malloc(zlen);
+	struct shard_source *raw, *gz;
+	struct scan_ctx ctx = { .file_size = size };
+	z_stream zs = { 0 };
+	struct tar_error err;
+	char msg[256];
+	int rc;
+
+	FUZZ_CHECK(z && deflateInit2(&zs, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+		   "deflateInit2");
+	zs.next_in = (unsigned char *)data;
+	zs.avail_in = (uInt)size;
+	zs.next_out = z;
+	zs.avail_out = (uInt)zlen;
+	FUZZ_CHECK(deflate(&zs, Z_FINISH) == Z_STREAM_END, "deflate");
+	fuzz_set_file(gzip_fd, z, zlen - zs.avail_out);
+	deflateEnd(&zs);
+	free(z);
+	FUZZ_CHECK(!shard_source_open_fd(dup(gzip_fd), &raw), "open the gzip file");
+	FUZZ_CHECK(!shard_source_open_gzip(raw, "fuzz.tar.gz", &gz), "gzip source");
+	FUZZ_CHECK(!gz->ops->seek_build(gz, msg, sizeof(msg)), "seek table: %s", msg);
+	FUZZ_CHECK(gz->size == size, "gzip stream of %llu bytes for %zu",
+		   (ull)gz->size, size);
+	rc = tar_scan(gz, &ops, &ctx, &err);
+	FUZZ_CHECK(rc == want_rc && ctx.members == want_members,
+		   "through gzip: %d and %llu members, plain: %d and %llu",
+		   rc, (ull)ctx.members, want_rc, (ull)want_members);
+	shard_source_close(gz);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct tar_scan_ops ops = { on_member, on_warn };
 	struct scan_ctx ctx = { .file_size = size };
 	struct shard_source_mem src;
 	struct tar_error err;
@@ -112,5 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc == -EINVAL)
 		FUZZ_CHECK(memchr(err.msg, '\0', sizeof(err.msg)) && err.msg[0],
 			   "-EINVAL without a message");
+	if (rc != -ENOMEM)
+		scan_gzip(data, size, rc, ctx.members);
 	return 0;
 }

@@ -11,6 +11,7 @@ sample grouping and size limits, the manifest, determinism, and what an
 interrupted run leaves behind and how --resume picks it up.
 """
 import ctypes
+import io
 import itertools
 import json
 import os
@@ -728,3 +729,51 @@ def test_pack_and_classes_layout_group_awkward_names_alike(tmp_path):
                 assert path.is_file(), path
                 assert os.getxattr(path, "user.shardfs.key") == \
                     (labels[key] + "/" + key).encode(), path
+
+
+# ------------------------------------------------------------- --compress
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("how,suffix,tool", [("gzip", ".tar.gz", "gzip"),
+                                             ("zstd:5", ".tar.zst", "zstd")])
+def test_compress_round_trip(packed, tmp_path, how, suffix, tool):
+    """--compress: shards that gzip -d / zstd -d and GNU tar read as usual,
+    one member or frame per MiB, whose index is there before the first
+    mount (which then decodes nothing) and whose mount equals the tree."""
+    src, _, _ = packed
+    out = tmp_path / "out"
+    r = pack(src, out / ("shard-%06d" + suffix), "--max-size", "4M", "--compress=" + how)
+    shards = sorted(str(out / n) for n in os.listdir(out) if n.endswith(suffix))
+    assert len(shards) > 1 and summary(r)["shards"] == len(shards)
+    for s in shards:
+        d = subprocess.run([tool, "-dc", s], stdout=subprocess.PIPE, check=True).stdout
+        assert tarfile.open(fileobj=io.BytesIO(d)).getmembers()
+    ref = tmp_path / "ref"
+    os.makedirs(ref)
+    for s in shards:
+        assert extract_gnu_tar(s, str(ref)).returncode == 0
+    log = lib.run_cmd([lib.binary("shardfs-index"), "-o", "loglevel=debug",
+                       "-o", "index_mode=require", str(out)]).stderr
+    assert "loaded" in log and "decoded for its seek table" not in log, log
+    with lib.mounted(out, str(tmp_path / "mnt"), "-o", "loglevel=debug") as m:
+        assert "decoded for its seek table" not in m.stderr, m.stderr
+        lib.compare_trees(str(tmp_path / "mnt"), src, NEVER)
+    # a member or frame per MiB of tar: as many seek points
+    rebuilt = lib.run_cmd([lib.binary("shardfs-index"), "-o", "loglevel=debug",
+                           "-o", "index_mode=rebuild", str(out)]).stderr
+    points = sum(int(n) for n in re.findall(r"(\d+) points", rebuilt))
+    tar_bytes = sum(int(n) for n in re.findall(r"seek table: (\d+) bytes", rebuilt))
+    assert points >= tar_bytes // (1 << 20) - len(shards), rebuilt
+    v = lib.run_cmd([lib.binary("shardfs-index"), "--verify", str(out)])
+    assert v.returncode == 0 and " 0 differences" in v.stderr, v
+
+
+def test_compress_refuses_bad_values_and_resume(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("a")
+    for bad in ("xz", "gzip:0", "gzip:10", "zstd:x", "gzip:", ""):
+        r = pack(tmp_path / "src", tmp_path / "o-%d.tar.gz", "--compress=" + bad, check=False)
+        assert r.returncode != 0 and "--compress" in r.stderr, (bad, r)
+    r = pack(tmp_path / "src", tmp_path / "o-%d.tar.gz", "--compress=gzip", "--resume",
+             check=False)
+    assert r.returncode != 0 and "--resume cannot be used with --compress" in r.stderr, r

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "tarbuild.h"
 #include "shardfs/log.h"
 
@@ -334,6 +336,44 @@ void tb_save(const struct tb *a, const char *dir, const char *name)
 	if (a->len)
 		assert_int_equal(fwrite(a->data, 1, a->len, f), a->len);
 	assert_int_equal(fclose(f), 0);
+}
+
+void tb_gzip(struct tb *out, const void *data, size_t len, size_t member,
+	     int level)
+{
+	const char *p = data;
+	size_t done = 0;
+
+	do {
+		size_t n = member && len - done > member ? member : len - done;
+		z_stream zs = { 0 };
+		char buf[64 * 1024];
+		int zrc;
+
+		assert_int_equal(deflateInit2(&zs, level, Z_DEFLATED, 31, 8,
+					      Z_DEFAULT_STRATEGY), Z_OK);
+		zs.next_in = (unsigned char *)p + done;
+		zs.avail_in = (uInt)n;
+		do {
+			zs.next_out = (unsigned char *)buf;
+			zs.avail_out = sizeof(buf);
+			zrc = deflate(&zs, Z_FINISH);
+			tb_bytes(out, buf, sizeof(buf) - zs.avail_out);
+		} while (zrc == Z_OK);
+		assert_int_equal(zrc, Z_STREAM_END);
+		deflateEnd(&zs);
+		done += n;
+	} while (done < len);
+}
+
+void tb_save_gzip(const struct tb *a, const char *dir, const char *name,
+		  size_t member)
+{
+	struct tb z = { 0 };
+
+	tb_gzip(&z, a->data, a->len, member, 1);
+	tb_save(&z, dir, name);
+	tb_free(&z);
 }
 
 /* ---- scanning ------------------------------------------------------- */

@@ -131,6 +131,15 @@ char *tb_tmpdir(void);
 void tb_rmtree(char *dir);
 /* Write @a to @dir/@name. */
 void tb_save(const struct tb *a, const char *dir, const char *name);
+/*
+ * Append @len bytes at @data to @out gzip-compressed at @level: one gzip
+ * member per @member bytes of input (0: a single member).
+ */
+void tb_gzip(struct tb *out, const void *data, size_t len, size_t member,
+	     int level);
+/* Write @a to @dir/@name as tb_gzip() compresses it (level 1: fast). */
+void tb_save_gzip(const struct tb *a, const char *dir, const char *name,
+		  size_t member);
 
 /* ---- scanning ------------------------------------------------------- */
 

@@ -37,7 +37,7 @@
 
 static const char *const section_names[INDEX_NR_SECTIONS] = {
 	"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
-	"HARDLINKS",
+	"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
 };
 
 #define OPTIONS_HASH 0x0123456789abcdefULL
@@ -85,9 +85,13 @@ static void write_whole(const char *path, const char *data, size_t len)
 	assert_int_equal(close(fd), 0);
 }
 
+/* Bytes of the member of the gzip shard: over two seek spans. */
+#define BIG_SIZE (SEEK_TABLE_SPAN * 2 + 512 * 1024)
+
 static void make_shards(struct tb_env *e)
 {
-	char sparse_data[1100];
+	uint32_t seed = 1;
+	char sparse_data[1100], *big;
 	struct tb a = { 0 };
 
 	memset(sparse_data, 'S', sizeof(sparse_data));
@@ -106,6 +110,17 @@ static void make_shards(struct tb_env *e)
 	tb_file(&a, "dir/a.txt", "alpha, replaced by shard 01\n");
 	tb_file(&a, "z/zz.txt", "zulu\n");
 	tb_env_shard(e, "01.tar", &a);
+
+	/* gzip, long enough for window points: fills the SEEK sections */
+	big = malloc(BIG_SIZE);
+	assert_non_null(big);
+	for (size_t i = 0; i < BIG_SIZE; i++)
+		big[i] = 'a' + (char)((seed = seed * 1103515245 + 12345) >> 28);
+	tb_add(&a, "gz/big.txt", '0', big, BIG_SIZE);
+	tb_end(&a);
+	tb_save_gzip(&a, e->dir, "02.tar.gz", 0);
+	tb_free(&a);
+	free(big);
 }
 
 static int fx_setup(void **state)
@@ -363,6 +378,49 @@ static void expect_same_entry(struct shardfs *a, struct shardfs *b, uint32_t e)
 	}
 }
 
+/* The seek tables of the file are those of the shards' sources. */
+static void expect_same_seek_tables(const struct index_file_shards *sh,
+				    const struct shard_set *set)
+{
+	for (uint32_t i = 0; i < sh->nr; i++) {
+		struct shard_source *src = set->shards[i].src;
+		const struct seek_table *want = src->ops->seek_get ?
+						src->ops->seek_get(src) : NULL;
+		struct seek_table got;
+
+		assert_int_equal(index_file_seek_table(sh, i, &got), want != NULL);
+		if (!want)
+			continue;
+		assert_int_equal(got.nr, want->nr);
+		assert_int_equal(got.size, want->size);
+		assert_int_equal(got.stored_size, want->stored_size);
+		assert_int_equal(got.windows_len, want->windows_len);
+		expect_same_bytes(got.points, want->points, want->nr * sizeof(*want->points),
+				  "seek points");
+		expect_same_bytes(got.windows, want->windows, want->windows_len, "windows");
+	}
+}
+
+/* Two sources serve the same stream, read in 1 MiB steps. */
+static void expect_same_stream(struct shard_source *a, struct shard_source *b)
+{
+	enum { STEP = 1 << 20 };
+	char *x = malloc(STEP), *y = malloc(STEP);
+
+	assert_non_null(x);
+	assert_non_null(y);
+	assert_int_equal(a->size, b->size);
+	for (uint64_t off = 0; off < a->size; off += STEP) {
+		size_t n = a->size - off < STEP ? a->size - off : STEP;
+
+		assert_int_equal(shard_source_read_full(a, x, n, off), 0);
+		assert_int_equal(shard_source_read_full(b, y, n, off), 0);
+		assert_memory_equal(x, y, n);
+	}
+	free(x);
+	free(y);
+}
+
 static void test_round_trip(void **state)
 {
 	struct fx *f = *state;
@@ -383,7 +441,9 @@ static void test_round_trip(void **state)
 	assert_true(built->nr_sparse >= 1);
 	assert_true(built->nr_extents >= 2);
 	assert_true(built->nr_hardlinks >= 2);
-	assert_int_equal(set->nr, 2);
+	assert_int_equal(set->nr, 3);
+	assert_non_null(set->shards[2].src->ops->seek_get(set->shards[2].src));
+	assert_true(set->shards[2].src->ops->seek_get(set->shards[2].src)->windows_len > 0);
 
 	/* the header mirror agrees with the writer */
 	assert_memory_equal(h->magic, INDEX_FILE_MAGIC, 8);
@@ -443,6 +503,7 @@ static void test_round_trip(void **state)
 		assert_int_equal(index_file_fingerprint(s->src, &fp), 0);
 		assert_int_equal(r->fingerprint, fp);
 	}
+	expect_same_seek_tables(&sh, set);
 	shard_index_release(&idx);
 	assert_null(idx.map);
 
@@ -457,6 +518,8 @@ static void test_round_trip(void **state)
 	assert_int_equal(tb_ino(&loaded, "dir/a.txt"), tb_ino(&f->env.fs, "dir/a.txt"));
 	assert_int_equal(tb_stat(&loaded, "hard2").st_ino, tb_stat(&loaded, "dir/b.txt").st_ino);
 	assert_int_equal(tb_stat(&loaded, "holes").st_size, SPARSE_SIZE);
+	/* the gzip shard is served from the recorded table, same bytes */
+	expect_same_stream(loaded.set.shards[2].src, set->shards[2].src);
 	shardfs_release(&loaded);
 }
 
@@ -1123,6 +1186,60 @@ static void test_lie_shard_table(void **state)
 	}
 }
 
+static struct index_file_seek *seek_rec(struct fx *f, uint32_t i)
+{
+	return (struct index_file_seek *)(f->buf + hdr(f)->sections[INDEX_SEC_SEEK_SHARDS].offset) + i;
+}
+
+static struct seek_point *seek_pt(struct fx *f, uint64_t i)
+{
+	return (struct seek_point *)(f->buf + hdr(f)->sections[INDEX_SEC_SEEK_POINTS].offset) + i;
+}
+
+/* Seek tables (of shard 2, the gzip one) that lie about where things are. */
+static void test_lie_seek_table(void **state)
+{
+	struct fx *f = *state;
+	uint64_t nr_points, pool, w;
+
+	reset(f);
+	nr_points = hdr(f)->sections[INDEX_SEC_SEEK_POINTS].length / sizeof(struct seek_point);
+	pool = hdr(f)->sections[INDEX_SEC_SEEK_WINDOWS].length;
+	assert_true(nr_points >= 3);
+	assert_int_equal(seek_pt(f, 2)->kind, SEEK_POINT_WINDOW);
+	expect_loads(f);
+	w = 2;
+
+#define SEEK_CASE(desc, edit) do { reset(f); edit; expect_lie_rejected(f, desc); } while (0)
+	SEEK_CASE("points start past the section", seek_rec(f, 2)->first = nr_points);
+	SEEK_CASE("points run past the section", seek_rec(f, 2)->nr = nr_points + 1);
+	SEEK_CASE("points at 2^64 - 1", seek_rec(f, 2)->first = UINT64_MAX);
+	SEEK_CASE("windows past the section", seek_rec(f, 2)->windows = pool);
+	SEEK_CASE("windows run past the section", seek_rec(f, 2)->windows_len = pool + 1);
+	SEEK_CASE("first point not at 0", seek_pt(f, 0)->out = 1);
+	SEEK_CASE("first point a window", seek_pt(f, 0)->kind = SEEK_POINT_WINDOW);
+	SEEK_CASE("points out of order", seek_pt(f, w)->out = seek_pt(f, w - 1)->out);
+	SEEK_CASE("point past the stream", seek_pt(f, w)->out = UINT64_MAX);
+	SEEK_CASE("compressed offset going back", seek_pt(f, w)->in = seek_pt(f, w - 1)->in - 1);
+	SEEK_CASE("compressed offset past the object",
+		  seek_pt(f, w)->in = seek_rec(f, 2)->stored_size + 1);
+	SEEK_CASE("window point at offset 0", seek_pt(f, 1)->in = 0);
+	SEEK_CASE("9 bits", seek_pt(f, w)->bits = 8);
+	SEEK_CASE("unknown kind", seek_pt(f, w)->kind = 9);
+	SEEK_CASE("window past the pool", seek_pt(f, w)->window = pool);
+	SEEK_CASE("window runs past the pool", seek_pt(f, w)->window_len = (uint32_t)pool + 1);
+	SEEK_CASE("empty window", seek_pt(f, w)->window_len = 0);
+	SEEK_CASE("member point with a window", seek_pt(f, 0)->window_len = 1);
+	SEEK_CASE("padding set", seek_pt(f, w)->pad = 1);
+	SEEK_CASE("no encoding for a table", seek_rec(f, 2)->encoding[0] = '\0');
+	SEEK_CASE("encoding not terminated",
+		  memset(seek_rec(f, 2)->encoding, 'z', sizeof(seek_rec(f, 2)->encoding)));
+	SEEK_CASE("encoding for a plain tar", strcpy(seek_rec(f, 0)->encoding, "gzip"));
+	SEEK_CASE("fewer records than shards",
+		  hdr(f)->sections[INDEX_SEC_SEEK_SHARDS].length -= sizeof(struct index_file_seek));
+#undef SEEK_CASE
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1150,6 +1267,7 @@ int main(void)
 		FX_TEST(test_lie_sparse),
 		FX_TEST(test_lie_hardlinks),
 		FX_TEST(test_lie_shard_table),
+		FX_TEST(test_lie_seek_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

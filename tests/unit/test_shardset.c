@@ -106,9 +106,11 @@ static void test_directory_of_tars_sorted(void **state)
 	char prefix[4096];
 
 	touch_all(e->dir, TB_LIST("b.tar", "a.tar", "10.tar", "B.tar",
-				  "notes.txt", "x.tar.gz", ".tar"));
+				  "notes.txt", "x.tar.gz", "y.tgz", "z.tar.zst",
+				  "w.tar.xz", "v.gz", ".tar", ".tgz"));
 	snprintf(prefix, sizeof(prefix), "%s/", e->dir);
-	expect_expansion(e->dir, prefix, TB_LIST("10.tar", "B.tar", "a.tar", "b.tar"));
+	expect_expansion(e->dir, prefix, TB_LIST("10.tar", "B.tar", "a.tar", "b.tar",
+						 "x.tar.gz", "y.tgz", "z.tar.zst"));
 }
 
 static void test_directory_without_tars_fails(void **state)
