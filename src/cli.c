@@ -193,6 +193,33 @@ void cli_index_free(struct cli_index *cli)
 	remote_options_free(&cli->remote);
 }
 
+void cli_print_encodings(const struct shard_set *set)
+{
+	static const char *const names[] = { "gzip", "zstd", "xz", "bzip2", "lz4",
+					     "lzip", "compress" };
+	unsigned count[ARRAY_SIZE(names)] = { 0 }, whole = 0;
+	char line[256] = "";
+	size_t len = 0;
+
+	for (uint32_t i = 0; i < set->nr; i++) {
+		const char *e = set->shards[i].src ? set->shards[i].src->encoding : NULL;
+		int k = e ? name_table_find(names, ARRAY_SIZE(names), e) : -1;
+
+		if (k < 0)
+			continue;
+		count[k]++;
+		whole += k >= 2;	/* after gzip and zstd: no seek points */
+	}
+	for (size_t k = 0; k < ARRAY_SIZE(names); k++)
+		if (count[k])
+			len += snprintf(line + len, sizeof(line) - len, "%s%u %s",
+					len ? ", " : "", count[k], names[k]);
+	if (len)
+		log_info("compressed shards: %s%s", line, whole ?
+			 "; xz, bzip2, lz4, lzip and compress are served from the "
+			 "decoded cache (cache_dir), decoded whole on their first read" : "");
+}
+
 void cli_print_summary(const struct shard_index *idx, const struct layout *layout,
 		       uint32_t nr_shards, double seconds,
 		       const struct index_store_result *res)

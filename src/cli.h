@@ -58,6 +58,12 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli);
 void cli_config_release(struct cli_config *cfg);
 void cli_index_free(struct cli_index *cli);
 
+/*
+ * After the summary: how many shards of @set are compressed, by format,
+ * and that those without seek points are served from the decoded cache.
+ */
+void cli_print_encodings(const struct shard_set *set);
+
 /* Print the one-line build summary (unless quiet) and any warnings. */
 void cli_print_summary(const struct shard_index *idx, const struct layout *layout,
 		       uint32_t nr_shards, double seconds,

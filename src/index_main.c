@@ -147,9 +147,11 @@ int main(int argc, char *argv[])
 	}
 	if (ic.check)
 		log_info("%s: valid for %u shards", fs.index_file.path, fs.set.nr);
-	else if (!ic.list)
+	else if (!ic.list) {
 		cli_print_summary(&fs.idx, &cfg.layout, fs.set.nr, fs.build_seconds,
 				  &fs.index_file);
+		cli_print_encodings(&fs.set);
+	}
 	if (ic.list)
 		list_members(&fs);
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;

@@ -378,6 +378,7 @@ int main(int argc, char *argv[])
 	}
 	cli_print_summary(&fs.idx, &cfg.layout, fs.set.nr, fs.build_seconds,
 			  &fs.index_file);
+	cli_print_encodings(&fs.set);
 	rc = mount_and_serve(se, &ls, &o, &m, idle_timeout);
 	shardfs_release(&fs);
 out_release_config:

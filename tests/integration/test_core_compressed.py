@@ -251,6 +251,7 @@ def test_directory_form_picks_up_compressed(tmp_path, corpus):
     with lib.mounted(d, tmp_path / "mnt") as r:
         assert lib.parse_summary(r.stderr)["shards"] == 4
         assert lib.parse_summary(r.stderr)["duplicates"] == 3 * len(members)
+        assert "compressed shards: 2 gzip, 1 zstd\n" in r.stderr, r.stderr
         ref, start_ns = reference(tmp_path, gz)
         lib.compare_trees(tmp_path / "mnt", ref, start_ns)
 
@@ -342,6 +343,7 @@ def test_whole_stream_formats(tmp_path, corpus, kind):
     opts = "cache_dir=%s" % cache
     with lib.mounted(shard, mnt, "-o", opts) as m:
         assert "served from the decoded cache" in m.stderr, m.stderr
+        assert "compressed shards: 1 %s; %s" % (kind, "xz, bzip2") in m.stderr, m.stderr
         lib.compare_trees(mnt, ref, start_ns)
         rnd = random.Random(kind)
         for name in rnd.sample(members, 10):
