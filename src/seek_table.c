@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seek_table.c - checking and searching a compressed shard's seek table.
  *

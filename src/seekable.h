@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seekable.h - what the compressed sources share (internal to the core).
  *

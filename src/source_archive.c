@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_archive.c - every other compression libarchive reads (xz, bzip2,
  * lz4, lzma, lzip, compress), as a seekable codec (seekable.h) of one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_gzip.c - the gzip codec of the seekable sources (seekable.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_seekable.c - a compressed shard served at random offsets, for
  * any codec (seekable.h).

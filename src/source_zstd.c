@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * source_zstd.c - the zstd codec of the seekable sources (seekable.h).
  *

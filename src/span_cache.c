@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * span_cache.c - decoded spans of compressed shards on local disk (see
  * span_cache.h).

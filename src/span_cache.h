@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * span_cache.h - decoded spans of compressed shards kept on local disk
  * (-o cache_dir=DIR), internal to the core.

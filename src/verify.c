@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * verify.c - shardfs-index --verify: every shard read again by libarchive
  * and compared with what the index serves (verify.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seek_table.h - where decoding of a compressed shard can start.
  *

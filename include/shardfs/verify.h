@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * verify.h - check what a shard set's index serves against a second,
  * independent reader of the shards: libarchive.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * compress.c - shardfs-pack --compress: each buffer of tar bytes the
  * writer flushes (1 MiB) becomes one gzip member or one zstd frame.

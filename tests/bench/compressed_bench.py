@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Compressed shards: the targets of docs/benchmarks.md, in one run.
 
 The generated data set of bench.py (JPEG samples with .json and .cls in

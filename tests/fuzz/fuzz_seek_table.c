@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_seek_table.c - libFuzzer target for the seek-point sections of the
  * index file (seek_table.h) and the decoding they drive.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Compressed shards, end to end: real compressors, real mounts.
 
 One tar of about 24 MB (small and large members, compressible text and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_source_gzip.c - the gzip source and its seek points, without a
  * mount: streams made here with zlib (one member, many members, damaged
