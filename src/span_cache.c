@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -53,7 +54,13 @@ int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
 		    size_t msg_len)
 {
 	struct statvfs sv;
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd;
+
+	/* made if missing, as the remote chunk cache sharing it does */
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return log_format(msg, msg_len, -errno, "cache_dir %s: %s", dir,
+				  strerror(errno));
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return log_format(msg, msg_len, -errno, "cache_dir %s: cannot create "
