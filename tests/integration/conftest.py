@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""pytest glue for the shardfs core integration tests (test_core_*.py).
+"""pytest glue for the shardfs core integration tests (test_core_*.py, and
+any test module that sets SHARDFS_WATCHDOG = True).
 
 - Fails (does not skip) when the shardfs binary is missing: a suite that
   silently skips everything would look green.
@@ -30,9 +31,11 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _shardfs_environment(request):
-    # only the core suite (test_core_*.py) is governed by this fixture;
-    # other test files keep their own conventions
-    if not os.path.basename(str(request.node.fspath)).startswith("test_core_"):
+    # only the core suite (test_core_*.py) and the modules that ask for it
+    # are governed by this fixture; other test files keep their own
+    # conventions
+    core = os.path.basename(str(request.node.fspath)).startswith("test_core_")
+    if not getattr(request.module, "SHARDFS_WATCHDOG", core):
         yield
         return
     if not os.path.exists("/dev/fuse"):

@@ -82,12 +82,8 @@ def mount_entry(mountpoint):
     return None
 
 
-def processes_mentioning(text):
-    """PIDs of shardfs processes with TEXT (a mountpoint) among their
-    arguments."""
-    pids = []
-    needles = {os.fsencode(text), os.fsencode(os.path.realpath(text)),
-               os.fsencode(text).rstrip(b"/")}
+def shardfs_processes():
+    """(pid, argv) of every shardfs process but this one; argv as bytes."""
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
             continue
@@ -96,11 +92,17 @@ def processes_mentioning(text):
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if not argv or b"shardfs" not in os.path.basename(argv[0]):
-            continue
-        if any(a.rstrip(b"/") in needles for a in argv[1:]):
-            pids.append(int(d))
-    return pids
+        if argv and b"shardfs" in os.path.basename(argv[0]):
+            yield int(d), argv
+
+
+def processes_mentioning(text):
+    """PIDs of shardfs processes with TEXT (a mountpoint) among their
+    arguments."""
+    needles = {os.fsencode(text), os.fsencode(os.path.realpath(text)),
+               os.fsencode(text).rstrip(b"/")}
+    return [pid for pid, argv in shardfs_processes()
+            if any(a.rstrip(b"/") in needles for a in argv[1:])]
 
 
 def kill_daemons_for(mountpoint):

@@ -42,26 +42,14 @@ ORIGIN_RE = re.compile(r"index file (?P<path>.+): (?P<origin>loaded|extended|bui
 FIRST = "s-000.tar"
 
 
+# conftest.py's watchdog and mount checks govern this module too
+SHARDFS_WATCHDOG = True
+
+
 @pytest.fixture(autouse=True)
-def _environment():
-    if not os.path.exists("/dev/fuse"):
-        pytest.skip("no /dev/fuse on this machine")
-    if os.geteuid() != 0:
-        pytest.skip("the integration tests mount filesystems: run as root")
-    for prog in (lib.SHARDFS, INDEX_TOOL):
-        if not os.access(prog, os.X_OK):
-            pytest.fail("%s not built (set SHARDFS_BUILD_DIR)" % prog, pytrace=False)
-    timer = threading.Timer(240, lib.abort_all_mounts)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        left = [mp for mp in lib.active_mounts() if lib.is_mounted(mp)]
-        for mp in lib.active_mounts():
-            lib.unmount(mp)
-    assert not left, "mounts left behind: %r" % left
+def _index_tool_built():
+    if not os.access(INDEX_TOOL, os.X_OK):
+        pytest.fail("%s not built (set SHARDFS_BUILD_DIR)" % INDEX_TOOL, pytrace=False)
 
 
 # ------------------------------------------------------------------ data

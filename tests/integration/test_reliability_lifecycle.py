@@ -160,16 +160,9 @@ def pid_of_argv(arg):
     want = os.fsencode(arg)
     deadline = time.time() + 5
     while time.time() < deadline:
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % d, "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv and b"shardfs" in os.path.basename(argv[0]) and want in argv[1:]:
-                return int(d)
+        for pid, argv in lib.shardfs_processes():
+            if want in argv[1:]:
+                return pid
         time.sleep(0.05)
     raise AssertionError("no shardfs process for %s" % arg)
 
