@@ -3,17 +3,30 @@
  * ll_uring.c - FUSE requests over io_uring, one queue per CPU (see
  * ll_uring.h for why).
  *
- * The kernel keeps one queue per possible CPU and becomes ready only when
- * every queue has a registered entry; until then requests keep coming
- * over /dev/fuse, so a queue that cannot be set up costs speed, never
- * service.  An entry is a header (in/out header, the request's fixed
- * argument, ring bookkeeping) and a payload buffer as large as the
- * largest request or reply.  Each ring thread owns one entry and its own
- * io_uring: it registers the entry, waits for the completion that brings
- * a request, serves it and commits the reply, which also fetches the
- * next request.  Threads of a queue are pinned to its CPU; the kernel
- * gives a request to the entry committed last, i.e. to a thread that is
- * free.
+ * The kernel keeps one queue per possible CPU.  An entry is a header
+ * (in/out header, the request's fixed argument, ring bookkeeping) and a
+ * payload buffer as large as the largest request or reply.  Each ring
+ * thread owns one entry and its own io_uring: it registers the entry,
+ * waits for the completion that brings a request, serves it and commits
+ * the reply, which also fetches the next request.  Threads of a queue are
+ * pinned to its CPU; the kernel gives a request to the entry committed
+ * last, i.e. to a thread that is free.
+ *
+ * Setting up must never leave a request waiting.  A connection whose
+ * INIT reply does not acknowledge FUSE_OVER_IO_URING is served over
+ * io_uring only while the fuse module's enable_uring stays set: once it
+ * is switched off the kernel refuses every io_uring command of it,
+ * commits too, the ring threads end and requests wait forever (seen three
+ * times while test runs switched it).  So the reply acknowledges
+ * io_uring, which ties it to the connection, and the kernel then holds
+ * every request back until each queue has an entry.  Hence the order:
+ * every ring thread sets its ring up before INIT is answered, and io_uring
+ * is acknowledged only if each queue has one (else nothing registers and
+ * everything stays on /dev/fuse).  A REGISTER the kernel refuses makes it
+ * drop io_uring for the connection and serve over /dev/fuse
+ * (fuse_uring_cmd() in fs/fuse/dev_uring.c); a REGISTER that cannot be
+ * sent is replaced by one the kernel must refuse (decline()); if even
+ * that fails, the session ends with an error.
  *
  * A request is rebuilt the way read(2) on /dev/fuse would deliver it
  * (header, fixed argument, payload) in front of the payload buffer, so
@@ -101,6 +114,15 @@ _Static_assert(sizeof(struct fuse_uring_cmd_req) <= SQE128_CMD_BYTES, "fits");
 /* What a completion is for. */
 enum { TAG_CMD = 1, TAG_STOP = 2 };
 
+/*
+ * Test hook: SHARDFS_TEST_URING_REGISTER=fail makes every ring thread
+ * fail to send its REGISTER after io_uring was acknowledged (the daemon
+ * must then decline it), =fail-decline makes declining fail too (the
+ * session must end).  Read once, when the transport is attached.
+ */
+#define TEST_REGISTER_ENV "SHARDFS_TEST_URING_REGISTER"
+enum test_register { TEST_REGISTER_OK, TEST_REGISTER_FAIL, TEST_DECLINE_FAIL };
+
 /* One ring thread: its io_uring and the entry it registered. */
 struct uring_worker {
 	struct ll_uring *u;		/* the transport */
@@ -114,10 +136,14 @@ struct uring_worker {
 	struct iovec iov[2];		/* header and payload, as registered */
 	uint64_t unique;		/* request being served */
 	bool replied;			/* its reply is in the entry */
+	bool ready;			/* ring and entry set up, under u->lock */
 };
 
 /* Where INIT is. */
 enum init_state { INIT_WAIT, INIT_SEEN, INIT_DONE };
+
+/* What the ring threads do once set up, decided when INIT is answered. */
+enum go { GO_WAIT, GO_REGISTER, GO_ABANDON };
 
 struct ll_uring {
 	struct ll_session *ls;		/* the session's userdata */
@@ -133,6 +159,13 @@ struct ll_uring {
 	atomic_int init;		/* enum init_state */
 	uint64_t init_unique;		/* INIT's unique, once INIT_SEEN */
 	bool offered;			/* INIT offered io_uring */
+	pthread_mutex_t lock;		/* guards reported, go, workers' ready */
+	pthread_cond_t cond;		/* signalled when either changes */
+	unsigned reported;		/* workers done with their set-up */
+	enum go go;			/* what set-up workers do next */
+	atomic_bool declined;		/* io_uring was declined to the kernel */
+	atomic_bool failed;		/* the transport ended the session */
+	enum test_register test;	/* the test hook's setting */
 };
 
 /* The ring thread running on this thread, if any. */
@@ -287,10 +320,21 @@ out_exit_ring:
 	return rc;
 }
 
-/* Serve requests until the stop poll fires or the connection ends. */
+/* Whether a failed completion says the connection is going away. */
+static bool connection_ended(int err)
+{
+	return err == -ENOTCONN || err == -ECONNABORTED || err == -ECANCELED;
+}
+
+/*
+ * Serve requests until the stop poll fires or the connection ends.  Any
+ * other failure of the first completion is the kernel refusing the
+ * REGISTER, after which it serves the connection over /dev/fuse.
+ */
 static void worker_loop(struct uring_worker *w)
 {
 	struct io_uring_cqe *cqe;
+	bool registered = false;
 	int rc;
 
 	for (;;) {
@@ -306,16 +350,114 @@ static void worker_loop(struct uring_worker *w)
 			io_uring_cqe_seen(&w->ring, cqe);
 			if (tag == TAG_STOP)
 				return;
+			if (res < 0 && !registered && !connection_ended(res))
+				log_warn("io_uring queue %u: REGISTER refused (%s); "
+					 "requests go over /dev/fuse", w->qid,
+					 strerror(-res));
 			if (res < 0) {	/* unmounted, or io_uring refused */
 				log_debug("io_uring queue %u: %s", w->qid,
 					  strerror(-res));
 				return;
 			}
+			registered = true;
 			worker_serve(w);
 			queue_cmd(w, FUSE_IO_URING_CMD_COMMIT_AND_FETCH,
 				  w->hdr->ring_ent_in_out.commit_id);
 		}
 	}
+}
+
+/*
+ * The ring threads are gone or going and the kernel holds requests back
+ * for io_uring: end the session, so that they fail instead of waiting.
+ */
+static void fail_session(struct ll_uring *u)
+{
+	log_error("io_uring was acknowledged but cannot be served, nor "
+		  "declined: ending the session");
+	atomic_store(&u->failed, true);
+	fuse_session_exit(u->se);
+	kill(getpid(), SIGTERM);	/* wakes the session loop */
+}
+
+/*
+ * Make the kernel give up io_uring for this connection: send a REGISTER
+ * it must refuse (a queue number past its queues), which it answers by
+ * serving the connection over /dev/fuse.  From a ring of its own, since
+ * the caller's could not send.  0 once refused, else -errno.
+ */
+static int decline(struct ll_uring *u, const struct iovec *iov)
+{
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct fuse_uring_cmd_req *req;
+	int rc;
+
+	if (u->test == TEST_DECLINE_FAIL)
+		return -EIO;
+	rc = io_uring_queue_init(1, &ring, IORING_SETUP_SQE128);
+	if (rc)
+		return rc;
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_rw(IORING_OP_URING_CMD, sqe, u->fd, iov, 2, 0);
+	memset(sqe->cmd, 0, SQE128_CMD_BYTES);
+	sqe->cmd_op = FUSE_IO_URING_CMD_REGISTER;
+	req = (struct fuse_uring_cmd_req *)sqe->cmd;
+	req->qid = UINT16_MAX;
+	rc = io_uring_submit_and_wait(&ring, 1);
+	if (rc >= 0 && !(rc = io_uring_peek_cqe(&ring, &cqe))) {
+		/* a queue this far out is refused, unless the kernel is gone */
+		rc = cqe->res < 0 ? 0 : -EPROTO;
+		io_uring_cqe_seen(&ring, cqe);
+	}
+	io_uring_queue_exit(&ring);
+	return rc;
+}
+
+/*
+ * Send the REGISTER worker_setup() queued (and the stop poll).  0, or
+ * -errno when it could not be sent: io_uring is then declined, once for
+ * all workers, or the session ended.
+ */
+static int worker_register(struct uring_worker *w)
+{
+	struct ll_uring *u = w->u;
+	int rc = u->test != TEST_REGISTER_OK ? -EIO : io_uring_submit(&w->ring);
+
+	if (rc == 2)	/* both entries taken */
+		return 0;
+	rc = rc < 0 ? rc : -EAGAIN;
+	log_warn("io_uring queue %u: cannot send REGISTER (%s); declining "
+		 "io_uring, requests go over /dev/fuse", w->qid, strerror(-rc));
+	if (!atomic_exchange(&u->declined, true) && decline(u, w->iov))
+		fail_session(u);
+	return rc;
+}
+
+/* Tell INIT's thread that this worker is set up (@ready) or not. */
+static void worker_report(struct uring_worker *w, bool ready)
+{
+	struct ll_uring *u = w->u;
+
+	pthread_mutex_lock(&u->lock);
+	w->ready = ready;
+	u->reported++;
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* Wait until INIT is answered: true if io_uring was acknowledged. */
+static bool worker_wait_go(struct ll_uring *u)
+{
+	enum go go;
+
+	pthread_mutex_lock(&u->lock);
+	while (u->go == GO_WAIT)
+		pthread_cond_wait(&u->cond, &u->lock);
+	go = u->go;
+	pthread_mutex_unlock(&u->lock);
+	return go == GO_REGISTER;
 }
 
 /*
@@ -347,19 +489,25 @@ static void *worker_main(void *arg)
 		log_debug("io_uring queue %u: no SCHED_IDLE", w->qid);
 	current_worker = w;
 	rc = worker_setup(w);
+	worker_report(w, !rc);
 	if (rc) {
 		log_warn("io_uring queue %u: %s; requests stay on /dev/fuse",
 			 w->qid, strerror(-rc));
 		return NULL;
 	}
-	worker_loop(w);
+	if (worker_wait_go(w->u) && !worker_register(w))
+		worker_loop(w);
 	io_uring_queue_exit(&w->ring);
 	return NULL;
 }
 
-/* Create the ring threads, with every signal blocked as libfuse's are. */
-static void start_workers(struct ll_uring *u)
+/*
+ * Create the ring threads, with every signal blocked as libfuse's are.
+ * Returns how many were started.
+ */
+static unsigned start_workers(struct ll_uring *u)
 {
+	unsigned started = 0;
 	sigset_t all, old;
 
 	sigfillset(&all);
@@ -370,10 +518,12 @@ static void start_workers(struct ll_uring *u)
 		w->started = !pthread_create(&w->thread, NULL, worker_main, w);
 		if (!w->started)
 			log_warn("io_uring queue %u: cannot start a thread", w->qid);
+		started += w->started;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	log_debug("io_uring: %u threads for %u CPU queues, %zu-byte payloads",
-		  u->nr_workers, u->nr_queues, u->payload_size);
+		  started, u->nr_queues, u->payload_size);
+	return started;
 }
 
 /* Lay the workers out: @threads per queue on CPUs this process may use. */
@@ -398,27 +548,88 @@ static int plan_workers(struct ll_uring *u)
 	return 0;
 }
 
-/* INIT has been answered: start if the kernel offered io_uring. */
-static void init_answered(struct ll_uring *u, const struct iovec *iov, int count)
+/* Whether every queue has a worker set up; under u->lock. */
+static bool every_queue_ready(const struct ll_uring *u)
 {
-	const struct fuse_out_header *out = iov[0].iov_base;
-	const struct fuse_init_out *init = iov[1].iov_base;
+	unsigned i = 0;
+
+	for (unsigned q = 0; q < u->nr_queues; q++) {
+		bool ready = false;
+
+		/* workers come queue after queue */
+		for (; i < u->nr_workers && u->workers[i].qid == q; i++)
+			ready = ready || u->workers[i].ready;
+		if (!ready)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Start the ring threads and wait until each has set its ring up.  True
+ * if every queue has one: io_uring can be acknowledged.
+ */
+static bool prepare_workers(struct ll_uring *u, const struct fuse_init_out *init)
+{
+	unsigned started;
+	bool ready;
 	size_t need;
 
-	atomic_store(&u->init, INIT_DONE);
-	if (!u->offered || out->error || count < 2 ||
-	    iov[1].iov_len < sizeof(*init)) {
-		log_debug("io_uring: not offered by the kernel (fuse.enable_uring)");
-		return;
-	}
 	need = init->max_write;
 	if ((size_t)init->max_pages * u->page > need)
 		need = (size_t)init->max_pages * u->page;
 	u->payload_size = (need + u->page - 1) / u->page * u->page;
-	if (plan_workers(u))
+	if (plan_workers(u)) {
 		log_warn("io_uring: out of memory; requests stay on /dev/fuse");
-	else
-		start_workers(u);
+		return false;
+	}
+	started = start_workers(u);
+	pthread_mutex_lock(&u->lock);
+	while (u->reported < started)
+		pthread_cond_wait(&u->cond, &u->lock);
+	ready = every_queue_ready(u);
+	pthread_mutex_unlock(&u->lock);
+	if (!ready)
+		log_warn("io_uring: a CPU queue has no ring; requests stay on /dev/fuse");
+	return ready;
+}
+
+/* Let the set-up workers register (@go GO_REGISTER) or end. */
+static void release_workers(struct ll_uring *u, enum go go)
+{
+	pthread_mutex_lock(&u->lock);
+	u->go = go;
+	pthread_cond_broadcast(&u->cond);
+	pthread_mutex_unlock(&u->lock);
+}
+
+/*
+ * Answer INIT.  If the kernel offered io_uring and every queue has a ring
+ * set up, the reply acknowledges it (which pins io_uring to this
+ * connection whatever enable_uring becomes) and the rings register once
+ * the kernel has the reply; otherwise the rings end unregistered and
+ * everything goes over /dev/fuse.
+ */
+static ssize_t answer_init(struct ll_uring *u, int fd, struct iovec *iov,
+			   int count)
+{
+	struct fuse_out_header *out = iov[0].iov_base;
+	struct fuse_init_out *init = count > 1 ? iov[1].iov_base : NULL;
+	bool ack;
+	ssize_t n;
+
+	atomic_store(&u->init, INIT_DONE);
+	ack = u->offered && !out->error && init &&
+	      iov[1].iov_len >= sizeof(*init) && prepare_workers(u, init);
+	if (!ack)
+		log_debug("io_uring: not used (fuse.enable_uring, or no rings)");
+	if (ack) {
+		init->flags |= FUSE_INIT_EXT;
+		init->flags2 |= INIT_FLAGS2_OVER_IO_URING;
+	}
+	n = writev(fd, iov, count);
+	release_workers(u, ack && n >= 0 ? GO_REGISTER : GO_ABANDON);
+	return n;
 }
 
 static ssize_t uring_read(int fd, void *buf, size_t len, void *userdata)
@@ -443,15 +654,12 @@ static ssize_t uring_writev(int fd, struct iovec *iov, int count, void *userdata
 	struct ll_uring *u = ((struct ll_session *)userdata)->uring;
 	const struct fuse_out_header *out = iov[0].iov_base;
 	struct uring_worker *w = current_worker;
-	ssize_t n;
 
 	if (w && out->unique == w->unique && !w->replied)
 		return worker_reply(w, iov, count);
-	n = writev(fd, iov, count);
-	if (n >= 0 && atomic_load(&u->init) == INIT_SEEN &&
-	    out->unique == u->init_unique)
-		init_answered(u, iov, count);
-	return n;
+	if (atomic_load(&u->init) == INIT_SEEN && out->unique == u->init_unique)
+		return answer_init(u, fd, iov, count);
+	return writev(fd, iov, count);
 }
 
 char *ll_uring_reply_buf(size_t *size)
@@ -462,6 +670,21 @@ char *ll_uring_reply_buf(size_t *size)
 		return NULL;
 	*size = w->u->payload_size;
 	return w->payload;
+}
+
+/* The test hook's setting, from the environment. */
+static enum test_register test_register_setting(void)
+{
+	const char *v = getenv(TEST_REGISTER_ENV);
+
+	if (!v)
+		return TEST_REGISTER_OK;
+	if (!strcmp(v, "fail"))
+		return TEST_REGISTER_FAIL;
+	if (!strcmp(v, "fail-decline"))
+		return TEST_DECLINE_FAIL;
+	log_warn("%s=%s: not fail or fail-decline; ignored", TEST_REGISTER_ENV, v);
+	return TEST_REGISTER_OK;
 }
 
 int ll_uring_attach(struct ll_session *ls, struct fuse_session *se,
@@ -478,6 +701,8 @@ int ll_uring_attach(struct ll_session *ls, struct fuse_session *se,
 	*u = (struct ll_uring){
 		.ls = ls, .se = se, .fd = fuse_session_fd(se), .threads = threads,
 		.nr_queues = possible_cpus(), .page = (size_t)sysconf(_SC_PAGESIZE),
+		.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+		.test = test_register_setting(),
 	};
 	assert(u->page >= sizeof(struct fuse_uring_req_header) + REQUEST_PREFIX);
 	rc = -ENODEV;
@@ -500,10 +725,12 @@ out_log:
 	return rc;
 }
 
-void ll_uring_free(struct ll_uring *u)
+int ll_uring_free(struct ll_uring *u)
 {
+	int rc;
+
 	if (!u)
-		return;
+		return 0;
 	if (eventfd_write(u->stop_fd, 1))
 		log_error("io_uring: cannot stop the ring threads: %s", strerror(errno));
 	for (unsigned i = 0; i < u->nr_workers; i++) {
@@ -516,6 +743,8 @@ void ll_uring_free(struct ll_uring *u)
 			munmap(w->map, u->page + u->payload_size);
 	}
 	close(u->stop_fd);
+	rc = atomic_load(&u->failed) ? -EIO : 0;
 	free(u->workers);
 	free(u);
+	return rc;
 }

@@ -21,7 +21,11 @@
  * comes back through the custom writev() on the same thread and is
  * committed to the ring.  FORGET and INTERRUPT stay on /dev/fuse (the
  * kernel sends them there), served by the ordinary libfuse loop, as is
- * everything when io_uring is not offered or cannot be set up.
+ * everything when io_uring is not offered, cannot be set up on every CPU
+ * queue before INIT is answered, or is refused at REGISTER.  Once set up,
+ * io_uring is acknowledged in the INIT reply, which ties it to the
+ * connection: the fuse module's enable_uring, switched later, no longer
+ * matters to the mount (see ll_uring.c for why that is needed).
  *
  * Thread-safety: ll_uring_attach() and ll_uring_free() are called by the
  * main thread around the session loop; ll_uring_reply_buf() by any
@@ -56,8 +60,11 @@ int ll_uring_attach(struct ll_session *ls, struct fuse_session *se,
 /*
  * Stop the ring threads and free the transport (NULL: nothing to do).
  * Called once the session loop has returned, before the unmount.
+ * Returns -EIO if the transport ended the session because io_uring was
+ * acknowledged to the kernel but could neither be served nor declined
+ * (logged), else 0.
  */
-void ll_uring_free(struct ll_uring *u);
+int ll_uring_free(struct ll_uring *u);
 
 /*
  * The reply buffer of the calling thread when it is a ring thread (its

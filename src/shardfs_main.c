@@ -300,7 +300,8 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	/* a signal ends the loop with the signal number: a clean exit */
 	rc = serve(se, o) < 0 ? EXIT_FAILED : EXIT_OK;
 	lifecycle_idle_stop(idle);
-	ll_uring_free(ls->uring);
+	if (ll_uring_free(ls->uring))
+		rc = EXIT_FAILED;
 	fuse_session_unmount(se);
 out_remove_handlers:
 	fuse_remove_signal_handlers(se);

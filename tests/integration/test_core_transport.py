@@ -7,10 +7,17 @@ Each test sets enable_uring itself and puts back what it found.  Every
 byte read is compared with the member it must be; the checks that a path
 was taken read the daemon's own counter of io_uring requests and look at
 its threads.
+
+The module parameter changing under a mount, and a REGISTER that fails
+after io_uring was acknowledged (a test hook, SHARDFS_TEST_URING_REGISTER),
+must never leave a request waiting: reads there run in a child process
+that the test can free by killing the daemon.
 """
 import concurrent.futures
+import contextlib
 import errno
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -74,6 +81,44 @@ def read_all(mnt, members):
     for name, data in members.items():
         with open(os.path.join(mnt, name), "rb") as f:
             assert f.read() == data, name
+
+
+def read_all_in_child(mnt, members, tmp_path, timeout=60):
+    """read_all() in a child process; a read still waiting after TIMEOUT s
+    is a hang: the daemon is killed to free the child, and the test fails."""
+    blob = tmp_path / "members.pickle"
+    with open(blob, "wb") as f:
+        pickle.dump(members, f)
+    script = ("import sys, pickle; sys.path.insert(0, %r)\n"
+              "import test_core_transport as t\n"
+              "t.read_all(%r, pickle.load(open(%r, 'rb')))\n"
+              % (os.path.dirname(__file__), str(mnt), str(blob)))
+    child = subprocess.Popen(["/usr/bin/python3", "-c", script])
+    try:
+        assert child.wait(timeout=timeout) == 0
+    except subprocess.TimeoutExpired:
+        os.kill(lib.daemon_pid(mnt), signal.SIGKILL)
+        child.wait()
+        raise AssertionError("reads hung for %d s" % timeout)
+
+
+@contextlib.contextmanager
+def uring_offered_briefly():
+    """enable_uring on for the block only (a mount and its first request),
+    then back to what it was; skips when it is on already, as then it
+    cannot be switched off under the mount without harm to others."""
+    if not os.path.exists(ENABLE_URING):
+        pytest.skip("this kernel has no FUSE over io_uring")
+    before = open(ENABLE_URING).read().strip()
+    if before == "Y":
+        pytest.skip("enable_uring is on already (another test run)")
+    with open(ENABLE_URING, "w") as f:
+        f.write("Y")
+    try:
+        yield
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before)
 
 
 def ring_threads(pid):
@@ -154,7 +199,6 @@ def test_concurrent_readers_over_io_uring(enable_uring, shard_set, tmp_path):
               "import pickle; m = pickle.load(open(%r, 'rb'))\n"
               "t._read_ranges(%r, m, int(sys.argv[1]), 300)\n")
     blob = tmp_path / "members.pickle"
-    import pickle
     pickle.dump(members, open(blob, "wb"))
     with lib.mounted(shards, mnt, "-o", "index_mode=off"):
         procs = [subprocess.Popen(["/usr/bin/python3", "-c",
@@ -227,6 +271,63 @@ def test_lazy_unmount_under_readers(enable_uring, shard_set, tmp_path):
         assert held.read() == members["d0/s2-000.bin"]
         held.close()
         assert lib.wait_until(lambda: not lib.process_alive(pid), 10)
+
+
+@pytest.mark.timeout(120)
+def test_enable_uring_switched_off_under_a_mount(shard_set, tmp_path):
+    """io_uring offered at INIT, then enable_uring switched off while the
+    mount serves over it: the kernel refuses io_uring commands of
+    connections that did not acknowledge it, so requests used to wait
+    forever.  Acknowledged, the connection keeps its rings."""
+    shards, members = shard_set
+    mnt = tmp_path / "mnt"
+    with contextlib.ExitStack() as stack:
+        with uring_offered_briefly():
+            stack.enter_context(lib.mounted(shards, mnt, "-o", "index_mode=off"))
+            assert lib.wait_until(
+                lambda: lib.read_stats(mnt)["io_uring_requests"] > 0, 10)
+        before = lib.read_stats(mnt)["io_uring_requests"]
+        read_all_in_child(mnt, members, tmp_path)
+        stats = lib.read_stats(mnt)
+        assert stats["io_uring_requests"] > before + len(members), stats
+        assert stats["errors"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_failed_register_falls_back_to_dev_fuse(shard_set, tmp_path):
+    """io_uring acknowledged, then no REGISTER can be sent: the daemon
+    declines it to the kernel, and everything goes over /dev/fuse."""
+    shards, members = shard_set
+    mnt = tmp_path / "mnt"
+    env = dict(os.environ, SHARDFS_TEST_URING_REGISTER="fail")
+    with contextlib.ExitStack() as stack:
+        with uring_offered_briefly():
+            stack.enter_context(lib.foreground_mount(
+                shards, mnt, tmp_path / "err", "-o", "index_mode=off", env=env))
+            os.stat(mnt / "d0")
+        read_all_in_child(mnt, members, tmp_path)
+        stats = lib.read_stats(mnt)
+        assert stats["io_uring_requests"] == 0 and stats["errors"] == 0, stats
+    err = (tmp_path / "err").read_text()
+    assert "cannot send REGISTER" in err and "declining io_uring" in err, err
+
+
+@pytest.mark.timeout(120)
+def test_register_not_declinable_ends_the_mount(shard_set, tmp_path):
+    """io_uring acknowledged, and neither a REGISTER nor the decline can be
+    sent: the kernel holds requests for rings that will never come, so the
+    daemon ends the session with an error instead of a hang."""
+    shards, _ = shard_set
+    mnt = tmp_path / "mnt"
+    env = dict(os.environ, SHARDFS_TEST_URING_REGISTER="fail-decline")
+    # the daemon ends within a second: that is the window enable_uring is on
+    with uring_offered_briefly(), lib.foreground_mount(
+            shards, mnt, tmp_path / "err", "-o", "index_mode=off", env=env,
+            wait_mounted=False) as proc:
+        assert proc.wait(timeout=30) == 1
+        assert not lib.is_mounted(mnt)
+    err = (tmp_path / "err").read_text()
+    assert "cannot be served, nor declined: ending the session" in err, err
 
 
 def test_io_uring_threads_is_bounded(tmp_path, shard_set):
