@@ -122,13 +122,11 @@ static void render_stats_push(const struct control_source *src,
 	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
 		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
-		   "\"learned\": %llu, "
 		   "\"ahead\": %llu, \"ahead_max\": %llu},\n",
 		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
 		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
-		   counter(&p->unknown), counter(&p->learned), counter(&p->ahead),
-		   counter(&p->ahead_max));
+		   counter(&p->unknown), counter(&p->ahead), counter(&p->ahead_max));
 }
 
 static void render_stats(const struct control_source *src, struct control_buf *b)

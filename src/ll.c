@@ -19,9 +19,8 @@
  *
  * Push-ahead (pushahead.h) stores only into inodes the kernel holds, so
  * every reference the kernel takes (a LOOKUP reply, each READDIRPLUS
- * entry) is counted before the reply goes out, every FORGET drops what it
- * names, and a LOOKUP reply that went out is reported, so that a member
- * push-ahead skipped for want of its inode (a fresh mount) is pushed.
+ * entry) is counted before the reply goes out, and every FORGET drops
+ * what it names.
  *
  * Read buffers are per thread, allocated on a thread's first read and
  * freed when it ends (a ring thread reads into its reply buffer, see
@@ -168,8 +167,6 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	pushahead_lookup(&fs->push, e.ino, 1);
 	if (fuse_reply_entry(req, &e))
 		pushahead_forget(&fs->push, e.ino, 1);
-	else	/* a window may have skipped it: push it now */
-		pushahead_learned(&fs->push, e.ino);
 }
 
 /* The kernel dropped references: push-ahead must not store there. */

@@ -170,21 +170,6 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 		;
 }
 
-/*
- * Keep the lowest of the offsets + 1 @v of members looked up inside the
- * window of @s since the worker last took them.
- */
-static void note_learned(struct pushahead_stream *s, unsigned long long v)
-{
-	unsigned long long cur = atomic_load_explicit(&s->learned,
-						      memory_order_relaxed);
-
-	while ((!cur || v < cur) && !atomic_compare_exchange_weak_explicit(
-		       &s->learned, &cur, v, memory_order_release,
-		       memory_order_relaxed))
-		;
-}
-
 /* Clear the stored mark of entry @e; true when it was set. */
 static bool take_stored(struct pushahead *p, uint32_t e)
 {
@@ -251,28 +236,6 @@ static void queue_stream(struct pushahead *p, uint32_t shard)
 						      memory_order_release,
 						      memory_order_relaxed));
 	sem_post(&p->wake);
-}
-
-void pushahead_learned(struct pushahead *p, uint64_t ino)
-{
-	const struct shard_inode *in;
-	struct pushahead_stream *s;
-	uint32_t e;
-
-	if (!p->bound || !p->store || !ino || ino > p->idx->nr_inodes)
-		return;
-	e = (uint32_t)(ino - 1);
-	in = entry_inode(p, e);
-	if (!pushable(in, p->window))
-		return;
-	s = &p->streams[in->shard];
-	/* ahead of the reader, inside the window, not the trip */
-	if (in->data < atomic_load_explicit(&s->pos, memory_order_relaxed) ||
-	    in->data + in->size > atomic_load_explicit(&s->to, memory_order_acquire) ||
-	    e == atomic_load_explicit(&s->trip, memory_order_relaxed))
-		return;
-	note_learned(s, in->data + 1);
-	queue_stream(p, in->shard);
 }
 
 /*
@@ -382,9 +345,8 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 }
 
 /*
- * Push member @e whole, in CHUNK pieces.  Returns 1 once stored, 0 when
- * the kernel refused it, or -EIO when the shard cannot be read or changed
- * (then nothing more is pushed from it).
+ * Push member @e whole, in CHUNK pieces.  Returns 0, or -EIO when the
+ * shard cannot be read or changed (then nothing more is pushed from it).
  */
 static int push_member(struct pushahead *p, uint32_t e)
 {
@@ -406,60 +368,6 @@ static int push_member(struct pushahead *p, uint32_t e)
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_STORED, memory_order_relaxed);
 	relaxed_add(&p->counters.files, 1);
 	relaxed_add(&p->counters.bytes, in->size);
-	return 1;
-}
-
-/*
- * Whether the worker leaves entry @e of window @s out: behind the reader,
- * the trip, stored already, or an inode the kernel lacks (counted).
- */
-static bool push_skips(struct pushahead *p, struct pushahead_stream *s,
-		       uint32_t e)
-{
-	unsigned refs = atomic_load_explicit(&p->refs[e], memory_order_relaxed);
-
-	if (entry_inode(p, e)->data <
-	    atomic_load_explicit(&s->pos, memory_order_relaxed) ||
-	    e == atomic_load_explicit(&s->trip, memory_order_relaxed) ||
-	    (refs & PUSHAHEAD_STORED))
-		return true;
-	if (!(refs & PUSHAHEAD_REFS))
-		relaxed_add(&p->counters.unknown, 1);
-	return !(refs & PUSHAHEAD_REFS);
-}
-
-/*
- * Push the members of window @gen of @shard, up to @to, that the worker
- * went past for want of their inode and that the kernel looked up since.
- * Returns 0, or -EIO when the shard cannot be pushed from.
- */
-static int push_learned(struct pushahead *p, uint32_t shard, unsigned gen,
-			uint64_t to)
-{
-	struct pushahead_stream *s = &p->streams[shard];
-	unsigned long long from = atomic_exchange_explicit(&s->learned, 0,
-							   memory_order_acquire);
-	uint32_t last = p->order_start[shard + 1];
-	int rc;
-
-	if (!from)
-		return 0;
-	for (uint32_t i = order_at(p, shard, from - 1); i < last; i++) {
-		uint32_t e = p->order[i];
-		const struct shard_inode *in = entry_inode(p, e);
-
-		if (in->data >= s->done || in->data + in->size > to ||
-		    atomic_load_explicit(&s->gen, memory_order_relaxed) != gen)
-			return 0;
-		if (!(atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
-		      PUSHAHEAD_REFS) || push_skips(p, s, e))
-			continue;
-		rc = push_member(p, e);
-		if (rc < 0)
-			return rc;
-		if (rc)
-			relaxed_add(&p->counters.learned, 1);
-	}
 	return 0;
 }
 
@@ -477,8 +385,6 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 	}
 	if (s->done < atomic_load_explicit(&s->pos, memory_order_relaxed))
 		s->done = atomic_load_explicit(&s->pos, memory_order_relaxed);
-	if (push_learned(p, shard, gen, to))
-		return;
 	shard_source_advise(p->set->shards[shard].src, s->done,
 			    to > s->done ? to - s->done : 0, SHARD_SOURCE_WILLNEED);
 	for (i = order_at(p, shard, s->done); i < last; i++) {
@@ -489,7 +395,16 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 		    atomic_load_explicit(&s->gen, memory_order_relaxed) != gen)
 			return;
 		s->done = in->data + in->size;
-		if (!push_skips(p, s, e) && push_member(p, e) < 0)
+		/* behind the reader, the trip, or an inode the kernel lacks */
+		if (in->data < atomic_load_explicit(&s->pos, memory_order_relaxed) ||
+		    e == atomic_load_explicit(&s->trip, memory_order_relaxed))
+			continue;
+		if (!(atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
+		      PUSHAHEAD_REFS)) {
+			relaxed_add(&p->counters.unknown, 1);
+			continue;
+		}
+		if (push_member(p, e))
 			return;
 	}
 }

@@ -97,8 +97,6 @@ struct pushahead_counters {
 	atomic_ullong refused;		/* stores the kernel refused */
 	atomic_ullong unknown;		/* members skipped: inode not held
 					 * by the kernel */
-	atomic_ullong learned;		/* members stored once the kernel
-					 * looked them up, after a skip */
 	atomic_ullong ahead;		/* bytes held by windows now */
 	atomic_ullong ahead_max;	/* most ever held at once */
 };

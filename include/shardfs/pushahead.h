@@ -25,11 +25,7 @@
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
- * drops (FORGET); a member with none is skipped.  On a fresh mount that
- * is every member (the kernel learns each at its LOOKUP), so the glue
- * also says when a LOOKUP reply has gone out (pushahead_learned()): a
- * member of a window that was skipped is then pushed after all, and the
- * reader's READ of it may find it in the page cache.  The bytes pushed are
+ * drops (FORGET); a member with none is skipped.  The bytes pushed are
  * read and checked like a READ's (the fetch callback: shardfs_fetch,
  * fs.h): a shard that changed size is never pushed from.
  *
@@ -94,10 +90,6 @@ struct pushahead_stream {
 	atomic_ullong active_ns; /* when the reader was last seen */
 	atomic_bool queued;	/* on the worker's list (set by the pusher,
 				 * cleared by the worker) */
-	atomic_ullong learned;	/* lowest offset + 1 of a member of the
-				 * window looked up since the worker took
-				 * it (0: none); set by any thread, taken
-				 * by the worker */
 	uint32_t next;		/* next stream on that list, + 1 */
 	uint32_t done_gen;	/* worker only: the window pushed so far */
 	uint64_t done;		/* worker only: pushed up to this offset */
@@ -149,13 +141,6 @@ void pushahead_stop(struct pushahead *p);
 
 /* The kernel took @n references to inode @ino (LOOKUP, READDIRPLUS). */
 void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n);
-
-/*
- * The reply to a LOOKUP of inode @ino went out: the kernel holds it now.
- * If it is a member of a window that the worker skipped for want of the
- * inode, the worker pushes it.  Any thread; no lock, no allocation.
- */
-void pushahead_learned(struct pushahead *p, uint64_t ino);
 
 /* The kernel dropped @n references to inode @ino (FORGET). */
 void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n);

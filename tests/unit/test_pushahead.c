@@ -6,10 +6,8 @@
  * The properties that matter: nothing is stored for an inode the kernel
  * does not hold (never looked up, or forgotten); once a reader moves
  * forward, the members after it are stored whole with their own bytes,
- * except the trip member; a member the window skipped is stored once the
- * kernel looks it up (a fresh mount), but not the trip nor one behind the
- * reader; the bytes held ahead never exceed the bound; a shard that
- * changed size is never pushed from.
+ * except the trip member; the bytes held ahead never exceed the bound; a
+ * shard that changed size is never pushed from.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -183,62 +181,6 @@ static void test_bound_holds(void **state)
 	assert_int_equal(atomic_load(&c->ahead), 0);
 }
 
-/* Tell push-ahead that the kernel looked member @i up (a LOOKUP reply). */
-static void look_up(struct tb_env *e, int i)
-{
-	pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
-	pushahead_learned(&e->fs.push, ino_of(e, i));
-}
-
-/* The member of @e whose entry is @entry. */
-static int member_of(struct tb_env *e, uint32_t entry)
-{
-	for (int i = 0; i < MEMBERS; i++)
-		if (ino_of(e, i) - 1 == entry)
-			return i;
-	return -1;
-}
-
-static void test_member_looked_up_in_the_window_is_pushed(void **state)
-{
-	struct tb_env *e = *state;
-	const struct pushahead_counters *c = &e->fs.push.counters;
-	const int next = SHARDFS_READAHEAD_STREAK, later = MEMBERS - 2;
-	int trip;
-
-	setup(e, 1 << 20);
-	/* a fresh mount: the window opens over members the kernel lacks */
-	for (int i = 0; i < next; i++)
-		read_member(e, i);
-	settle(e);
-	assert_int_equal(atomic_load(&kernel.stores), 0);
-	trip = member_of(e, atomic_load(&e->fs.push.streams[0].trip));
-	assert_true(trip > next && trip < later);
-	look_up(e, next);
-	look_up(e, later);
-	look_up(e, trip);	/* left for the reader to READ */
-	look_up(e, 0);		/* behind the reader */
-	settle(e);
-	assert_int_equal(atomic_load(&kernel.bad), 0);
-	assert_true(atomic_load(&kernel.stored[ino_of(e, next)]));
-	assert_true(atomic_load(&kernel.stored[ino_of(e, later)]));
-	assert_false(atomic_load(&kernel.stored[ino_of(e, trip)]));
-	assert_false(atomic_load(&kernel.stored[ino_of(e, 0)]));
-	assert_int_equal(atomic_load(&c->learned), 2);
-	assert_int_equal(atomic_load(&c->files), 2);
-	assert_int_equal(atomic_load(&kernel.stores), 2);
-	assert_true(atomic_load(&c->ahead_max) <= e->fs.push.bound);
-	/* looked up again (another LOOKUP reply): not stored twice */
-	look_up(e, next);
-	settle(e);
-	assert_int_equal(atomic_load(&kernel.stores), 2);
-	/* once the window ended (a jump back), a LOOKUP pushes nothing */
-	read_member(e, 1);
-	look_up(e, next + 1);
-	settle(e);
-	assert_int_equal(atomic_load(&kernel.stores), 2);
-}
-
 /* The worker reads through shardfs_fetch: checked as a READ is. */
 static void test_changed_shard_is_never_pushed_from(void **state)
 {
@@ -263,7 +205,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
-		TB_ENV_TEST(test_member_looked_up_in_the_window_is_pushed),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
 	};
