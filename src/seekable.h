@@ -109,6 +109,8 @@ struct seek_builder {
 	unsigned char *windows;		/* compressed windows so far */
 	size_t wlen, wcap;		/* bytes, capacity of windows */
 	uint64_t total;			/* output so far: the next point's out */
+	bool read;			/* read from the stream's own seek
+					 * table: nothing was decoded */
 };
 
 /*

@@ -600,9 +600,10 @@ static int seekable_seek_build(struct shard_source *src, char *msg, size_t msg_l
 		rc = adopt(s, &t);
 	}
 	if (!rc)
-		log_debug("%s: %s decoded for its seek table: %" PRIu64 " bytes, "
-			  "%" PRIu64 " points, %" PRIu64 " bytes of windows", s->name,
-			  s->codec->name, b.total, b.nr, b.wlen);
+		log_debug("%s: %s %s seek table: %" PRIu64 " bytes, %" PRIu64
+			  " points, %" PRIu64 " bytes of windows", s->name,
+			  s->codec->name, b.read ? "read from the stream its" :
+			  "decoded for its", b.total, b.nr, b.wlen);
 	if (!rc)
 		warn_long_spans(s);
 	free(b.points);

@@ -11,8 +11,21 @@
  * at random slowly (each read decodes from the start): the summary says
  * so, and recompressing with frames is the cure.
  *
- * Building the table decodes every frame once (frame contents are
- * checked by the frame checksum when there is one); the seekable
+ * A stream in the zstd seekable format (contrib/seekable_format in zstd)
+ * ends with a seek table, a skippable frame listing every frame's
+ * compressed and decompressed size: its frames become the points without
+ * decoding anything.  The table is untrusted: its sizes must add up to
+ * the file, and every frame must start with a frame header stating the
+ * table's decompressed size (zstd then checks it as the frame decodes).
+ * A decompressed size no header states could only be checked by decoding
+ * every frame before it (a wrong one shifts the rest of the stream), so
+ * such a table is not used; a wrong one is ignored with a warning.  Either
+ * way the stream is then scanned as if it had no table.  The table's
+ * optional per-frame checksums are not read; a frame's own content
+ * checksum is checked when it has one.
+ *
+ * Otherwise building the table decodes every frame once (frame contents
+ * are checked by the frame checksum when there is one); the seekable
  * format's trailing seek table is a skippable frame, skipped like any
  * other.  A frame that does not decode is a BAD point sized by its
  * header's content size, or, without one, the stream ends there.
@@ -31,6 +44,20 @@
 #define ZS_BUILD_OUT (1u << 20)
 /* Longest frame header (ZSTD_FRAMEHEADERSIZE_MAX, an experimental name). */
 #define ZS_FRAME_HEADER_MAX 18
+/* The seekable format: magic of the seek table's skippable frame ... */
+#define ZS_SEEKABLE_TABLE_MAGIC 0x184D2A5Eu
+/* ... and of its footer (number of frames, descriptor, magic). */
+#define ZS_SEEKABLE_MAGIC 0x8F92EAB1u
+#define ZS_SEEKABLE_FOOTER 9
+/* Skippable frame header: magic and frame size. */
+#define ZS_SKIPPABLE_HEADER 8
+/* Descriptor bits: entries carry a checksum; bits that must be zero. */
+#define ZS_SEEKABLE_CHECKSUM 0x80u
+#define ZS_SEEKABLE_RESERVED 0x7Cu
+/* Most frames a seek table may list (the format's ZSTD_SEEKABLE_MAXFRAMES). */
+#define ZS_SEEKABLE_MAX_FRAMES (1u << 27)
+/* Smallest zstd frame: magic, frame header, one block header. */
+#define ZS_FRAME_MIN 9
 
 static uint32_t le32(const unsigned char *p)
 {
@@ -140,6 +167,110 @@ static const struct seekable_members zs_members = {
 	.lost_size = zs_lost_size,
 };
 
+/* The seek table ending @b's stream is wrong at compressed offset @at. */
+static int zs_table_wrong(struct zs_builder *b, uint64_t at, const char *why)
+{
+	log_warn("%s: compressed offset %" PRIu64 ": zstd seek table ignored (%s): "
+		 "scanning the frames instead", b->s->name, at, why);
+	b->t->nr = 0;
+	b->t->total = 0;
+	return 0;
+}
+
+/*
+ * Frame @k, at compressed offset @at, is @c bytes and decodes to @d
+ * (the table entry at @entry): the stream's next frame if its header
+ * says so.  1 if it does, 0 (said) if not, or -errno.
+ */
+static int zs_table_frame(struct zs_builder *b, uint64_t entry, uint64_t at,
+			  uint32_t c, uint32_t d)
+{
+	struct shard_source *raw = b->s->raw;
+	unsigned char head[ZS_FRAME_HEADER_MAX];
+	unsigned long long size;
+	ssize_t n;
+
+	if (c < ZS_FRAME_MIN || d == 0)
+		return zs_table_wrong(b, entry, "an entry with no frame");
+	n = raw->ops->read(raw, head, c < sizeof(head) ? c : sizeof(head), at);
+	if (n < 0)
+		return (int)n;
+	if (n < 4 || le32(head) != ZSTD_MAGICNUMBER)
+		return zs_table_wrong(b, at, "no zstd frame where it says");
+	size = ZSTD_getFrameContentSize(head, (size_t)n);
+	if (size == ZSTD_CONTENTSIZE_UNKNOWN) {
+		log_debug("%s: compressed offset %" PRIu64 ": a zstd frame does not "
+			  "state its size: its seek table cannot be checked, the "
+			  "frames are scanned instead", b->s->name, at);
+		b->t->nr = 0;
+		b->t->total = 0;
+		return 0;
+	}
+	if (size != d)
+		return zs_table_wrong(b, at, "a frame's size is not the table's");
+	/* frames closer than a member span share a point, as when scanned */
+	if ((b->t->nr == 0 || b->t->total - b->t->points[b->t->nr - 1].out >=
+	     SEEK_TABLE_MEMBER_SPAN) && seek_builder_add(b->t, SEEK_POINT_MEMBER, at, 0))
+		return -ENOMEM;
+	b->t->total += d;
+	return 1;
+}
+
+/*
+ * The seek table of the seekable format, when the stream ends with one:
+ * 1 with its frames in b->t, 0 when there is none or it is wrong (said,
+ * and b->t left empty), or -errno.  Entries are read ZS_BUILD_IN bytes
+ * at a time, into b->in.
+ */
+static int zs_seek_table(struct zs_builder *b)
+{
+	struct shard_source *raw = b->s->raw;
+	uint64_t stored = raw->size, start, at = 0, tlen;
+	unsigned char foot[ZS_SEEKABLE_FOOTER], head[ZS_SKIPPABLE_HEADER];
+	uint32_t frames;
+	size_t esize, chunk;
+
+	if (stored < ZS_SEEKABLE_FOOTER + ZS_SKIPPABLE_HEADER ||
+	    raw->ops->read(raw, foot, sizeof(foot), stored - sizeof(foot)) != sizeof(foot) ||
+	    le32(foot + 5) != ZS_SEEKABLE_MAGIC)
+		return 0;
+	frames = le32(foot);
+	esize = foot[4] & ZS_SEEKABLE_CHECKSUM ? 12 : 8;
+	tlen = (uint64_t)frames * esize + ZS_SEEKABLE_FOOTER;
+	if (foot[4] & ZS_SEEKABLE_RESERVED)
+		return zs_table_wrong(b, stored - 5, "reserved descriptor bits set");
+	if (frames == 0 || frames > ZS_SEEKABLE_MAX_FRAMES ||
+	    tlen + ZS_SKIPPABLE_HEADER > stored)
+		return zs_table_wrong(b, stored - sizeof(foot), "bad number of frames");
+	start = stored - tlen - ZS_SKIPPABLE_HEADER;
+	if (raw->ops->read(raw, head, sizeof(head), start) != sizeof(head) ||
+	    le32(head) != ZS_SEEKABLE_TABLE_MAGIC || le32(head + 4) != tlen)
+		return zs_table_wrong(b, start, "no skippable frame holding it");
+	chunk = ZS_BUILD_IN / esize * esize;
+	for (uint64_t k = 0; k < frames; k += chunk / esize) {
+		uint64_t from = start + ZS_SKIPPABLE_HEADER + k * esize;
+		size_t want = (frames - k) * esize < chunk ? (frames - k) * esize : chunk;
+		int rc = 0;
+
+		if (raw->ops->read(raw, b->in, want, from) != (ssize_t)want)
+			return zs_table_wrong(b, from, "cut short");
+		for (size_t e = 0; e < want; e += esize) {
+			uint32_t c = le32(b->in + e), d = le32(b->in + e + 4);
+
+			if (c > start - at)
+				return zs_table_wrong(b, from + e, "frames past the table");
+			rc = zs_table_frame(b, from + e, at, c, d);
+			if (rc <= 0)
+				return rc;
+			at += c;
+		}
+	}
+	if (at != start)
+		return zs_table_wrong(b, start, "frame sizes do not add up to it");
+	b->t->read = true;
+	return 1;
+}
+
 static int zs_build(struct seekable_source *s, struct seek_builder *t,
 		    char *msg, size_t msg_len)
 {
@@ -151,8 +282,13 @@ static int zs_build(struct seekable_source *s, struct seek_builder *t,
 	b.out = malloc(ZS_BUILD_OUT);
 	if (!b.dctx || !b.in || !b.out)
 		rc = log_format(msg, msg_len, -ENOMEM, "%s", strerror(ENOMEM));
-	else
+	else if ((rc = zs_seek_table(&b)) < 0)
+		rc = log_format(msg, msg_len, rc, "reading the zstd seek table: %s",
+				strerror(-rc));
+	else if (rc == 0)
 		rc = seekable_build_members(s, t, &zs_members, &b, msg, msg_len);
+	else
+		rc = 0;
 	ZSTD_freeDCtx(b.dctx);
 	free(b.in);
 	free(b.out);

@@ -15,6 +15,10 @@ reads start and end on both sides of every seek point).
 - a gzip member whose bytes are damaged fails the tar members it covers
   with EIO (logged with the shard and the compressed offset) and serves
   every other member right;
+- a .tar.zst in the zstd seekable format is served from its own seek
+  table (nothing decoded to find the frames); a wrong table is ignored
+  with a warning naming the shard and offset, and one whose frames do not
+  state their sizes is not trusted (a lie would shift the stream);
 - xz, bzip2, lz4 and compress are told by their content, whatever the
   file is called: refused without -o cache_dir (saying so), served from
   the decoded cache with it;
@@ -25,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import tarfile
 
@@ -315,6 +320,146 @@ def test_damaged_member_fails_only_what_it_covers(tmp_path, corpus, tool):
     assert r.returncode == 1, r
     header = tarfile.open(tar).getmember(big).offset
     assert "%s: offset %d: %s: " % (shard, header, big) in r.stdout, r
+
+
+# the zstd seekable format (zstd contrib/seekable_format)
+SEEKABLE_FRAME = 1 << 20
+SEEK_TABLE_RE = re.compile(r"zstd read from the stream its seek table: (\d+) bytes, (\d+) points")
+TABLE_WRONG_RE = re.compile(r"(?P<path>\S+): compressed offset (?P<off>\d+): zstd seek table "
+                            r"ignored \((?P<why>[^)]*)\): scanning the frames instead")
+
+
+def seekable_frames(tar, sized):
+    """The tar in zstd frames of SEEKABLE_FRAME bytes, each with a content
+    checksum and, when @sized, its content size in the header (zstd writes
+    it only when told, as the seekable library does not): [(frame, size)]."""
+    data = open(tar, "rb").read()
+    argv = ["zstd", "-q", "-c", "--check"]
+    frames = []
+    for i in range(0, len(data), SEEKABLE_FRAME):
+        chunk = data[i:i + SEEKABLE_FRAME]
+        extra = ["--stream-size=%d" % len(chunk)] if sized else []
+        frames.append((subprocess.run(argv + extra, input=chunk, stdout=subprocess.PIPE,
+                                      check=True).stdout, len(chunk)))
+    return frames
+
+
+def seek_table(entries, checksums=True, frames=None, descriptor=None, magic=0x184D2A5E):
+    """A seek table frame for [(compressed, decompressed, checksum)]."""
+    body = b"".join(struct.pack("<II", c, d) + (struct.pack("<I", x) if checksums else b"")
+                    for c, d, x in entries)
+    desc = (0x80 if checksums else 0) if descriptor is None else descriptor
+    body += struct.pack("<IBI", len(entries) if frames is None else frames, desc, 0x8F92EAB1)
+    return struct.pack("<II", magic, len(body)) + body
+
+
+def write_seekable(path, frames, table):
+    with open(path, "wb") as f:
+        for frame, _ in frames:
+            f.write(frame)
+        f.write(table)
+    return path
+
+
+def entries_of(frames):
+    # a frame's content checksum (--check) is the low 32 bits of its XXH64:
+    # the seek table's checksum field
+    return [(len(f), n, struct.unpack("<I", f[-4:])[0]) for f, n in frames]
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+def test_zstd_seekable_format(tmp_path, corpus, checksums):
+    """A seekable-format .tar.zst: its frames are the seek points, read
+    from its table without decoding; every member equals tar -xO, read
+    whole and at random across frame ends; a remount uses the index."""
+    corpus_dir, tar, members = corpus
+    frames = seekable_frames(tar, True)
+    d = tmp_path / "set"
+    d.mkdir()
+    shard = write_seekable(d / "seekable.tar.zst", frames,
+                           seek_table(entries_of(frames), checksums))
+    log = mount_log(shard, tmp_path / "mnt")
+    m = SEEK_TABLE_RE.search(log)
+    assert m, log
+    assert (int(m.group(1)), int(m.group(2))) == (os.path.getsize(tar), len(frames)), log
+    assert "decoded for its seek table" not in log and "ignored" not in log, log
+    ref, start_ns = reference(tmp_path, shard)
+    rnd = random.Random("seekable%d" % checksums)
+    with lib.mounted(shard, tmp_path / "mnt", "-o", "loglevel=debug") as r:
+        assert re.search(r"index file .*: loaded", r.stderr), r.stderr
+        lib.compare_trees(tmp_path / "mnt", ref, start_ns)
+        for name in members:
+            want = open(ref / name, "rb").read()
+            assert read_in_random_pieces(tmp_path / "mnt" / name, len(want), rnd) == want, name
+        for name in rnd.sample(members, 4):
+            out = subprocess.run(["tar", "-xOf", str(shard), name],
+                                 stdout=subprocess.PIPE, check=True).stdout
+            assert open(tmp_path / "mnt" / name, "rb").read() == out, name
+    expect_verified(shard, len(members))
+
+
+def test_zstd_seekable_format_wrong_tables(tmp_path, corpus):
+    """A seek table that does not fit the file is ignored with a warning
+    naming the shard and the offset of what is wrong; the frames are then
+    scanned and every member served right."""
+    corpus_dir, tar, members = corpus
+    frames = seekable_frames(tar, True)
+    entries = entries_of(frames)
+    data_len = sum(len(f) for f, _ in frames)
+    table_at = data_len           # the skippable frame's offset
+    entry_at = lambda k: table_at + 8 + 12 * k
+    shorter = [(c - (k == len(entries) - 1), n, x) for k, (c, n, x) in enumerate(entries)]
+    moved = [(c + (k == 3), n, x) for k, (c, n, x) in enumerate(entries)]
+    past = [(c + (data_len if k == 5 else 0), n, x) for k, (c, n, x) in enumerate(entries)]
+    resized = [(c, n + 512 * (k == 2) - 512 * (k == 3), x) for k, (c, n, x) in enumerate(entries)]
+    empty = [(c, 0 if k == 1 else n, x) for k, (c, n, x) in enumerate(entries)]
+    cases = {
+        "sizes": (seek_table(shorter), "frame sizes do not add up to it", table_at),
+        "moved": (seek_table(moved), "no zstd frame where it says",
+                  sum(len(f) for f, _ in frames[:4]) + 1),
+        "past": (seek_table(past), "frames past the table", entry_at(5)),
+        "header": (seek_table(resized), "a frame's size is not the table's",
+                   sum(len(f) for f, _ in frames[:2])),
+        "empty": (seek_table(empty), "an entry with no frame", entry_at(1)),
+        "magic": (seek_table(entries, magic=0x184D2A5F), "no skippable frame holding it",
+                  table_at),
+        "reserved": (seek_table(entries, descriptor=0x84), "reserved descriptor bits set",
+                     None),
+        "count": (seek_table(entries, frames=1 << 30), "bad number of frames", None),
+    }
+    ref, start_ns = reference(tmp_path, tar)
+    for case, (table, why, off) in cases.items():
+        shard = write_seekable(tmp_path / (case + ".tar.zst"), frames, table)
+        size = os.path.getsize(shard)
+        off = {"reserved": size - 5, "count": size - 9}.get(case, off)
+        with lib.mounted(shard, tmp_path / "mnt", "-o", "index_mode=off,loglevel=debug") as r:
+            m = TABLE_WRONG_RE.search(r.stderr)
+            assert m, (case, r.stderr)
+            assert (m.group("path"), int(m.group("off")), m.group("why")) == \
+                (str(shard), off, why), (case, r.stderr)
+            assert "zstd decoded for its seek table" in r.stderr, (case, r.stderr)
+            lib.compare_trees(tmp_path / "mnt", ref, start_ns)
+
+
+def test_zstd_seekable_table_unchecked(tmp_path, corpus):
+    """Frames that do not state their sizes (as the seekable library
+    writes them): the table cannot be checked without decoding, so the
+    frames are scanned, and a table that moves 512 bytes from one frame to
+    the next changes nothing served."""
+    corpus_dir, tar, members = corpus
+    frames = seekable_frames(tar, False)
+    entries = entries_of(frames)
+    k = len(frames) // 2
+    lying = [(c, n - 512 * (i == k) + 512 * (i == k + 1), x)
+             for i, (c, n, x) in enumerate(entries)]
+    ref, start_ns = reference(tmp_path, tar)
+    for name, table in (("true", entries), ("lying", lying)):
+        shard = write_seekable(tmp_path / (name + ".tar.zst"), frames, seek_table(table))
+        with lib.mounted(shard, tmp_path / "mnt", "-o", "index_mode=off,loglevel=debug") as r:
+            assert "%s: compressed offset 0: a zstd frame does not state its size" % shard \
+                in r.stderr, r.stderr
+            assert "zstd decoded for its seek table" in r.stderr, r.stderr
+            lib.compare_trees(tmp_path / "mnt", ref, start_ns)
 
 
 WHOLE = {
