@@ -61,7 +61,11 @@ int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 			size_t msg_len)
 {
 	unsigned char head[6] = { 0 };
-	ssize_t n = (*src)->ops->read(*src, head, sizeof(head), 0);
+	ssize_t n;
+
+	if ((*src)->encoding)
+		return 0;	/* decoding already: its first bytes are the tar's */
+	n = (*src)->ops->read(*src, head, sizeof(head), 0);
 
 	if (n < 0)
 		return log_format(msg, msg_len, (int)n, "%s", strerror((int)-n));

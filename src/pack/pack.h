@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shardfs/seek_table.h"
+
 #define PACK_PROG "shardfs-pack"
 
 /* One file, directory or symbolic link found under SRC_DIR. */
@@ -142,13 +144,16 @@ struct pack_pattern {
 	uint64_t last;		/* highest number the pattern allows */
 };
 
+struct pack_shard_result;
+
 /*
  * Build and save the shardfs index of the @count shards of @pattern (as
- * shardfs-index would), scanning with @jobs threads.  0 or -errno
- * (reported).
+ * shardfs-index would), scanning with @jobs threads; a compressed shard
+ * takes the seek points its writer recorded in @results (one per shard)
+ * instead of being decoded to find them.  0 or -errno (reported).
  */
 int pack_index_write(const struct pack_pattern *pattern, uint64_t count,
-		     unsigned jobs);
+		     unsigned jobs, const struct pack_shard_result *results);
 
 /* Parse OUT_PATTERN; -EINVAL (reported) when it is malformed. */
 int pack_pattern_parse(struct pack_pattern *p, const char *text);
@@ -225,6 +230,12 @@ struct pack_write_options {
 struct pack_shard_result {
 	uint64_t xxh3;		/* XXH3_64bits of the finished file */
 	bool kept;		/* complete from an earlier run, kept */
+	struct seek_point *points; /* --compress: the member or frame starts
+				    * recorded while writing (malloc'd, the
+				    * caller frees them); NULL otherwise */
+	uint64_t nr_points;	/* entries in points */
+	uint64_t tar;		/* --compress: bytes of the tar stream */
+	uint64_t stored;	/* --compress: bytes of the compressed file */
 };
 
 /* Write (or with --resume keep) every shard of @plan; fills @results. */

@@ -7,6 +7,12 @@
  * the shards' headers: the shards were just written, so those reads come
  * from the page cache, and the index is exactly the one shardfs would
  * build and validate (same file name, same shard records and digests).
+ *
+ * A compressed shard gets the seek points its writer recorded (the start
+ * of every member or frame, shard.c) before the index is built, so that
+ * the build does not decode the whole shard to find them, as a first
+ * mount of a shard packed elsewhere must; the headers are then read
+ * through those points.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,7 +20,9 @@
 
 #include "pack.h"
 #include "shardfs/index_store.h"
+#include "shardfs/log.h"
 #include "shardfs/shardset.h"
+#include "shardfs/source.h"
 
 /* A shard set naming the @count planned shards of @pattern. */
 static int planned_set(struct shard_set *set, const struct pack_pattern *pattern,
@@ -39,8 +47,36 @@ static int planned_set(struct shard_set *set, const struct pack_pattern *pattern
 	return 0;
 }
 
+/* Give the compressed shards of @set the seek points of @results. */
+static int adopt_points(struct shard_set *set, const struct pack_shard_result *results)
+{
+	char msg[512];
+
+	for (size_t i = 0; i < set->nr; i++) {
+		struct shard *s = &set->shards[i];
+		const struct pack_shard_result *r = &results[i];
+		struct seek_table t = {
+			.points = r->points, .nr = r->nr_points, .size = r->tar,
+			.stored_size = r->stored,
+		};
+		int rc;
+
+		if (!r->points)
+			continue;
+		rc = shard_source_detect(&s->src, s->path, msg, sizeof(msg));
+		if (rc) {
+			pack_error("%s", msg);
+			return rc;
+		}
+		rc = s->src->ops->seek_set(s->src, &t);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int pack_index_write(const struct pack_pattern *pattern, uint64_t count,
-		     unsigned jobs)
+		     unsigned jobs, const struct pack_shard_result *results)
 {
 	const struct shard_index_build_options bo = { .threads = jobs };
 	const struct index_store_options so = { .mode = INDEX_MODE_REBUILD };
@@ -55,6 +91,8 @@ int pack_index_write(const struct pack_pattern *pattern, uint64_t count,
 	rc = planned_set(&set, pattern, count);
 	if (!rc && (rc = shard_set_open(&set, msg, sizeof(msg))))
 		pack_error("%s", msg);
+	if (!rc)
+		rc = adopt_points(&set, results);
 	if (!rc)
 		rc = index_store_open(&idx, &set, &bo, &so, &res);
 	if (!rc) {

@@ -385,11 +385,13 @@ static int pack_produce(const struct pack_options *opt,
 	if (!rc)
 		rc = pack_manifest_write(plan, pattern, results);
 	if (!rc && !opt->no_index)
-		rc = pack_index_write(pattern, plan->shard_count, opt->walk.jobs);
+		rc = pack_index_write(pattern, plan->shard_count, opt->walk.jobs, results);
 	if (!rc)
 		warn_stale(pattern, plan->shard_count);
 	if (!rc && !opt->quiet)
 		print_summary(plan, skipped, results, seconds_since(start));
+	for (size_t i = 0; i < plan->shard_count; i++)
+		free(results[i].points);
 	free(results);
 	return rc;
 }

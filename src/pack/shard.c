@@ -31,6 +31,7 @@
 #include <xxhash.h>
 
 #include "pack.h"
+#include "shardfs/util.h"
 
 /* Bytes gathered before a write; a multiple of PACK_BLOCK. */
 #define WRITER_BUF_SIZE (1u << 20)
@@ -49,6 +50,8 @@ struct pack_writer {
 	uint64_t offset;		/* tar bytes flushed so far */
 	uint64_t stored;		/* bytes written to fd so far */
 	struct pack_compressor z;	/* --compress; kind NONE: plain */
+	struct seek_point *points;	/* --compress: member/frame starts */
+	size_t nr_points, cap_points;	/* entries, capacity of points */
 	XXH3_state_t *hash;		/* hash of the bytes written so far */
 	struct pack_progress *pr;	/* counts the bytes written */
 };
@@ -123,7 +126,26 @@ static void pack_writer_release(struct pack_writer *w)
 		unlink(w->temp);
 	XXH3_freeState(w->hash);
 	pack_compressor_release(&w->z);
+	free(w->points);
 	free(w->buf);
+}
+
+/*
+ * The member or frame about to be written starts a seek point, unless
+ * the last one is closer than a member span (as shardfs would place it).
+ */
+static int writer_seek_point(struct pack_writer *w)
+{
+	const struct seek_point *last = w->nr_points ? &w->points[w->nr_points - 1] : NULL;
+
+	if (last && w->offset - last->out < SEEK_TABLE_MEMBER_SPAN)
+		return 0;
+	if (array_grow((void **)&w->points, &w->cap_points, w->nr_points + 1,
+		       sizeof(*w->points)))
+		return -ENOMEM;
+	w->points[w->nr_points++] = (struct seek_point){
+		.out = w->offset, .in = w->stored, .kind = SEEK_POINT_MEMBER };
+	return 0;
 }
 
 /* Write out and hash what the buffer holds, compressed if asked to. */
@@ -133,6 +155,8 @@ static int writer_flush(struct pack_writer *w)
 	size_t len = w->used, done = 0;
 
 	if (w->z.c.kind != PACK_COMPRESS_NONE && w->used) {
+		if (writer_seek_point(w))
+			return -ENOMEM;
 		if (pack_compress_block(&w->z, w->buf, w->used, &len)) {
 			pack_error("%s: cannot compress at tar byte %" PRIu64, w->temp,
 				   w->offset);
@@ -375,6 +399,13 @@ static int shard_write(struct shard_pool *pool, size_t index, const char *path)
 	if (!rc)
 		rc = pack_writer_finish(&w, &pool->results[index].xxh3);
 	assert(rc || w.offset == shard->bytes);
+	if (!rc) {
+		pool->results[index].points = w.points;
+		pool->results[index].nr_points = w.nr_points;
+		pool->results[index].tar = w.offset;
+		pool->results[index].stored = w.stored;
+		w.points = NULL;
+	}
 	pack_writer_release(&w);
 	return rc;
 }

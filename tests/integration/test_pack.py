@@ -768,6 +768,49 @@ def test_compress_round_trip(packed, tmp_path, how, suffix, tool):
     assert v.returncode == 0 and " 0 differences" in v.stderr, v
 
 
+def pread_bytes(strace_log):
+    """Bytes a process read with pread64, from strace -e trace=pread64."""
+    return sum(int(m.group(1)) for m in
+               re.finditer(r"pread64\(.*\) = (\d+)$", open(strace_log).read(), re.M))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("how,suffix", [("gzip", ".tar.gz"), ("zstd", ".tar.zst")])
+def test_compress_index_in_the_same_pass(packed, tmp_path, how, suffix):
+    """--compress records the member or frame starts while it writes and
+    gives them to the index build: the shards are not decoded a second
+    time to find them (the build reads each shard's compressed bytes about
+    once, for the tar headers, where finding the points as a mount does
+    would read them all once more); the index has the points a mount
+    would find; a mount maps it, decodes nothing to find them, and serves
+    every member as GNU tar extracts it."""
+    src, _, _ = packed
+    out = tmp_path / "out"
+    st = tmp_path / "pack.strace"
+    r = lib.run_cmd(["strace", "-f", "-qq", "-e", "trace=pread64", "-e", "signal=none",
+                     "-o", str(st), PACK, "--compress=" + how, "--max-size", "4M",
+                     str(src), str(out / ("shard-%06d" + suffix))])
+    assert r.returncode == 0, r
+    shards = sorted(str(out / n) for n in os.listdir(out) if n.endswith(suffix))
+    stored = sum(os.path.getsize(s) for s in shards)
+    assert len(shards) > 1 and 0 < pread_bytes(st) < stored * 3 // 2, (pread_bytes(st), stored)
+    index = sorted(n for n in os.listdir(out) if "shardfs-index" in n)
+    written = {n: open(out / n, "rb").read() for n in index}
+    log = lib.run_cmd([lib.binary("shardfs-index"), "-o", "loglevel=debug",
+                       "-o", "index_mode=rebuild", str(out)]).stderr
+    assert len(re.findall(how + r" decoded for its seek table", log)) == len(shards), log
+    assert {n: open(out / n, "rb").read() for n in index} == written
+    ref = tmp_path / "ref"
+    os.makedirs(ref)
+    for s in shards:
+        assert extract_gnu_tar(s, str(ref)).returncode == 0
+    mnt = tmp_path / "mnt"
+    with lib.mounted(out, str(mnt), "-o", "loglevel=debug") as m:
+        assert re.search(r"index file .*: loaded", m.stderr), m.stderr
+        assert "decoded for its seek table" not in m.stderr, m.stderr
+        lib.compare_trees(str(mnt), str(ref), NEVER)
+
+
 def test_compress_refuses_bad_values_and_resume(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.txt").write_text("a")
