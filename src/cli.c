@@ -70,7 +70,8 @@ const char cli_index_help[] =
 	"                           build and save one; require; rebuild; off\n"
 	"    -o cache_dir=DIR       also keeps decoded spans of compressed shards\n"
 	"                           (gzip and zstd: each span decoded once; xz,\n"
-	"                           bzip2, lz4, lzip, compress: served only so),\n"
+	"                           bzip2, lz4, lzip, lzma, compress: served\n"
+	"                           only so),\n"
 	"                           up to cache_size of them as well\n"
 	"    -o skip_bad_shards     index the valid shards, skip the rest\n"
 	"    -o scan_threads=N      threads that scan shards (default: CPUs)\n"
@@ -196,7 +197,7 @@ void cli_index_free(struct cli_index *cli)
 void cli_print_encodings(const struct shard_set *set)
 {
 	static const char *const names[] = { "gzip", "zstd", "xz", "bzip2", "lz4",
-					     "lzip", "compress" };
+					     "lzip", "lzma", "compress" };
 	unsigned count[ARRAY_SIZE(names)] = { 0 }, whole = 0;
 	char line[256] = "";
 	size_t len = 0;
@@ -216,7 +217,7 @@ void cli_print_encodings(const struct shard_set *set)
 					len ? ", " : "", count[k], names[k]);
 	if (len)
 		log_info("compressed shards: %s%s", line, whole ?
-			 "; xz, bzip2, lz4, lzip and compress are served from the "
+			 "; xz, bzip2, lz4, lzip, lzma and compress are served from the "
 			 "decoded cache (cache_dir), decoded whole on their first read" : "");
 }
 

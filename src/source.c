@@ -15,6 +15,8 @@
  * same scanner and read path as a mount.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +40,43 @@ static const struct {
 	{ "compress", { 0x1f, 0x9d }, 2, 0 },
 };
 
+/* Bytes of a raw .lzma stream's header: properties, dictionary, size. */
+#define LZMA_ALONE_HEADER 13
+/* Properties bytes are (pb * 5 + lp) * 9 + lc: pb <= 4, lp <= 4, lc <= 8. */
+#define LZMA_ALONE_PROPS_MAX ((4 * 5 + 4) * 9 + 8)
+/* Dictionary sizes encoders write: 2^n or 2^n + 2^(n-1), 4 KiB to 1.5 GiB. */
+#define LZMA_ALONE_DICT_MIN (1u << 12)
+#define LZMA_ALONE_DICT_MAX (3u << 29)
+/* A stated uncompressed size above this is taken for something else. */
+#define LZMA_ALONE_SIZE_MAX (1ull << 48)
+
+static uint64_t le_bytes(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	while (n--)
+		v = v << 8 | p[n];
+	return v;
+}
+
+/*
+ * A raw .lzma stream (lzma_alone: `lzma`, `xz --format=lzma`) has no
+ * magic; it is told, as libarchive tells it, by its header being
+ * plausible.  A tar cannot pass: its first bytes are a NUL-padded name,
+ * so bytes 1-4 are either all printable or end in NULs, never a
+ * dictionary size of one or two adjacent bits of 4 KiB or more.
+ */
+static bool lzma_alone(const unsigned char *h, size_t n)
+{
+	uint32_t dict = (uint32_t)le_bytes(h + 1, 4), low = dict & -dict;
+	uint64_t size = le_bytes(h + 5, 8);
+
+	return n >= LZMA_ALONE_HEADER && h[0] <= LZMA_ALONE_PROPS_MAX &&
+	       dict >= LZMA_ALONE_DICT_MIN && dict <= LZMA_ALONE_DICT_MAX &&
+	       (dict == low || dict == 3 * low) &&
+	       (size == UINT64_MAX || size <= LZMA_ALONE_SIZE_MAX);
+}
+
 int shard_source_wrap(struct shard_source **src, const char *name,
 		      const char *encoding, char *msg, size_t msg_len)
 {
@@ -60,7 +99,7 @@ int shard_source_wrap(struct shard_source **src, const char *name,
 int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 			size_t msg_len)
 {
-	unsigned char head[6] = { 0 };
+	unsigned char head[LZMA_ALONE_HEADER] = { 0 };
 	ssize_t n;
 
 	if ((*src)->encoding)
@@ -76,6 +115,8 @@ int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 		    !memcmp(head + 1, magics[i].magic + 1, magics[i].len - 1))
 			return shard_source_wrap(src, name, magics[i].encoding, msg, msg_len);
 	}
+	if (lzma_alone(head, n > 0 ? (size_t)n : 0))
+		return shard_source_wrap(src, name, "lzma", msg, msg_len);
 	return 0;
 }
 

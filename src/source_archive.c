@@ -142,7 +142,7 @@ static struct seekable_pool la_pool;
 
 static const struct seekable_codec la_codecs[] = {
 	LA_CODEC("xz"), LA_CODEC("bzip2"), LA_CODEC("lz4"), LA_CODEC("lzip"),
-	LA_CODEC("compress"),
+	LA_CODEC("lzma"), LA_CODEC("compress"),
 };
 
 int shard_source_open_archive(struct shard_source *raw, const char *name,

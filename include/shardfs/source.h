@@ -121,7 +121,7 @@ int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 
 /*
  * Put the decoding source for @encoding ("gzip", "zstd", "xz", "bzip2",
- * "lz4", "lzip", "compress": a source's encoding) on *@src without
+ * "lz4", "lzip", "lzma", "compress": a source's encoding) on *@src without
  * reading anything.  0 or -errno with @msg; *@src is unchanged on error.
  */
 int shard_source_wrap(struct shard_source **src, const char *name,
@@ -149,7 +149,7 @@ int shard_source_open_zstd(struct shard_source *raw, const char *name,
 			   struct shard_source **src);
 /*
  * The same for a stream libarchive decodes (@format: "xz", "bzip2",
- * "lz4", "lzip", "compress"; source_archive.c); -ENOTSUP without the
+ * "lz4", "lzip", "lzma", "compress"; source_archive.c); -ENOTSUP without the
  * decoded cache (-o cache_dir) it is served from.
  */
 int shard_source_open_archive(struct shard_source *raw, const char *name,

@@ -19,7 +19,7 @@ reads start and end on both sides of every seek point).
   table (nothing decoded to find the frames); a wrong table is ignored
   with a warning naming the shard and offset, and one whose frames do not
   state their sizes is not trusted (a lie would shift the stream);
-- xz, bzip2, lz4 and compress are told by their content, whatever the
+- xz, bzip2, lz4, compress and raw lzma are told by their content, whatever the
   file is called: refused without -o cache_dir (saying so), served from
   the decoded cache with it;
 - -o cache_dir serves every byte right, also while it drops spans.
@@ -467,12 +467,14 @@ WHOLE = {
     "bzip2": ["bzip2", "-1", "-c"],
     "lz4": ["lz4", "-q", "-c"],
     "compress": ["compress", "-c"],
+    # raw .lzma (lzma_alone) has no magic: told by its header
+    "lzma": ["xz", "--format=lzma", "-1", "-c"],
 }
 
 
 @pytest.mark.parametrize("kind", sorted(WHOLE))
 def test_whole_stream_formats(tmp_path, corpus, kind):
-    """xz, bzip2, lz4, compress: told by content (the file is named .tar),
+    """xz, bzip2, lz4, compress, lzma: told by content (the file is named .tar),
     refused without -o cache_dir with a message saying so, served and equal
     to GNU tar's extraction with it; --verify agrees."""
     corpus_dir, tar, members = corpus

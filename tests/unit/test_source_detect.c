@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_source_detect.c - shard_source_detect() on first bytes: raw .lzma
+ * (lzma_alone), which has no magic, is told by a plausible header, and a
+ * tar never looks like one, whatever its first member is called.
+ *
+ * Without a decoded cache (no cache_dir here) a raw .lzma stream is
+ * refused with a message naming the format, which is how the test sees
+ * what detection decided; a tar is left as it is (no encoding).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "shardfs/source.h"
+
+/* What detection makes of the 512 bytes @head (the rest zero). */
+static int detect(const unsigned char *head, size_t len, char *msg, size_t msg_len)
+{
+	static unsigned char block[512];
+	struct shard_source_mem m;
+	struct shard_source *src = &m.base;
+	int rc;
+
+	memset(block, 0, sizeof(block));
+	memcpy(block, head, len);
+	shard_source_mem_init(&m, block, sizeof(block));
+	msg[0] = '\0';
+	rc = shard_source_detect(&src, "s", msg, msg_len);
+	assert_ptr_equal(src, &m.base);	/* nothing wrapped it */
+	assert_null(src->encoding);
+	return rc;
+}
+
+static void expect_lzma(const unsigned char *head)
+{
+	char msg[512];
+
+	assert_int_equal(detect(head, 13, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "compressed with lzma"));
+	assert_non_null(strstr(msg, "cache_dir"));
+}
+
+static void expect_plain(const unsigned char *head, size_t len)
+{
+	char msg[512];
+
+	assert_int_equal(detect(head, len, msg, sizeof(msg)), 0);
+}
+
+static void test_lzma_alone_headers(void **state)
+{
+	/* xz --format=lzma -6 from a pipe: lc3 lp0 pb2, 8 MiB, size unknown */
+	static const unsigned char piped[13] = { 0x5d, 0, 0, 0x80, 0,
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	/* the size stated, a 3 * 2^n dictionary (12 MiB) */
+	static const unsigned char sized[13] = { 0x5d, 0, 0, 0xc0, 0,
+		0x00, 0x28, 0, 0, 0, 0, 0, 0 };
+	/* 4 KiB dictionary, other properties */
+	static const unsigned char small[13] = { 0x2c, 0, 0x10, 0, 0,
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+
+	expect_lzma(piped);
+	expect_lzma(sized);
+	expect_lzma(small);
+}
+
+static void test_implausible_headers(void **state)
+{
+	/* properties past pb 4, lp 4, lc 8 */
+	static const unsigned char props[13] = { 225, 0, 0, 0x80, 0,
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	/* a dictionary of three bits, and one below 4 KiB */
+	static const unsigned char dict3[13] = { 0x5d, 0, 0, 0xe0, 0,
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	static const unsigned char dict_small[13] = { 0x5d, 0, 0x08, 0, 0,
+		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	/* a stated size of 2^56 */
+	static const unsigned char huge[13] = { 0x5d, 0, 0, 0x80, 0,
+		0, 0, 0, 0, 0, 0, 0, 1 };
+
+	expect_plain(props, 13);
+	expect_plain(dict3, 13);
+	expect_plain(dict_small, 13);
+	expect_plain(huge, 13);
+}
+
+/* tar headers whose names start like an lzma header's properties byte */
+static void test_tar_names_are_not_lzma(void **state)
+{
+	static const char *const names[] = { "]", "]]]]]]]]", "]\x01", "a",
+					     "]abc/def.jpg", "\x5d\x10" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+		expect_plain((const unsigned char *)names[i], strlen(names[i]));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lzma_alone_headers),
+		cmocka_unit_test(test_implausible_headers),
+		cmocka_unit_test(test_tar_names_are_not_lzma),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
