@@ -1046,3 +1046,17 @@ def tar_from_members(path, members, fmt=None):
             if ti.isfile():
                 layout[ti.name] = (ti.offset_data, ti.size)
     return layout
+
+
+def read_in_random_pieces(path, size, rnd):
+    """The file's bytes, read in pieces of random sizes in random order."""
+    cuts = sorted({0, size} | {rnd.randrange(0, size + 1) for _ in range(24)})
+    pieces = list(zip(cuts, cuts[1:]))
+    rnd.shuffle(pieces)
+    buf = bytearray(size)
+    with open(path, "rb", buffering=0) as f:
+        for lo, hi in pieces:
+            got = os.pread(f.fileno(), hi - lo, lo)
+            assert len(got) == hi - lo, (path, lo, hi)
+            buf[lo:hi] = got
+    return bytes(buf)

@@ -135,20 +135,6 @@ def reference(tmp_path, shard):
     return ref, start_ns
 
 
-def read_in_random_pieces(path, size, rnd):
-    """The file's bytes, read in pieces of random sizes in random order."""
-    cuts = sorted({0, size} | {rnd.randrange(0, size + 1) for _ in range(24)})
-    pieces = list(zip(cuts, cuts[1:]))
-    rnd.shuffle(pieces)
-    buf = bytearray(size)
-    with open(path, "rb", buffering=0) as f:
-        for lo, hi in pieces:
-            got = os.pread(f.fileno(), hi - lo, lo)
-            assert len(got) == hi - lo, (path, lo, hi)
-            buf[lo:hi] = got
-    return bytes(buf)
-
-
 @pytest.mark.parametrize("kind", sorted(COMPRESSORS) + ["members", "frames"])
 def test_members_match_gnu_tar(tmp_path, corpus, kind):
     corpus_dir, tar, members = corpus
@@ -160,7 +146,7 @@ def test_members_match_gnu_tar(tmp_path, corpus, kind):
         lib.compare_trees(mnt, ref, start_ns)
         for name in members:
             want = open(ref / name, "rb").read()
-            assert read_in_random_pieces(mnt / name, len(want), rnd) == want, name
+            assert lib.read_in_random_pieces(mnt / name, len(want), rnd) == want, name
         # tar -xO of the compressed file, member by member, for a few
         for name in rnd.sample(members, 4):
             out = subprocess.run(["tar", "-xOf", str(shard), name],
@@ -198,7 +184,7 @@ def test_span_cache(tmp_path, corpus, kind, size):
         for _ in range(2):
             for name in rnd.sample(members, len(members)):
                 want = open(ref / name, "rb").read()
-                assert read_in_random_pieces(tmp_path / "mnt" / name, len(want), rnd) == want
+                assert lib.read_in_random_pieces(tmp_path / "mnt" / name, len(want), rnd) == want
         # the span files are unnamed: nothing to see, nothing left (the
         # remote chunk cache, which shares cache_dir, may make directories)
         assert cache_files(cache) == []
@@ -390,7 +376,7 @@ def test_zstd_seekable_format(tmp_path, corpus, checksums):
         lib.compare_trees(tmp_path / "mnt", ref, start_ns)
         for name in members:
             want = open(ref / name, "rb").read()
-            assert read_in_random_pieces(tmp_path / "mnt" / name, len(want), rnd) == want, name
+            assert lib.read_in_random_pieces(tmp_path / "mnt" / name, len(want), rnd) == want, name
         for name in rnd.sample(members, 4):
             out = subprocess.run(["tar", "-xOf", str(shard), name],
                                  stdout=subprocess.PIPE, check=True).stdout
@@ -501,6 +487,6 @@ def test_whole_stream_formats(tmp_path, corpus, kind):
         rnd = random.Random(kind)
         for name in rnd.sample(members, 10):
             want = open(ref / name, "rb").read()
-            assert read_in_random_pieces(mnt / name, len(want), rnd) == want
+            assert lib.read_in_random_pieces(mnt / name, len(want), rnd) == want
     v = verify(shard, "-o", opts)
     assert v.returncode == 0 and " 0 differences" in v.stderr, v

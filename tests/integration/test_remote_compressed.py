@@ -77,17 +77,6 @@ def tls(site, tmp_path_factory):
         yield base, cert
 
 
-def read_in_random_pieces(path, size, rnd):
-    cuts = sorted({0, size} | {rnd.randrange(0, size + 1) for _ in range(12)})
-    pieces = list(zip(cuts, cuts[1:]))
-    rnd.shuffle(pieces)
-    buf = bytearray(size)
-    with open(path, "rb", buffering=0) as f:
-        for lo, hi in pieces:
-            buf[lo:hi] = os.pread(f.fileno(), hi - lo, lo)
-    return bytes(buf)
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_compressed_over_https(site, tls, tmp_path, kind):
@@ -108,7 +97,7 @@ def test_compressed_over_https(site, tls, tmp_path, kind):
                        for d, _, fs in os.walk(ref) for f in fs)
         for name in rnd.sample(files, 12):
             want = (ref / name).read_bytes()
-            assert read_in_random_pieces(mnt / name, len(want), rnd) == want, name
+            assert lib.read_in_random_pieces(mnt / name, len(want), rnd) == want, name
     # the index was cached: a remount decodes nothing
     with lib.mounted(shards, mnt, *opts, env=env) as r:
         assert re.search(r"index file .*: loaded", r.stderr), r.stderr
