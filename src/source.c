@@ -63,7 +63,7 @@ static uint64_t le_bytes(const unsigned char *p, int n)
  * A raw .lzma stream (lzma_alone: `lzma`, `xz --format=lzma`) has no
  * magic; it is told, as libarchive tells it, by its header being
  * plausible.  A tar cannot pass: its first bytes are a NUL-padded name,
- * so bytes 1-4 are either all printable or end in NULs, never a
+ * so bytes 1-4 are either all non-NUL or end in NULs, never a
  * dictionary size of one or two adjacent bits of 4 KiB or more.
  */
 static bool lzma_alone(const unsigned char *h, size_t n)

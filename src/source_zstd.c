@@ -167,20 +167,27 @@ static const struct seekable_members zs_members = {
 	.lost_size = zs_lost_size,
 };
 
-/* The seek table ending @b's stream is wrong at compressed offset @at. */
-static int zs_table_wrong(struct zs_builder *b, uint64_t at, const char *why)
+/* The seek table ending @b's stream is not used: forget its frames. */
+static int zs_table_unused(struct zs_builder *b)
 {
-	log_warn("%s: compressed offset %" PRIu64 ": zstd seek table ignored (%s): "
-		 "scanning the frames instead", b->s->name, at, why);
 	b->t->nr = 0;
 	b->t->total = 0;
 	return 0;
 }
 
+/* The seek table ending @b's stream is wrong at compressed offset @at. */
+static int zs_table_wrong(struct zs_builder *b, uint64_t at, const char *why)
+{
+	log_warn("%s: compressed offset %" PRIu64 ": zstd seek table ignored (%s): "
+		 "scanning the frames instead", b->s->name, at, why);
+	return zs_table_unused(b);
+}
+
 /*
- * Frame @k, at compressed offset @at, is @c bytes and decodes to @d
- * (the table entry at @entry): the stream's next frame if its header
- * says so.  1 if it does, 0 (said) if not, or -errno.
+ * The table entry at @entry says the frame at compressed offset @at is
+ * @c bytes and decodes to @d: the stream's next frame, a point when it
+ * starts a member span, if its header says so.  1 if it does, 0 (the
+ * table not used, said) if not, or -errno.
  */
 static int zs_table_frame(struct zs_builder *b, uint64_t entry, uint64_t at,
 			  uint32_t c, uint32_t d)
@@ -202,9 +209,7 @@ static int zs_table_frame(struct zs_builder *b, uint64_t entry, uint64_t at,
 		log_debug("%s: compressed offset %" PRIu64 ": a zstd frame does not "
 			  "state its size: its seek table cannot be checked, the "
 			  "frames are scanned instead", b->s->name, at);
-		b->t->nr = 0;
-		b->t->total = 0;
-		return 0;
+		return zs_table_unused(b);
 	}
 	if (size != d)
 		return zs_table_wrong(b, at, "a frame's size is not the table's");
