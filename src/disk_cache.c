@@ -56,6 +56,7 @@ static struct {
 	char *dir;		/* the cache directory; NULL: no disk cache */
 	uint64_t limit;		/* cache_size */
 	atomic_ullong bytes;	/* bytes on disk, as far as this mount knows */
+	atomic_ullong stores;	/* chunks stored so far */
 	pthread_mutex_t evicting; /* one eviction at a time */
 } dc = { .evicting = PTHREAD_MUTEX_INITIALIZER };
 
@@ -221,15 +222,14 @@ static void list_sub(unsigned i, struct aged **v, size_t *nr, size_t *cap)
 		closedir(d);
 }
 
-/* Delete the least recently used chunks down to the low-water mark. */
-static void evict(void)
+/* Delete the least recently used chunks down to the low-water mark, by
+ * what one listing of the directory finds. */
+static void evict_listed(void)
 {
 	struct aged *v = NULL;
 	size_t nr = 0, cap = 0;
 	uint64_t total = 0, target = dc.limit / 100 * DISK_CACHE_LOW_WATER;
 
-	if (pthread_mutex_trylock(&dc.evicting))
-		return;		/* another thread is at it */
 	for (unsigned i = 0; i < 256; i++)
 		list_sub(i, &v, &nr, &cap);
 	for (size_t i = 0; i < nr; i++)
@@ -240,7 +240,26 @@ static void evict(void)
 			total -= v[i].size;
 	atomic_store(&dc.bytes, total);
 	free(v);
-	pthread_mutex_unlock(&dc.evicting);
+}
+
+/*
+ * Evict, in one thread at a time.  A chunk stored while the directory was
+ * listed may be missing from the listing, and its store's own eviction
+ * found this one running: list again until no chunk was stored
+ * meanwhile, or the cache could stay over cache_size (measured: 6.2 MB
+ * in a 5 MB cache, with the transfers of the multi-handle engine).
+ */
+static void evict(void)
+{
+	unsigned long long seen;
+
+	do {
+		if (pthread_mutex_trylock(&dc.evicting))
+			return;	/* another thread is at it, and looks again */
+		seen = atomic_load(&dc.stores);
+		evict_listed();
+		pthread_mutex_unlock(&dc.evicting);
+	} while (atomic_load(&dc.stores) != seen);
 }
 
 /* Write header and data to a new temporary file in @dir; its fd or -errno. */
@@ -281,7 +300,8 @@ void disk_cache_store(const struct remote_object *o, uint64_t index,
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	unlink(path);
 	if (!linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) &&
-	    atomic_fetch_add(&dc.bytes, len + sizeof(h)) + len + sizeof(h) > dc.limit)
+	    (atomic_fetch_add(&dc.stores, 1),
+	     atomic_fetch_add(&dc.bytes, len + sizeof(h)) + len + sizeof(h) > dc.limit))
 		evict();
 	close(fd);
 }
