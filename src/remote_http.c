@@ -2,11 +2,26 @@
 /*
  * remote_http.c - ranged GETs over libcurl, signed for S3, retried.
  *
- * A pool of easy handles is shared by all threads: a request takes one,
- * resets it (which keeps its live connections and TLS sessions) and gives
- * it back, so connections are kept alive across requests without one
- * handle per thread.  HTTP/2 is used where TLS offers it (libcurl's
- * default); TLS peers are always verified.
+ * Every transfer runs on one curl multi handle, driven by one event
+ * thread (curl_multi_poll; curl_multi_wakeup when a transfer is
+ * submitted).  A caller fills a struct transfer on its own stack, submits
+ * it and sleeps on the transfer's condition variable until the event
+ * thread reports it done: no allocation per transfer beyond libcurl's
+ * header list, and no thread blocked in the network per request.  The
+ * multi handle owns the connections, so every request of every thread
+ * draws on one keep-alive pool of at most HTTP_HOST_CONNECTIONS per host,
+ * and an HTTPS server that offers HTTP/2 gets one connection carrying
+ * every request as a stream (CURLPIPE_MULTIPLEX; new requests wait for
+ * that connection rather than open another, CURLOPT_PIPEWAIT).  Easy
+ * handles are pooled only to save their setup; they hold no connection.
+ * TLS peers are always verified.
+ *
+ * The body callbacks run in the event thread: they copy into the
+ * caller's buffer and never block.  Threads do not survive fork(2): before
+ * one, the engine waits for its transfers and stops its thread (after
+ * the chunk cache stopped its fetch workers, whose fork handler is
+ * registered later and so runs first); the thread is started again by
+ * the next transfer, in whichever process makes it.
  *
  * One request is retried, with exponential backoff and jitter, for
  * 5xx, 429, timeouts, resets and bodies cut short; a retry asks for the
@@ -19,6 +34,7 @@
  * changed ETag or a changed total size in Content-Range marks the object
  * replaced, logged once, and every later read of it fails.
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,8 +52,15 @@
 #include "shardfs/remote.h"
 #include "shardfs/sigv4.h"
 
-/* Idle easy handles kept (each with its connections). */
+/* Idle easy handles kept (the connections are the multi handle's). */
 #define HTTP_POOL_MAX 64
+/* Connections per host, and idle ones kept: above the fetch threads, so
+ * that an HTTP/1.1 server never makes a chunk wait for a connection; an
+ * HTTP/2 server gets one. */
+#define HTTP_HOST_CONNECTIONS (REMOTE_FETCH_THREADS + 8)
+/* Longest sleep of the event thread with nothing to do (ms): libcurl's
+ * own timers (low-speed check, connect timeout) wake it sooner. */
+#define HTTP_POLL_MS 1000
 /* Bytes of an error body kept for the message (S3's <Code>). */
 #define HTTP_ERROR_BODY_MAX 1024
 /* First backoff, and the longest, in milliseconds. */
@@ -49,12 +72,13 @@
 /* Redirects followed for unsigned requests. */
 #define HTTP_MAX_REDIRECTS 5
 
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static CURL *pool[HTTP_POOL_MAX];
-static unsigned pool_nr;
-
 /* What one request asks for and what came back. */
 struct transfer {
+	struct transfer *next;	/* in the engine's submit queue */
+	pthread_cond_t settled;	/* signalled when done is set */
+	bool done;		/* the event thread finished the attempt */
+	CURLcode result;	/* libcurl's result of it, once done */
+	CURL *easy;		/* the handle of the attempt */
 	struct remote_object *o; /* the object */
 	const char *query;	/* appended after '?', or NULL */
 	bool ranged;		/* send Range: bytes=off-(off+len-1) */
@@ -83,40 +107,225 @@ enum outcome {
 	OUTCOME_FAIL,		/* final: the request cannot succeed */
 };
 
+/* The transfer engine: one multi handle and the thread that drives it. */
+static struct {
+	pthread_mutex_t lock;	/* guards the fields below but multi */
+	pthread_cond_t idle;	/* active fell to 0, or frozen was cleared */
+	CURLM *multi;		/* used by the event thread only, but for
+				 * curl_multi_wakeup (any thread) */
+	struct transfer *queue;	/* submitted, not yet added to multi */
+	struct transfer **queue_tail; /* where the next one is linked */
+	unsigned active;	/* submitted and not yet done */
+	bool running;		/* the event thread exists */
+	bool stopping;		/* it exits once nothing is active */
+	bool frozen;		/* a fork or release is stopping it:
+				 * submitters wait on idle */
+	pthread_t thread;	/* the event thread, when running */
+	CURL *pool[HTTP_POOL_MAX]; /* idle easy handles */
+	unsigned pool_nr;	/* entries of pool */
+} eng = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.idle = PTHREAD_COND_INITIALIZER,
+	.queue_tail = &eng.queue,
+};
+
 static CURL *handle_get(void)
 {
 	CURL *h = NULL;
 
-	pthread_mutex_lock(&pool_lock);
-	if (pool_nr)
-		h = pool[--pool_nr];
-	pthread_mutex_unlock(&pool_lock);
+	pthread_mutex_lock(&eng.lock);
+	if (eng.pool_nr)
+		h = eng.pool[--eng.pool_nr];
+	pthread_mutex_unlock(&eng.lock);
 	if (h)
-		curl_easy_reset(h);	/* keeps connections and caches */
+		curl_easy_reset(h);
 	return h ? h : curl_easy_init();
 }
 
 static void handle_put(CURL *h)
 {
-	pthread_mutex_lock(&pool_lock);
-	if (pool_nr < HTTP_POOL_MAX) {
-		pool[pool_nr++] = h;
+	pthread_mutex_lock(&eng.lock);
+	if (eng.pool_nr < HTTP_POOL_MAX) {
+		eng.pool[eng.pool_nr++] = h;
 		h = NULL;
 	}
-	pthread_mutex_unlock(&pool_lock);
+	pthread_mutex_unlock(&eng.lock);
 	if (h)
 		curl_easy_cleanup(h);
 }
 
+/* The event thread reports @t done with @result. */
+static void transfer_settle(struct transfer *t, CURLcode result)
+{
+	pthread_mutex_lock(&eng.lock);
+	t->result = result;
+	t->done = true;
+	pthread_cond_signal(&t->settled);	/* before @t may vanish */
+	if (!--eng.active)
+		pthread_cond_broadcast(&eng.idle);
+	pthread_mutex_unlock(&eng.lock);
+}
+
+/* Hand the submitted transfers to libcurl (event thread, lock held). */
+static void engine_admit(void)
+{
+	while (eng.queue) {
+		struct transfer *t = eng.queue;
+		CURL *h = t->easy;
+
+		eng.queue = t->next;
+		if (!eng.queue)
+			eng.queue_tail = &eng.queue;
+		if (curl_multi_add_handle(eng.multi, h) != CURLM_OK) {
+			pthread_mutex_unlock(&eng.lock);
+			transfer_settle(t, CURLE_FAILED_INIT);
+			pthread_mutex_lock(&eng.lock);
+		}
+	}
+}
+
+/* Report the transfers libcurl finished (event thread, lock not held). */
+static void engine_reap(void)
+{
+	CURLMsg *m;
+	int left;
+
+	while ((m = curl_multi_info_read(eng.multi, &left))) {
+		CURL *h = m->easy_handle;
+		CURLcode result = m->data.result;
+		char *t = NULL;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(h, CURLINFO_PRIVATE, &t);
+		curl_multi_remove_handle(eng.multi, h);
+		assert(t);
+		transfer_settle((struct transfer *)t, result);
+	}
+}
+
+static void *engine_main(void *arg)
+{
+	int running;
+
+	(void)arg;
+	pthread_mutex_lock(&eng.lock);
+	while (!eng.stopping || eng.active) {
+		engine_admit();
+		pthread_mutex_unlock(&eng.lock);
+		curl_multi_perform(eng.multi, &running);
+		engine_reap();
+		curl_multi_poll(eng.multi, NULL, 0, HTTP_POLL_MS, NULL);
+		pthread_mutex_lock(&eng.lock);
+	}
+	pthread_mutex_unlock(&eng.lock);
+	return NULL;
+}
+
+/*
+ * Run one attempt of @t on easy handle @h (options set) and wait for it.
+ * Returns libcurl's result; the event thread has removed @h from the
+ * multi handle by then, so the caller may query and reuse it.
+ */
+static CURLcode engine_run(struct transfer *t, CURL *h)
+{
+	pthread_mutex_lock(&eng.lock);
+	while (eng.frozen)
+		pthread_cond_wait(&eng.idle, &eng.lock);
+	if (!eng.running &&
+	    (!eng.multi || pthread_create(&eng.thread, NULL, engine_main, NULL))) {
+		pthread_mutex_unlock(&eng.lock);
+		return CURLE_FAILED_INIT;
+	}
+	eng.running = true;
+	t->easy = h;
+	t->done = false;
+	t->next = NULL;
+	*eng.queue_tail = t;
+	eng.queue_tail = &t->next;
+	eng.active++;
+	curl_multi_wakeup(eng.multi);
+	while (!t->done)
+		pthread_cond_wait(&t->settled, &eng.lock);
+	pthread_mutex_unlock(&eng.lock);
+	return t->result;
+}
+
+/* Wait for the transfers in flight and stop the event thread (lock held
+ * on entry and return; submitters wait until frozen is cleared). */
+static void engine_stop(void)
+{
+	eng.frozen = true;
+	while (eng.active)
+		pthread_cond_wait(&eng.idle, &eng.lock);
+	if (!eng.running)
+		return;
+	eng.stopping = true;
+	pthread_mutex_unlock(&eng.lock);
+	curl_multi_wakeup(eng.multi);
+	pthread_join(eng.thread, NULL);
+	pthread_mutex_lock(&eng.lock);
+	eng.running = false;
+	eng.stopping = false;
+}
+
+/* Before fork(2): no transfer in flight, no event thread; the lock is
+ * held across the fork so that both processes inherit it consistent. */
+static void engine_fork_prepare(void)
+{
+	pthread_mutex_lock(&eng.lock);
+	engine_stop();
+	eng.frozen = false;
+}
+
+static void engine_fork_parent(void)
+{
+	pthread_cond_broadcast(&eng.idle);
+	pthread_mutex_unlock(&eng.lock);
+}
+
+/* The child has none of the parent's other threads, so none waits. */
+static void engine_fork_child(void)
+{
+	eng.idle = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+	pthread_mutex_unlock(&eng.lock);
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(engine_fork_prepare, engine_fork_parent, engine_fork_child);
+}
+
 int remote_http_init(void)
 {
-	return curl_global_init(CURL_GLOBAL_DEFAULT) ? -EIO : 0;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	/* before chunk_cache_init registers its handler: ours runs after */
+	pthread_once(&once, register_fork_handler);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT))
+		return -EIO;
+	eng.multi = curl_multi_init();
+	if (!eng.multi) {
+		curl_global_cleanup();
+		return -ENOMEM;
+	}
+	curl_multi_setopt(eng.multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+	curl_multi_setopt(eng.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+			  (long)HTTP_HOST_CONNECTIONS);
+	curl_multi_setopt(eng.multi, CURLMOPT_MAXCONNECTS, (long)HTTP_HOST_CONNECTIONS);
+	return 0;
 }
 
 void remote_http_release(void)
 {
-	while (pool_nr)
-		curl_easy_cleanup(pool[--pool_nr]);
+	pthread_mutex_lock(&eng.lock);
+	engine_stop();
+	eng.frozen = false;
+	pthread_mutex_unlock(&eng.lock);
+	curl_multi_cleanup(eng.multi);
+	eng.multi = NULL;
+	while (eng.pool_nr)
+		curl_easy_cleanup(eng.pool[--eng.pool_nr]);
 	curl_global_cleanup();
 }
 
@@ -311,6 +520,9 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
 	curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+	curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+	curl_easy_setopt(h, CURLOPT_PRIVATE, t);
 	if (remote_cfg.cacert)
 		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
 	/* a redirect would invalidate a signature: only unsigned follow */
@@ -362,7 +574,9 @@ static int perform(struct transfer *t, CURLcode *cerr)
 		set_options(h, t, url, hdrs);
 		atomic_fetch_add_explicit(&remote_cfg.counters.requests, 1,
 					  memory_order_relaxed);
-		*cerr = curl_easy_perform(h);
+		pthread_cond_init(&t->settled, NULL);
+		*cerr = engine_run(t, h);
+		pthread_cond_destroy(&t->settled);
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t->resp.status);
 		count_latency(h);
 	}

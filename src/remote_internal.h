@@ -159,6 +159,14 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 			 size_t max, char **body, size_t *len, char *msg,
 			 size_t msg_len);
 
+/*
+ * The transfer engine (one curl multi handle and its event thread, see
+ * remote_http.c).  The calls above may be made from any thread once
+ * remote_http_init succeeded, and block until their transfer is done.
+ * remote_http_init comes before chunk_cache_init, so that at a fork the
+ * fetch threads stop before the engine does.  remote_http_release waits
+ * for the transfers in flight.
+ */
 int remote_http_init(void);
 void remote_http_release(void);
 

@@ -19,6 +19,7 @@ stopped by the tests themselves, each on a free port of 127.0.0.1:
   virtual-hosted requests (Host: BUCKET.localhost, which libcurl resolves
   to 127.0.0.1 itself) into path-style ones for s3rver.
 """
+import concurrent.futures
 import contextlib
 import hashlib
 import http.client
@@ -78,13 +79,14 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log;
 events {{ worker_connections 512; }}
 http {{
-  access_log {dir}/access.log;
+  log_format shardfs '$connection $server_protocol $status $request_method $uri';
+  access_log {dir}/access.log shardfs;
   client_body_temp_path {dir}/tmp; proxy_temp_path {dir}/tmp;
   fastcgi_temp_path {dir}/tmp; uwsgi_temp_path {dir}/tmp;
   scgi_temp_path {dir}/tmp;
   keepalive_requests 100000;
   server {{
-    listen 127.0.0.1:{port}{ssl};
+    listen 127.0.0.1:{port}{ssl}{http2};
     {tls}
     root {root};
     {limit}
@@ -94,9 +96,10 @@ http {{
 
 
 @contextlib.contextmanager
-def nginx(root, workdir, limit_rate=None, cert=None):
+def nginx(root, workdir, limit_rate=None, cert=None, http2=False):
     """nginx serving ROOT; yields its base URL (http://, or https:// with
-    CERT=(certfile, keyfile))."""
+    CERT=(certfile, keyfile), offering HTTP/2 by ALPN with HTTP2).  Its
+    access log (access_log(WORKDIR)) names each request's connection."""
     port = free_port()
     os.makedirs(os.path.join(workdir, "tmp"), exist_ok=True)
     tls = ("ssl_certificate %s; ssl_certificate_key %s;" % cert) if cert else ""
@@ -104,6 +107,7 @@ def nginx(root, workdir, limit_rate=None, cert=None):
     with open(conf, "w") as f:
         f.write(NGINX_CONF.format(
             dir=workdir, port=port, root=root, ssl=" ssl" if cert else "",
+            http2=" http2" if http2 else "",
             tls=tls, limit="limit_rate %s;" % limit_rate if limit_rate else ""))
     proc = subprocess.Popen(["nginx", "-c", conf, "-p", workdir],
                             stderr=subprocess.DEVNULL)
@@ -112,6 +116,13 @@ def nginx(root, workdir, limit_rate=None, cert=None):
         yield "%s://127.0.0.1:%d" % ("https" if cert else "http", port)
     finally:
         stop(proc)
+
+
+def access_log(workdir):
+    """nginx's requests so far: (connection serial, protocol, status,
+    method, path) each."""
+    with open(os.path.join(workdir, "access.log")) as f:
+        return [tuple(line.split()) for line in f if line.strip()]
 
 
 def self_signed_cert(workdir):
@@ -415,6 +426,20 @@ def digests(root):
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
     return out
+
+
+def parallel_digests(root, readers):
+    """digests(ROOT), the files read by READERS threads at once."""
+    paths = [os.path.join(d, f) for d, _, files in os.walk(root)
+             if not (os.path.basename(d) == ".shardfs" or "/.shardfs" in d)
+             for f in files]
+
+    def one(p):
+        with open(p, "rb") as fh:
+            return os.path.relpath(p, root), hashlib.sha256(fh.read()).hexdigest()
+
+    with concurrent.futures.ThreadPoolExecutor(readers) as pool:
+        return dict(pool.map(one, paths))
 
 
 def remote_stats(mnt):

@@ -11,6 +11,9 @@ on loopback (remote_servers.py).
   shards) lets a fresh node mount with one probe per shard and one GET.
 - TLS is verified: a self-signed server is refused, and accepted with
   -o cacert=.
+- Connections: an HTTPS server offering HTTP/2 carries every request as a
+  stream of one connection; many concurrent readers of an HTTP/1.1
+  server reuse a bounded pool of keep-alive connections.
 - A server that ignores Range (Python's http.server) is refused at mount
   with a message that says so.
 - Faults (a proxy in front of nginx): bodies cut short and 503 bursts are
@@ -121,9 +124,14 @@ def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_e
         assert digests(mnt) == digests(ref)
         after = remote_stats(mnt)
     total = sum(os.path.getsize(www / n) for n in names)
+    chunk = 256 << 10
     # the index was built in this mount: it read every byte once; the
-    # full read of the tree then (with 2 MiB of cache) at most once more
-    assert after["bytes"] <= 2 * total + len(names)
+    # full read of the tree then (with 2 MiB of cache) at most once more,
+    # but for one GET per shard (the ceil(size / chunk) + 1): after
+    # the build the mount reads the start of every shard once more (chunk
+    # 0 in nginx's log), and 8 slots may evict that chunk as idle before
+    # the reader reaches the shard (seen under ASan, timing-dependent)
+    assert after["bytes"] <= 2 * total + len(names) * (chunk + 1)
     assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
 
 
@@ -138,6 +146,42 @@ def test_tls_is_verified(site, tmp_path, cache_env):
         with lib.mounted(spec(url, names), mnt, "-o", "cacert=%s" % cert,
                          env=cache_env):
             assert len(digests(mnt)) == 60 * len(names)
+
+
+def test_https_http2_carries_every_request_on_one_connection(site, tmp_path,
+                                                            cache_env):
+    www, names, ref = site
+    cert, key = rs.self_signed_cert(str(tmp_path))
+    ng = str(tmp_path / "ng")
+    with rs.nginx(www, ng, cert=(cert, key), http2=True) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o",
+                         "cacert=%s,chunk_size=256K,cache_mem=4M" % cert,
+                         env=cache_env):
+            assert rs.parallel_digests(mnt, 16) == digests(ref)
+        log = rs.access_log(ng)
+    assert len(log) > 3 * len(names), "the files were read over the network"
+    assert {r[1] for r in log} == {"HTTP/2.0"}, log[:5]
+    # 16 readers, 8 fetch threads: one connection, streams multiplexed
+    # (a second only if nginx closed the first)
+    assert len({r[0] for r in log}) <= 2, sorted({r[0] for r in log})
+
+
+def test_concurrent_readers_share_a_bounded_connection_pool(site, url, tmp_path,
+                                                            cache_env):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=4M",
+                     env=cache_env):
+        for _ in range(2):
+            assert rs.parallel_digests(mnt, 32) == digests(ref)
+    log = rs.access_log(str(tmp_path / "ng"))
+    connections = {r[0] for r in log}
+    assert {r[1] for r in log} == {"HTTP/1.1"}
+    # at most REMOTE_FETCH_THREADS + 8 per host (HTTP_HOST_CONNECTIONS),
+    # each kept alive for many requests
+    assert len(connections) <= 16, sorted(connections)
+    assert len(log) >= 4 * len(connections), (len(log), len(connections))
 
 
 def test_server_ignoring_range_is_refused(site, tmp_path, cache_env):
