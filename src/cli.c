@@ -49,6 +49,7 @@ const struct fuse_opt cli_index_opts[] = {
 	CLI_OPT("remote_attempts=%s", remote.attempts, 0),
 	CLI_OPT("cache_dir=%s", remote.cache_dir, 0),
 	CLI_OPT("cache_size=%s", remote.cache_size, 0),
+	CLI_OPT("index_fetch=%s", remote.index_fetch, 0),
 	CLI_OPT("-h", show_help, 1),
 	CLI_OPT("--help", show_help, 1),
 	CLI_OPT("-V", show_version, 1),

@@ -78,15 +78,20 @@ static void scan_one_shard(struct builder *b, uint32_t i)
 {
 	struct shard_scan *sc = &b->scans[i];
 	struct shard *s = &b->set->shards[i];
+	struct shard_source *stored = s->src;
 
 	if (s->bad)	/* could not even be opened */
 		return;
 	/* what the shard is, its first bytes say; a compressed shard is
 	 * decoded once first, to learn where decoding can start
-	 * (seek_table.h) and how long it is */
+	 * (seek_table.h) and how long it is: all its stored bytes are read,
+	 * so they are not scanned (source_remote.c) */
 	sc->shard = s;
 	sc->err.offset = 0;
+	shard_source_advise(stored, 0, stored->size, SHARD_SOURCE_SCAN);
 	sc->rc = shard_source_detect(&s->src, s->path, sc->err.msg, sizeof(sc->err.msg));
+	if (s->src != stored)
+		shard_source_advise(stored, 0, stored->size, SHARD_SOURCE_SCANNED);
 	if (!sc->rc && shard_source_needs_seek(s->src))
 		sc->rc = s->src->ops->seek_build(s->src, sc->err.msg,
 						 sizeof(sc->err.msg));

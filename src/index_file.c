@@ -64,7 +64,9 @@ int index_file_fingerprint(struct shard_source *src, uint64_t *fp)
 
 	if (!buf)
 		return -ENOMEM;
+	shard_source_advise(src, 0, want, SHARD_SOURCE_SCAN);
 	rc = shard_source_read_full(src, buf, want, 0);
+	shard_source_advise(src, 0, want, SHARD_SOURCE_SCANNED);
 	if (!rc)
 		*fp = XXH3_64bits(buf, want);
 	free(buf);

@@ -33,6 +33,7 @@ void remote_options_free(struct remote_options *ro)
 	free(ro->attempts);
 	free(ro->cache_dir);
 	free(ro->cache_size);
+	free(ro->index_fetch);
 	*ro = (struct remote_options){ 0 };
 }
 
@@ -79,12 +80,25 @@ static int parse_numbers(const struct remote_options *ro)
 	return 0;
 }
 
+/* -o index_fetch=stream|ranged (see source_remote.c). */
+static int parse_index_fetch(const char *s)
+{
+	if (!s || !strcmp(s, "stream"))
+		remote_cfg.index_fetch = REMOTE_INDEX_STREAM;
+	else if (!strcmp(s, "ranged"))
+		remote_cfg.index_fetch = REMOTE_INDEX_RANGED;
+	else
+		return log_error("bad index_fetch '%s' (stream or ranged)", s), -EINVAL;
+	return 0;
+}
+
 int remote_init(const struct remote_options *ro)
 {
 	int rc;
 
 	remote_cfg = (struct remote_config){ 0 };
-	rc = parse_numbers(ro) ?: remote_s3_configure(ro);
+	rc = parse_numbers(ro) ?: parse_index_fetch(ro->index_fetch) ?:
+	     remote_s3_configure(ro);
 	if (rc)
 		goto out_release;
 	if (ro->cacert && !(remote_cfg.cacert = strdup(ro->cacert))) {

@@ -43,6 +43,12 @@ struct remote_counters {
 	atomic_ullong latency_max_us;	/* the longest first-byte latency */
 };
 
+/* How the index build reads a remote shard's headers (-o index_fetch=). */
+enum remote_index_fetch {
+	REMOTE_INDEX_STREAM,	/* through the chunk cache: every chunk */
+	REMOTE_INDEX_RANGED,	/* one GET per read the scanner makes */
+};
+
 /* The resolved configuration (remote_init) and shared state. */
 struct remote_config {
 	char *endpoint;		/* S3 endpoint URL, no trailing '/' */
@@ -58,6 +64,7 @@ struct remote_config {
 	uint64_t cache_size;	/* bytes of the disk cache, if any */
 	uint32_t timeout;	/* seconds without progress before EIO */
 	uint32_t attempts;	/* tries per request */
+	enum remote_index_fetch index_fetch; /* how the index build reads */
 	bool used;		/* a remote shard was opened */
 	struct remote_counters counters; /* see above */
 };

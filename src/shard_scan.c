@@ -28,6 +28,7 @@
 #include "shardfs/index.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
+#include "shardfs/source.h"
 
 /* The shard's directory in the shards layout: its file name less ".tar". */
 static const char *shard_dir_name(const char *path, size_t *len)
@@ -420,7 +421,9 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		sc->rc = -ENOMEM;
 		return;
 	}
+	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCAN);
 	sc->rc = tar_scan(shard->src, &ops, sc, &sc->err);
+	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCANNED);
 	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
 		sc->err.offset = shard->size;

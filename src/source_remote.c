@@ -7,12 +7,23 @@
  * by its ETag (If-Match on every GET), so a replaced object is noticed by
  * the read that meets it, not by polling.
  *
+ * The index build's scan (advise SCAN .. SCANNED) reads one header every
+ * member.  With -o index_fetch=stream (the default) it goes through the
+ * chunk cache like any forward reader: every chunk is fetched, several in
+ * flight, and the whole shard is downloaded once.  With index_fetch=ranged
+ * each of its reads is one GET of just the bytes asked (a 4 KiB probe
+ * per 100 KB member), one after the other, as each header names the
+ * next: a thousandth of the bytes, but a request per member.  Measured
+ * side by side in docs/benchmarks.md (issue 14): streaming is the faster
+ * on loopback and behind a per-connection limit_rate alike.
+ *
  * The times reported for the index (index_store.c validates a cached
  * index by size and times): mtime is Last-Modified; ctime is
  * Last-Modified with the nanoseconds set from a hash of the ETag, so that
  * a cached index is used again only for the same URL, size and ETag.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -26,6 +37,9 @@ struct source_remote {
 	struct shard_source base; /* base.size: the object's size at open */
 	struct remote_object obj; /* where and which version */
 	struct chunk_owner owner; /* its chunks in the cache */
+	atomic_bool ranged_scan;  /* the index build scans it with
+				   * index_fetch=ranged: reads bypass the
+				   * chunk cache */
 };
 
 static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
@@ -33,6 +47,8 @@ static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
 {
 	struct source_remote *r = (struct source_remote *)src;
 
+	if (atomic_load_explicit(&r->ranged_scan, memory_order_relaxed))
+		return remote_http_read(&r->obj, buf, len, off, NULL);
 	return chunk_cache_read(&r->owner, buf, len, off);
 }
 
@@ -41,10 +57,20 @@ static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
 {
 	struct source_remote *r = (struct source_remote *)src;
 
-	if (advice == SHARD_SOURCE_WILLNEED)
+	switch (advice) {
+	case SHARD_SOURCE_WILLNEED:
 		chunk_cache_willneed(&r->owner, off, len);
-	else
+		break;
+	case SHARD_SOURCE_DONTNEED:
 		chunk_cache_dontneed(&r->owner, off, len);
+		break;
+	case SHARD_SOURCE_SCAN:
+	case SHARD_SOURCE_SCANNED:
+		atomic_store_explicit(&r->ranged_scan, advice == SHARD_SOURCE_SCAN &&
+				      remote_cfg.index_fetch == REMOTE_INDEX_RANGED,
+				      memory_order_relaxed);
+		break;
+	}
 }
 
 /* The size at open: a changed object fails its reads (If-Match). */

@@ -328,9 +328,10 @@ static void seekable_advise(struct shard_source *src, uint64_t off, uint64_t len
 	struct seekable_source *s = seekable_of(src);
 	uint64_t first, last;
 
-	/* a span is shared with its neighbours: its pages are kept */
+	/* a span is shared with its neighbours: its pages are kept; a scan
+	 * of the decoded stream reads whole spans of the stored one */
 	if (!s->has_table || len == 0 || off >= src->size ||
-	    advice == SHARD_SOURCE_DONTNEED)
+	    advice != SHARD_SOURCE_WILLNEED)
 		return;
 	first = point_at(s, seek_table_find(&s->table, off))->in;
 	last = span_limit(s, off + len - 1);

@@ -72,6 +72,7 @@ struct remote_options {
 	char *attempts;		/* -o remote_attempts=N */
 	char *cache_dir;	/* -o cache_dir=DIR: chunks on local disk */
 	char *cache_size;	/* -o cache_size=SIZE of cache_dir */
+	char *index_fetch;	/* -o index_fetch=stream|ranged */
 };
 
 /* The help text of those options. */
@@ -94,7 +95,10 @@ struct remote_options {
 	"    -o remote_attempts=N   tries per request (default 6)\n" \
 	"    -o cache_dir=DIR       keep fetched chunks in DIR, checksummed,\n" \
 	"                           shared by later mounts (default: none)\n" \
-	"    -o cache_size=SIZE     bytes of DIR to use, LRU (default 10G)\n"
+	"    -o cache_size=SIZE     bytes of DIR to use, LRU (default 10G)\n" \
+	"    -o index_fetch=HOW     index build: stream (every chunk, several\n" \
+	"                           GETs in flight) or ranged (one small GET\n" \
+	"                           per member header) (default stream)\n"
 
 /* Free the option strings (cli.c parses them with fuse_opt). */
 void remote_options_free(struct remote_options *ro);

@@ -36,6 +36,11 @@ struct seek_table;
 enum shard_source_advice {
 	SHARD_SOURCE_WILLNEED,	/* will be read soon: start fetching it */
 	SHARD_SOURCE_DONTNEED,	/* consumed: cached copies may be dropped */
+	SHARD_SOURCE_SCAN,	/* the index starts reading small pieces
+				 * (headers, a fingerprint), not the data:
+				 * a remote source may fetch just what each
+				 * read asks (-o index_fetch=ranged) */
+	SHARD_SOURCE_SCANNED,	/* the index is done with those reads */
 };
 
 struct shard_source_ops {

@@ -8,6 +8,13 @@ reads, from /.shardfs/stats.
 
     /usr/bin/python3 tests/bench/remote_bench.py [--shards N] [--shard-mb M]
         [--limit-rate RATE] [--chunk SIZE]
+    /usr/bin/python3 tests/bench/remote_bench.py --index-build --shards 8 \
+        --shard-mb 1024 --limit-rate 100m [--scan-threads N]
+
+--index-build times the index build of a fresh mount with
+-o index_fetch=stream (every chunk through the chunk cache) against
+index_fetch=ranged (one GET per header), cold and warm, with and without
+limit_rate.
 
 Needs root (mount, drop_caches), nginx and a build in build/ (or
 SHARDFS_BUILD_DIR).  Prints a Markdown table for docs/benchmarks.md.
@@ -122,6 +129,53 @@ def random_reads(www, work, names, chunk, env, n=50):
             return n, stats(mnt)["requests"] - before
 
 
+def index_build(www, work, names, limit, env, threads):
+    """Mount with a fresh index cache, once per index_fetch (and, ranged,
+    with THREADS scan threads: as many header chains in flight), cold and
+    warm: {(fetch, threads, cold): (seconds, GETs, bytes)}."""
+    out = {}
+    with rs.nginx(www, os.path.join(work, "ng-index-%s" % (limit or "none")),
+                  limit_rate=limit) as url:
+        spec = "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
+        mnt = os.path.join(work, "mnt")
+        for cold in (True, False):
+            for fetch, nthreads in (("stream", 0), ("ranged", 0), ("ranged", threads)):
+                cache = tempfile.mkdtemp(dir=work)
+                opts = "quiet,index_fetch=%s" % fetch
+                opts += ",scan_threads=%d" % nthreads if nthreads else ""
+                if cold:
+                    drop_caches()
+                start = time.time()
+                with lib.mounted(spec, mnt, "-o", opts,
+                                 env=dict(env, XDG_CACHE_HOME=cache)):
+                    elapsed = time.time() - start
+                    st = stats(mnt)
+                subprocess.run(["rm", "-rf", cache])
+                out[(fetch, nthreads, cold)] = (elapsed, st["requests"], st["bytes"])
+    return out
+
+
+def index_build_table(a, work, env):
+    """--index-build: both index_fetch strategies side by side."""
+    www = os.path.join(work, "www")
+    os.makedirs(www, exist_ok=True)
+    names = make_shards(www, a.shards, a.shard_mb)
+    total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
+    print("%d shards, %.2f GB, %d members of 100 KB each\n" % (
+        len(names), total / 1e9, a.shard_mb * 10))
+    print("| nginx limit_rate | caches | index_fetch | scan_threads | build s | "
+          "shard GB/s | GETs | MB fetched | ratio to stream |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for limit in (None, a.limit_rate):
+        res = index_build(www, work, names, limit, env, a.scan_threads)
+        for (fetch, threads, cold), (t, reqs, nbytes) in res.items():
+            base = res[("stream", 0, cold)][0]
+            print("| %s | %s | %s | %s | %.2f | %.2f | %d | %.1f | %.2f |" % (
+                limit or "none", "cold" if cold else "warm", fetch,
+                threads or "default", t, total / t / 1e9, reqs, nbytes / 1e6,
+                t / base))
+
+
 def memory_streams(work, streams, cache_mem, chunk, env):
     """STREAMS shards of 8 MiB read at once, one thread each, through a
     mount with CACHE_MEM: the daemon's peak VmRSS (sampled every 50 ms)."""
@@ -174,6 +228,11 @@ def main():
     ap.add_argument("--chunk", default="8M")
     ap.add_argument("--streams", type=int, default=0,
                     help="only measure memory with this many shards streamed at once")
+    ap.add_argument("--index-build", action="store_true",
+                    help="only time the index build, index_fetch=stream "
+                    "against ranged (use --shard-mb 1024 --limit-rate 100m)")
+    ap.add_argument("--scan-threads", type=int, default=8,
+                    help="--index-build: scan threads of the second ranged row")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shardfs-remote-bench-")
     www = os.path.join(work, "www")
@@ -188,6 +247,12 @@ def main():
             print("| %d | %s | %s | %.0f MiB | %d MiB | %.0f |" % (
                 a.streams, mem, chunk, rss / 2**20, limit >> 20, rate))
         subprocess.run(["rm", "-rf", work])
+        return
+    if a.index_build:
+        try:
+            index_build_table(a, work, env)
+        finally:
+            subprocess.run(["rm", "-rf", work])
         return
     names = make_shards(www, a.shards, a.shard_mb)
     total = sum(os.path.getsize(os.path.join(www, n)) for n in names)

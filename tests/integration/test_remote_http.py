@@ -108,6 +108,51 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
         assert after["bytes"] - before["bytes"] <= size
 
 
+def build_index(url, names, mnt, fetch, env):
+    """Mount with -o index_fetch=FETCH and a fresh index cache: the GETs
+    and bytes of the index build, /.shardfs/members and every file's
+    digest."""
+    with lib.mounted(spec(url, names), mnt, "-o",
+                     "chunk_size=1M,cache_mem=64M,index_fetch=" + fetch, env=env):
+        st = remote_stats(mnt)
+        with open(mnt / ".shardfs" / "members") as f:
+            members = f.read()
+        # the build's GETs: all but one probe per shard and one GET for a
+        # published index (none here)
+        build = (st["requests"] - st["retries"] - len(names) - 1, st["bytes"])
+        return build, members, digests(mnt)
+
+
+def test_index_fetch_stream_and_ranged_build_the_same_index(site, url, tmp_path):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    sizes = [os.path.getsize(www / n) for n in names]
+    stream, ranged = (build_index(url, names, mnt, fetch,
+                                  dict(os.environ, XDG_CACHE_HOME=str(tmp_path / fetch)))
+                      for fetch in ("stream", "ranged"))
+    assert stream[1] == ranged[1] and stream[1].count("\n") >= 3 * 60
+    assert stream[2] == ranged[2] == digests(ref)
+    # stream: every chunk of every shard, once
+    assert stream[0][0] == sum(math.ceil(s / CHUNK) for s in sizes)
+    assert sum(sizes) <= stream[0][1] <= sum(sizes) + len(names)
+    # ranged: at most a GET per header (each names the next), at least
+    # one per shard, and a small part of the bytes; no chunk was fetched
+    headers = sum(len(lib.member_offsets(www / n)) + 1 for n in names)
+    assert len(names) <= ranged[0][0] <= headers
+    assert ranged[0][1] <= ranged[0][0] * 64 * 1024
+    assert ranged[0][1] < sum(sizes) // 2
+
+
+def test_bad_index_fetch_is_refused(site, url, tmp_path, cache_env):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r, was_mounted, daemon_left = lib.run_shardfs_expect_failure(
+        spec(url, names), mnt, "-o", "index_fetch=headers", env=cache_env)
+    assert r.returncode != 0 and not was_mounted and not daemon_left
+    assert "bad index_fetch 'headers' (stream or ranged)" in r.stderr
+
+
 # A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
 # (8 MiB), whose reads then evict the chunks the reader comes back for: the
 # tight cache is tested without push-ahead, the defaults with it.
