@@ -20,14 +20,18 @@ Needs root (mount, drop_caches), nginx and a build in build/ (or
 SHARDFS_BUILD_DIR).  Prints a Markdown table for docs/benchmarks.md.
 """
 import argparse
+import contextlib
 import io
 import json
 import os
 import random
+import re
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
@@ -129,29 +133,106 @@ def random_reads(www, work, names, chunk, env, n=50):
             return n, stats(mnt)["requests"] - before
 
 
-def index_build(www, work, names, limit, env, threads):
-    """Mount with a fresh index cache, once per index_fetch (and, ranged,
-    with THREADS scan threads: as many header chains in flight), cold and
-    warm: {(fetch, threads, cold): (seconds, GETs, bytes)}."""
+@contextlib.contextmanager
+def delay_proxy(upstream, delay_ms):
+    """A proxy to UPSTREAM (http://host:port) that holds every request
+    for DELAY_MS before forwarding it: a link with that round trip, where
+    this machine cannot add latency to loopback (no sch_netem).  GETs
+    only, one upstream keep-alive connection per client connection,
+    bodies relayed as they arrive.  Yields its base URL."""
+    host, port = upstream.split("//")[1].split(":")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+
+    def head(f):
+        lines = [f.readline()]
+        while lines[-1] not in (b"\r\n", b"\n", b""):
+            lines.append(f.readline())
+        return lines
+
+    def relay(client):
+        up = socket.create_connection((host, int(port)))
+        for sock in (client, up):   # no Nagle wait between head and body
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        cin, uin = client.makefile("rb"), up.makefile("rb")
+        try:
+            while True:
+                request = head(cin)
+                if not request[0]:
+                    return
+                time.sleep(delay_ms / 1000)
+                up.sendall(b"".join(request))
+                response = head(uin)
+                left = sum(int(line.split(b":")[1]) for line in response
+                           if line.lower().startswith(b"content-length:"))
+                client.sendall(b"".join(response))
+                while left:
+                    data = uin.read1(min(left, 1 << 20))
+                    if not data:
+                        return
+                    client.sendall(data)
+                    left -= len(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            up.close()
+
+    def accept():
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=relay, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d" % listener.getsockname()[1]
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+
+
+def build_once(spec, mnt, work, env, fetch, nthreads):
+    """One mount with a fresh index cache: (seconds until usable, GETs,
+    bytes, mean first-byte latency ms)."""
+    cache = tempfile.mkdtemp(dir=work)
+    opts = "quiet,index_fetch=%s" % fetch
+    opts += ",scan_threads=%d" % nthreads if nthreads else ""
+    start = time.time()
+    try:
+        with lib.mounted(spec, mnt, "-o", opts, env=dict(env, XDG_CACHE_HOME=cache)):
+            elapsed = time.time() - start
+            st = stats(mnt)
+    finally:
+        subprocess.run(["rm", "-rf", cache])
+    return elapsed, st["requests"], st["bytes"], st["latency_mean_ms"]
+
+
+VARIANTS = lambda threads: (("stream", 0), ("stream", threads),  # noqa: E731
+                            ("ranged", 0), ("ranged", threads))
+
+
+def index_build(www, work, names, limit, env, threads, delay_ms=0):
+    """Mount with a fresh index cache, once per index_fetch with the
+    default scan threads (one per CPU) and with THREADS (ranged: as many
+    header chains in flight), cold and warm: {(fetch, threads, cold):
+    (seconds, GETs, bytes, mean first-byte latency ms)}."""
     out = {}
     with rs.nginx(www, os.path.join(work, "ng-index-%s" % (limit or "none")),
                   limit_rate=limit) as url:
-        spec = "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
         mnt = os.path.join(work, "mnt")
-        for cold in (True, False):
-            for fetch, nthreads in (("stream", 0), ("ranged", 0), ("ranged", threads)):
-                cache = tempfile.mkdtemp(dir=work)
-                opts = "quiet,index_fetch=%s" % fetch
-                opts += ",scan_threads=%d" % nthreads if nthreads else ""
-                if cold:
-                    drop_caches()
-                start = time.time()
-                with lib.mounted(spec, mnt, "-o", opts,
-                                 env=dict(env, XDG_CACHE_HOME=cache)):
-                    elapsed = time.time() - start
-                    st = stats(mnt)
-                subprocess.run(["rm", "-rf", cache])
-                out[(fetch, nthreads, cold)] = (elapsed, st["requests"], st["bytes"])
+        with (delay_proxy(url, delay_ms) if delay_ms else contextlib.nullcontext(url)) as url:
+            spec = "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
+            # through the proxy: warm only (cold measures nginx's disk)
+            for cold in (False,) if delay_ms else (True, False):
+                for fetch, nthreads in VARIANTS(threads):
+                    if cold:
+                        drop_caches()
+                    out[(fetch, nthreads, cold)] = build_once(spec, mnt, work, env,
+                                                              fetch, nthreads)
     return out
 
 
@@ -163,23 +244,156 @@ def index_build_table(a, work, env):
     total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
     print("%d shards, %.2f GB, %d members of 100 KB each\n" % (
         len(names), total / 1e9, a.shard_mb * 10))
-    print("| nginx limit_rate | caches | index_fetch | scan_threads | build s | "
-          "shard GB/s | GETs | MB fetched | ratio to stream |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for limit in (None, a.limit_rate):
-        res = index_build(www, work, names, limit, env, a.scan_threads)
-        for (fetch, threads, cold), (t, reqs, nbytes) in res.items():
+    print("| link: nginx limit_rate or proxy delay | caches | index_fetch | scan_threads | build s | "
+          "shard GB/s | GETs | MB fetched | mean GET latency ms | ratio to stream |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cases = [(limit, 0) for limit in (None, a.limit_rate)]
+    cases += [(None, float(d)) for d in a.delay_ms.split(",") if d]
+    for limit, delay in cases:
+        res = index_build(www, work, names, limit, env, a.scan_threads, delay)
+        link = "+%g ms per request" % delay if delay else limit or "none"
+        for (fetch, threads, cold), (t, reqs, nbytes, lat) in res.items():
             base = res[("stream", 0, cold)][0]
-            print("| %s | %s | %s | %s | %.2f | %.2f | %d | %.1f | %.2f |" % (
-                limit or "none", "cold" if cold else "warm", fetch,
+            print("| %s | %s | %s | %s | %.2f | %.2f | %d | %.1f | %.2f | %.2f |" % (
+                link, "cold" if cold else "warm", fetch,
                 threads or "default", t, total / t / 1e9, reqs, nbytes / 1e6,
-                t / base))
+                lat, t / base))
+        sys.stdout.flush()
+
+
+EPOCH = r"""
+import json, sys, time
+import torch
+from torchvision import datasets, transforms
+torch.manual_seed(0)
+start = time.time()
+ds = datasets.ImageFolder(sys.argv[1], transform=transforms.PILToTensor())
+listed = time.time()
+n = 0
+for x, y in torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=2):
+    n += len(y)
+print(json.dumps({"samples": n, "list_s": listed - start, "epoch_s": time.time() - listed}))
+"""
+
+
+def epoch(root):
+    """An ImageFolder DataLoader epoch over ROOT (2 workers, PIL decode),
+    in a fresh /usr/bin/python3: {samples, list_s, epoch_s}."""
+    r = subprocess.run(["/usr/bin/python3", "-c", EPOCH, root], check=True,
+                       capture_output=True, text=True, timeout=1800)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# s3rver's own account: both clients talk to s3rver directly (the
+# signature-checking proxy of the tests forwards GETs only; s3fs also
+# sends HEADs), and s3rver refuses keys it does not know.
+S3RVER_KEY = "S3RVER"
+
+
+class S3rverLog:
+    """Requests s3rver answered, from its log: one line per response
+    ("info: /bucket/key 206 6ms 5b")."""
+
+    RESPONSE = re.compile(r" \d{3} \d+ms ")
+
+    def __init__(self, path):
+        self.path = path
+
+    def count(self):
+        with open(self.path, errors="replace") as f:
+            return sum(bool(self.RESPONSE.search(line)) for line in f)
+
+
+@contextlib.contextmanager
+def s3fs_mounted(bucket_path, mnt, port, work):
+    """s3fs-fuse (Debian's /usr/bin/s3fs) mounting BUCKET_PATH of s3rver
+    read-only on MNT; always unmounted."""
+    passwd = os.path.join(work, "s3fs.passwd")
+    with open(passwd, "w") as f:
+        f.write("%s:%s\n" % (S3RVER_KEY, S3RVER_KEY))
+    os.chmod(passwd, 0o600)
+    os.makedirs(mnt, exist_ok=True)
+    with lib.registered_mount(mnt):
+        subprocess.run(["s3fs", bucket_path, mnt, "-o", "ro,url=http://127.0.0.1:%d,"
+                        "use_path_request_style,passwd_file=%s,endpoint=%s"
+                        % (port, passwd, rs.REGION)], check=True, timeout=60)
+        deadline = time.time() + 20
+        while not lib.is_mounted(mnt):
+            if time.time() > deadline:
+                raise RuntimeError("s3fs did not mount %s" % mnt)
+            time.sleep(0.1)
+        yield
+
+
+def dataloader_phases(name, root, log, stats_of=None):
+    """Two epochs over ROOT (the first after drop_caches, the second
+    warm): rows of (name, phase, samples/s, listing s, s3rver requests,
+    the mount's own count)."""
+    rows = []
+    for phase in ("cold", "warm"):
+        if phase == "cold":
+            drop_caches()
+        before, own = log.count(), stats_of() if stats_of else None
+        r = epoch(root)
+        rows.append((name, phase, r["samples"] / r["epoch_s"], r["list_s"],
+                     r["samples"], log.count() - before,
+                     stats_of() - own if stats_of else None))
+    return rows
+
+
+def dataloader_s3fs(work, env, samples, shards):
+    """The same ImageFolder data set as loose objects through s3fs and as
+    shards through an s3:// mount, both from one s3rver."""
+    import imagedata
+    data = os.path.join(work, "imgs")
+    shard_paths, _ = imagedata.imagefolder_shards(data, samples, shards)
+    stage = os.path.join(data, "stage")    # the same files, loose
+    log = S3rverLog(os.path.join(work, "s3rver.log"))
+    mnt = os.path.join(work, "mnt")
+    rows = []
+    with rs.s3rver(work, ["imgs"], log=log.path) as port:
+        for p in shard_paths:
+            rs.upload(port, "imgs", "shards/" + os.path.basename(p), p)
+        loose = 0
+        for d, _, files in os.walk(stage):
+            for f in files:
+                rel = os.path.relpath(os.path.join(d, f), stage)
+                rs.upload(port, "imgs", "loose/" + rel, os.path.join(d, f))
+                loose += 1
+        drop_caches()
+        before = log.count()
+        with s3fs_mounted("imgs:/loose", mnt, port, work):
+            mount_reqs = log.count() - before
+            rows += [r + (mount_reqs,) for r in
+                     dataloader_phases("s3fs (%d objects)" % loose,
+                                       os.path.join(mnt, "train"), log)]
+        drop_caches()
+        before = log.count()
+        s3env = dict(env, AWS_ACCESS_KEY_ID=S3RVER_KEY,
+                     AWS_SECRET_ACCESS_KEY=S3RVER_KEY,
+                     XDG_CACHE_HOME=tempfile.mkdtemp(dir=work))
+        with lib.mounted("s3://imgs/shards/", mnt, "-o", "quiet,endpoint=http://"
+                         "127.0.0.1:%d,region=%s" % (port, rs.REGION), env=s3env):
+            mount_reqs = log.count() - before
+            rows += [r + (mount_reqs,) for r in
+                     dataloader_phases("shardfs s3:// (%d shards)" % len(shard_paths),
+                                       os.path.join(mnt, "train"), log,
+                                       lambda: stats(mnt)["requests"])]
+    print("%d samples (64x64 JPEG + .cls, %d files, %.1f MB), batch 64, "
+          "2 workers, shuffled\n" % (samples, loose, sum(
+              os.path.getsize(p) for p in shard_paths) / 1e6))
+    print("| mount | epoch | samples/s | ImageFolder listing s | samples | "
+          "s3rver requests | shardfs stats requests | requests at mount |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, phase, rate, list_s, n, reqs, own, mount_reqs in rows:
+        print("| %s | %s | %.0f | %.2f | %d | %d | %s | %d |" % (
+            name, phase, rate, list_s, n, reqs, "-" if own is None else own,
+            mount_reqs))
 
 
 def memory_streams(work, streams, cache_mem, chunk, env):
     """STREAMS shards of 8 MiB read at once, one thread each, through a
     mount with CACHE_MEM: the daemon's peak VmRSS (sampled every 50 ms)."""
-    import threading
     www = os.path.join(work, "www-streams")
     os.makedirs(www, exist_ok=True)
     names = make_shards(www, streams, 8)
@@ -231,8 +445,14 @@ def main():
     ap.add_argument("--index-build", action="store_true",
                     help="only time the index build, index_fetch=stream "
                     "against ranged (use --shard-mb 1024 --limit-rate 100m)")
+    ap.add_argument("--delay-ms", default="1",
+                    help="--index-build: also through a proxy adding these "
+                    "delays (ms, comma-separated) to each request, warm only")
     ap.add_argument("--scan-threads", type=int, default=8,
                     help="--index-build: scan threads of the second ranged row")
+    ap.add_argument("--dataloader-s3fs", type=int, default=0, metavar="SAMPLES",
+                    help="only compare a DataLoader epoch over an s3:// mount "
+                    "with s3fs over the same files as loose objects")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shardfs-remote-bench-")
     www = os.path.join(work, "www")
@@ -247,6 +467,12 @@ def main():
             print("| %d | %s | %s | %.0f MiB | %d MiB | %.0f |" % (
                 a.streams, mem, chunk, rss / 2**20, limit >> 20, rate))
         subprocess.run(["rm", "-rf", work])
+        return
+    if a.dataloader_s3fs:
+        try:
+            dataloader_s3fs(work, env, a.dataloader_s3fs, a.shards)
+        finally:
+            subprocess.run(["rm", "-rf", work])
         return
     if a.index_build:
         try:

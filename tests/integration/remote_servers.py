@@ -297,9 +297,11 @@ class S3Stats:
 
 
 @contextlib.contextmanager
-def s3_server(workdir, buckets):
-    """s3rver with BUCKETS created, behind the signature-checking proxy;
-    yields (stats, endpoint URL, upload(bucket, key, path))."""
+def s3rver(workdir, buckets, log=None):
+    """s3rver alone with BUCKETS created; yields its port.  With LOG (a
+    file name) it writes a line per response there ("info: /b/k 206 6ms
+    5b", no method), else nothing.  It answers unsigned requests, and
+    signed ones only with its own key (S3RVER / S3RVER)."""
     cli = install_s3rver()
     port = free_port()
     data = os.path.join(workdir, "s3rver")
@@ -307,22 +309,31 @@ def s3_server(workdir, buckets):
     # s3rver makes continuation tokens with a cipher Node 17+ only has in
     # OpenSSL's legacy provider
     argv = ["node", "--openssl-legacy-provider", cli, "--directory", data, "--address", "127.0.0.1",
-            "--port", str(port), "--silent"]
+            "--port", str(port)] + ([] if log else ["--silent"])
     for b in buckets:
         argv += ["--configure-bucket", b]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stats = S3Stats()
-    stats.upload = lambda b, k, p: _upload(port, b, k, p)
+    with open(log or os.devnull, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)
-        with _sigv4_proxy(port, stats) as url:
-            yield stats, url, stats.upload
+        yield port
     finally:
         stop(proc)
 
 
-def _upload(port, bucket, key, path):
-    """PUT a file into s3rver directly (it ignores signatures)."""
+@contextlib.contextmanager
+def s3_server(workdir, buckets):
+    """s3rver with BUCKETS created, behind the signature-checking proxy;
+    yields (stats, endpoint URL, upload(bucket, key, path))."""
+    stats = S3Stats()
+    with s3rver(workdir, buckets) as port:
+        stats.upload = lambda b, k, p: upload(port, b, k, p)
+        with _sigv4_proxy(port, stats) as url:
+            yield stats, url, stats.upload
+
+
+def upload(port, bucket, key, path):
+    """PUT a file into s3rver directly (unsigned)."""
     from urllib.parse import quote
     with open(path, "rb") as f:
         body = f.read()
