@@ -3,9 +3,12 @@
  * chunk_cache.c - remote shard bytes in aligned chunks, in bounded memory.
  *
  * A remote object is read in chunks of chunk_size bytes at multiples of
- * chunk_size, one ranged GET each, so that a full read of a shard takes
- * ceil(size / chunk) GETs and fetches no byte twice while its chunks stay
- * cached, and a random read of one small file is one GET.
+ * chunk_size, so that a full read of a shard takes ceil(size / chunk)
+ * GETs and fetches no byte twice while its chunks stay cached.  A read
+ * that misses on several adjacent chunks (a file across a chunk
+ * boundary) fetches them with one ranged GET whose body is spread over
+ * their slots, each slot filled, checked and cached as its own chunk: a
+ * random read of one file is one GET wherever the file lies.
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (buffers are
  * allocated on a slot's first use, then kept: reads allocate nothing).  A
@@ -39,6 +42,7 @@
  * read touches: with 128 KiB FUSE reads, 64 per 8 MiB chunk, a fraction
  * of a microsecond each against ~10 ms of transfer per chunk at 1 GB/s).
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -60,6 +64,8 @@
 #define CHUNK_WAIT_MS 20
 /* A transparent huge page (x86-64, arm64 with 4 KiB pages). */
 #define CHUNK_HUGE_PAGE (2u << 20)
+/* Most adjacent chunks one GET fills for a read that missed them all. */
+#define CHUNK_RUN_MAX 32
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -81,6 +87,11 @@ struct chunk {
 	bool consumed;		/* a reader copied from it since it was
 				 * fetched: prefetching may evict it */
 	bool done;		/* its reader went past its end */
+	bool missed;		/* taken for a read that missed it, with the
+				 * chunk before it: its first acquire counts
+				 * that miss */
+	struct chunk *run;	/* next chunk the same GET fills (loading,
+				 * set when queued), or NULL */
 	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
 	struct remote_progress progress; /* bytes of data filled so far,
 				 * while loading: readers need not wait for
@@ -260,6 +271,8 @@ static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool pref
 	}
 	c->consumed = false;
 	c->done = false;
+	c->missed = false;
+	c->run = NULL;
 	c->used_ms = remote_now_ms();
 	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
 	c->owner = ow;
@@ -282,6 +295,18 @@ static void put(struct chunk *c)
 	else
 		lru_insert(c, false);
 	pthread_cond_broadcast(&cc.changed);
+}
+
+/* Drop the fetcher's reference to each chunk of run @c (lock held). */
+static void put_run(struct chunk *c)
+{
+	while (c) {
+		struct chunk *next = c->run;
+
+		c->run = NULL;
+		put(c);
+		c = next;
+	}
 }
 
 static void ring_push(struct ring *r, struct chunk *c)
@@ -323,29 +348,76 @@ static void progress_notify(struct remote_progress *p)
 	pthread_cond_broadcast(&cc.changed);
 }
 
-/* Fill loading chunk @c from the disk cache or with one GET (lock not
- * held). */
+/* Bytes of chunk @c: chunk_size, less for the object's last one. */
+static size_t chunk_bytes(const struct chunk *c)
+{
+	uint64_t off = c->index * cc.chunk_size;
+
+	return c->owner->size - off < cc.chunk_size ? (size_t)(c->owner->size - off)
+						       : (size_t)cc.chunk_size;
+}
+
+/* Does loading chunk @c hold all its bytes? */
+static bool complete(struct chunk *c)
+{
+	return atomic_load_explicit(&c->progress.bytes, memory_order_acquire) ==
+	       chunk_bytes(c);
+}
+
+/* One GET fills the adjacent chunks of a run from @first up to @end
+ * (excluded); those that came whole go to the disk cache. */
+static void get_stretch(struct chunk *first, struct chunk *end)
+{
+	struct remote_piece piece[CHUNK_RUN_MAX];
+	struct chunk *r = first;
+	unsigned n = 0;
+
+	do {
+		assert(n < CHUNK_RUN_MAX);	/* extend_run() */
+		piece[n++] = (struct remote_piece){ r->data, chunk_bytes(r), &r->progress };
+	} while ((r = r->run) != end);
+	remote_http_read(first->owner->obj, piece, n, first->index * cc.chunk_size);
+	for (r = first; r != end; r = r->run)
+		if (complete(r))
+			disk_cache_store(r->owner->obj, r->index, r->data, chunk_bytes(r));
+}
+
+/*
+ * Fill the loading chunks of run @c (adjacent chunks of one owner): each
+ * from the disk cache if it is there, the others with one GET per stretch
+ * of adjacent ones (lock not held).  A chunk is ready when all its bytes
+ * came, even if a later one of its GET failed.
+ */
 static void fetch(struct chunk *c)
 {
-	struct chunk_owner *ow = c->owner;
-	uint64_t off = c->index * cc.chunk_size;
-	size_t want = ow->size - off < cc.chunk_size ? (size_t)(ow->size - off)
-						      : (size_t)cc.chunk_size;
-	ssize_t n = -ENOMEM;
+	struct chunk *r, *first = NULL;
 
-	if (!c->data)
-		c->data = chunk_buffer_alloc(cc.chunk_size); /* once per slot */
-	c->progress.notify = progress_notify;
-	if (c->data && !disk_cache_load(ow->obj, c->index, c->data, want)) {
-		n = (ssize_t)want;
-	} else if (c->data) {
-		n = remote_http_read(ow->obj, c->data, want, off, &c->progress);
-		if (n == (ssize_t)want)
-			disk_cache_store(ow->obj, c->index, c->data, want);
+	for (r = c; r; r = r->run) {
+		r->progress.notify = progress_notify;
+		if (!r->data)
+			r->data = chunk_buffer_alloc(cc.chunk_size); /* once per slot */
+		if (r->data && !disk_cache_load(r->owner->obj, r->index, r->data,
+						chunk_bytes(r)))
+			atomic_store_explicit(&r->progress.bytes, chunk_bytes(r),
+					      memory_order_release);
+	}
+	for (r = c;; r = r->run) {
+		bool get = r && r->data && !complete(r);
+
+		if (get && !first)
+			first = r;
+		if (!get && first) {
+			get_stretch(first, r);
+			first = NULL;
+		}
+		if (!r)
+			break;
 	}
 	pthread_mutex_lock(&cc.lock);
-	c->len = n > 0 ? (size_t)n : 0;
-	c->state = n == (ssize_t)want ? CHUNK_READY : CHUNK_FAILED;
+	for (r = c; r; r = r->run) {
+		r->len = complete(r) ? chunk_bytes(r) : 0;
+		r->state = r->len ? CHUNK_READY : CHUNK_FAILED;
+	}
 	pthread_cond_broadcast(&cc.changed);
 	pthread_mutex_unlock(&cc.lock);
 }
@@ -380,17 +452,36 @@ static void fetch_for_reader(struct chunk *c)
 	pthread_mutex_unlock(&cc.lock);
 	fetch(c);
 	pthread_mutex_lock(&cc.lock);
-	put(c);		/* the fetcher's reference */
+	put_run(c);	/* the fetcher's references */
+}
+
+/*
+ * Chunk @c (just taken for a read that missed it) heads a run: take the
+ * chunks after it up to @last that are not cached either, while slots are
+ * free or evictable, so that one GET fetches them all (lock held).
+ */
+static void extend_run(struct chunk *c, uint64_t last)
+{
+	struct chunk *tail = c, *n;
+
+	for (uint64_t i = c->index + 1; i <= last && i - c->index < CHUNK_RUN_MAX; i++) {
+		if (find(c->owner, i) || !(n = take_slot(c->owner, i, false)))
+			break;
+		n->missed = true;
+		tail->run = n;
+		tail = n;
+	}
 }
 
 /*
  * Chunk @index of @ow, referenced, with its first @need bytes present
  * (or settled: ready with fewer, or failed): from the cache, or after
- * waiting for the part of a fetch in flight that the reader needs.
- * *@avail gets the bytes that may be copied (0: failed).
+ * waiting for the part of a fetch in flight that the reader needs.  A
+ * miss fetches the chunks after it up to @last that are missing too with
+ * the same GET.  *@avail gets the bytes that may be copied (0: failed).
  */
-static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, size_t need,
-			     size_t *avail)
+static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, uint64_t last,
+			     size_t need, size_t *avail)
 {
 	struct chunk *c;
 	bool load = false;
@@ -400,11 +491,14 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, size_t need
 		if ((c = find(ow, index))) {
 			c->refs++;
 			lru_remove(c);
+			load = c->missed;
+			c->missed = false;
 			break;
 		}
 		if ((c = take_slot(ow, index, false))) {
 			load = true;
 			c->refs++;	/* the reader's; the fetcher has one */
+			extend_run(c, last);
 			fetch_for_reader(c);
 			break;
 		}
@@ -425,26 +519,30 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, size_t need
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off)
 {
-	uint64_t first = off / cc.chunk_size;
+	uint64_t first = off / cc.chunk_size, last, prev;
 	size_t done = 0;
 
-	if (off >= ow->size)
+	if (off >= ow->size || !len)
 		return 0;
-	/* a reader stepping into the next chunk (the index build's scan, or
-	 * any stream) is done with the one before and keeps chunks coming
-	 * ahead of it */
-	if (atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed) + 1 == first) {
-		chunk_cache_dontneed(ow, (first - 1) * cc.chunk_size, cc.chunk_size);
-		chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
-	}
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
+	last = (off + len - 1) / cc.chunk_size;
+	/* a reader stepping into the next chunk (the index build's scan, or
+	 * any stream) is done with the one before and keeps chunks coming
+	 * ahead of it, past those it reads now (they come with its miss) */
+	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
+	if (prev != UINT64_MAX && prev + 1 == first) {
+		chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
+		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
+		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
+			chunk_cache_willneed(ow, (last + 1) * cc.chunk_size, cc.chunk_size);
+	}
 	while (done < len) {
 		uint64_t pos = off + done, index = pos / cc.chunk_size;
 		size_t in = (size_t)(pos % cc.chunk_size), avail;
 		size_t n = len - done < cc.chunk_size - in ? len - done : cc.chunk_size - in;
 		/* referenced: its first avail bytes stay as they are */
-		struct chunk *c = acquire(ow, index, in + n, &avail);
+		struct chunk *c = acquire(ow, index, last, in + n, &avail);
 		bool failed = avail <= in;
 
 		if (!failed) {
@@ -494,7 +592,7 @@ static void *fetch_worker(void *arg)
 		cc.busy_ahead -= ahead;
 		if (ahead && cc.ahead.len)
 			pthread_cond_signal(&cc.work);
-		put(c);		/* the fetcher's reference */
+		put_run(c);	/* the fetcher's references */
 	}
 	pthread_mutex_unlock(&cc.lock);
 	return NULL;
@@ -541,6 +639,28 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	pthread_mutex_unlock(&cc.lock);
 }
 
+void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
+{
+	uint64_t index = off / cc.chunk_size, last;
+	struct chunk *c;
+
+	if (off >= ow->size || !len)
+		return;
+	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc.chunk_size;
+	atomic_store_explicit(&ow->file_first, index, memory_order_relaxed);
+	atomic_store_explicit(&ow->file_last, last, memory_order_relaxed);
+	pthread_mutex_lock(&cc.lock);
+	while (index <= last && find(ow, index))
+		index++;
+	/* a hint: no waiting for a slot, the read that follows does that */
+	if (index <= last && (c = take_slot(ow, index, false))) {
+		c->missed = true;
+		extend_run(c, last);
+		fetch_for_reader(c);
+	}
+	pthread_mutex_unlock(&cc.lock);
+}
+
 void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
 	uint64_t end = off + len;
@@ -569,9 +689,10 @@ static void cancel_ring(struct ring *r, const struct chunk_owner *ow)
 		struct chunk *c = ring_pop(r);
 
 		if (!ow || c->owner == ow) {
-			c->state = CHUNK_FAILED;
+			for (struct chunk *q = c; q; q = q->run)
+				q->state = CHUNK_FAILED;
 			pthread_cond_broadcast(&cc.changed);
-			put(c);
+			put_run(c);
 		} else {
 			ring_push(r, c);
 		}

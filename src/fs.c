@@ -469,6 +469,10 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 	if (in->flags & SHARD_INODE_SPARSE) {
 		rc = read_sparse(fs, in, buf, size, off);
 	} else {
+		if (!off && size < in->size)
+			shard_source_advise(fs->set.shards[in->shard].src, in->data,
+					    in->size < SHARDFS_WILLREAD_MAX ? in->size :
+					    SHARDFS_WILLREAD_MAX, SHARD_SOURCE_WILLREAD);
 		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &streak);
 		if (rc >= 0)
 			pushahead_read(&fs->push, (uint32_t)(ino - 1), in->data + off,

@@ -94,7 +94,9 @@ struct transfer {
 	bool bad_range;		/* a 206 starting elsewhere: aborted */
 	bool checked;		/* this attempt's response was checked */
 	bool bad_object;	/* it came from another object: aborted */
-	struct remote_progress *progress; /* told of each piece, or NULL */
+	const struct remote_piece *piece; /* where a read's body goes (buf
+				 * unused), or NULL */
+	unsigned npieces;	/* entries of piece */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	size_t error_len;	/* bytes in error_body */
@@ -391,6 +393,39 @@ static bool body_wanted(const struct transfer *t, long status)
 	return t->ranged ? status == 206 : status == 200;
 }
 
+/* Store @n bytes of body at @t->got: into buf, or across the pieces,
+ * telling each piece's progress. */
+static void store_body(struct transfer *t, const char *data, size_t n)
+{
+	size_t at = t->got;
+
+	if (!t->piece) {
+		memcpy(t->buf + at, data, n);
+		t->got += n;
+		return;
+	}
+	for (unsigned i = 0; n && i < t->npieces; i++) {
+		const struct remote_piece *p = &t->piece[i];
+		size_t k;
+
+		if (at >= p->len) {
+			at -= p->len;
+			continue;
+		}
+		k = p->len - at < n ? p->len - at : n;
+		memcpy(p->buf + at, data, k);
+		data += k;
+		n -= k;
+		t->got += k;
+		if (p->progress) {
+			atomic_store_explicit(&p->progress->bytes, at + k,
+					      memory_order_release);
+			p->progress->notify(p->progress);
+		}
+		at = 0;
+	}
+}
+
 static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 {
 	struct transfer *t = arg;
@@ -434,13 +469,8 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		t->buf = p;
 		t->cap = cap < t->len + 1 ? cap : t->len + 1;
 	}
-	memcpy(t->buf + t->got, data, n);
-	t->got += n;
+	store_body(t, data, n);
 	atomic_fetch_add_explicit(&remote_cfg.counters.bytes, n, memory_order_relaxed);
-	if (t->progress) {
-		atomic_store_explicit(&t->progress->bytes, t->got, memory_order_release);
-		t->progress->notify(t->progress);
-	}
 	return n;
 }
 
@@ -712,13 +742,16 @@ static int run(struct transfer *t,
 	return -EIO;
 }
 
-ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
-			 uint64_t off, struct remote_progress *progress)
+ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
+			 unsigned n, uint64_t off)
 {
 	struct transfer t = { .o = o, .ranged = true, .if_match = true,
-			      .off = off, .buf = buf, .progress = progress };
+			      .off = off, .piece = piece, .npieces = n };
+	size_t len = 0;
 	char why[256];
 
+	for (unsigned i = 0; i < n; i++)
+		len += piece[i].len;
 	if (atomic_load_explicit(&o->replaced, memory_order_relaxed))
 		return -EIO;
 	if (off >= o->size || !len)

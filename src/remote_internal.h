@@ -141,15 +141,24 @@ struct remote_progress {
 	void (*notify)(struct remote_progress *p); /* after each piece */
 };
 
+/* Where a part of a read's body goes. */
+struct remote_piece {
+	char *buf;		/* len bytes */
+	size_t len;		/* bytes of the body that go here */
+	struct remote_progress *progress; /* follows this piece, or NULL */
+};
+
 /*
- * GET [@off, @off + @len) of @o into @buf, with If-Match, retrying as
- * remote.h says and resuming at the byte reached; @progress (or NULL)
- * follows it.  No byte is stored before the response was checked to come
- * from the object of the mount.  Returns the bytes read (less than @len
- * only at the end of the object) or -EIO.
+ * GET [@off, @off + the pieces' lengths) of @o with ONE ranged request,
+ * filling the @n pieces in order (adjacent chunks of the cache), with
+ * If-Match, retrying as remote.h says and resuming at the byte reached;
+ * each piece's progress (or NULL) follows it.  No byte is stored before
+ * the response was checked to come from the object of the mount.
+ * Returns the bytes read (fewer only at the end of the object) or -EIO;
+ * after -EIO, the pieces whose progress reached their length are whole.
  */
-ssize_t remote_http_read(struct remote_object *o, void *buf, size_t len,
-			 uint64_t off, struct remote_progress *progress);
+ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
+			 unsigned n, uint64_t off);
 
 /*
  * The mount-time probe: a GET of byte 0 that records size, ETag and
@@ -201,6 +210,10 @@ struct chunk_owner {
 	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
 				 * none): a read of the next one is forward */
 	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
+	atomic_ullong file_first; /* chunks of the file the latest WILLREAD */
+	atomic_ullong file_last; /* announced: stepping from the first into
+				 * the others is that file's read, no stream
+				 * (0, 0: none) */
 };
 
 int chunk_cache_init(uint64_t chunk_size, uint64_t mem);
@@ -212,6 +225,10 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 
 /* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* [@off, @off + @len) is being read (one file, in several reads): fetch
+ * its first stretch of missing chunks with one GET, as a read's miss. */
+void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len);
 
 /* Chunks of [@off, @off + @len) were consumed: evict them first. */
 void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len);

@@ -49,8 +49,9 @@ static void file_advise(struct shard_source *src, uint64_t off, uint64_t len,
 {
 	struct source_file *f = (struct source_file *)src;
 
-	/* a length of 0 would mean: to the end of the file; a scan is
-	 * served best by the kernel's readahead, as it is */
+	/* a length of 0 would mean: to the end of the file; a scan, and a
+	 * file being read (WILLREAD), are served best by the kernel's
+	 * readahead, as it is */
 	if (len && (advice == SHARD_SOURCE_WILLNEED || advice == SHARD_SOURCE_DONTNEED))
 		posix_fadvise(f->fd, (off_t)off, (off_t)len,
 			      advice == SHARD_SOURCE_WILLNEED ?

@@ -50,7 +50,8 @@ static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
 	struct source_remote *r = (struct source_remote *)src;
 
 	if (atomic_load_explicit(&r->ranged_scan, memory_order_relaxed))
-		return remote_http_read(&r->obj, buf, len, off, NULL);
+		return remote_http_read(&r->obj, &(struct remote_piece){ buf, len, NULL }, 1,
+					off);
 	return chunk_cache_read(&r->owner, buf, len, off);
 }
 
@@ -62,6 +63,9 @@ static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
 	switch (advice) {
 	case SHARD_SOURCE_WILLNEED:
 		chunk_cache_willneed(&r->owner, off, len);
+		break;
+	case SHARD_SOURCE_WILLREAD:
+		chunk_cache_willread(&r->owner, off, len);
 		break;
 	case SHARD_SOURCE_DONTNEED:
 		chunk_cache_dontneed(&r->owner, off, len);

@@ -51,6 +51,12 @@
  * a reader that skips the other members of a sample is still sequential. */
 #define SHARDFS_READAHEAD_GAP (1u << 20)
 
+/* A read at the start of a file that does not reach its end announces
+ * the rest of the file, up to this many bytes, to the source
+ * (SHARD_SOURCE_WILLREAD): a remote shard fetches the chunks of a file
+ * that crosses a chunk boundary with one GET, not one per chunk. */
+#define SHARDFS_WILLREAD_MAX (16u << 20)
+
 /* Forward reads in a row before a readahead window opens (see fs.c). */
 #define SHARDFS_READAHEAD_STREAK 3
 

@@ -41,6 +41,9 @@ enum shard_source_advice {
 				 * a remote source may fetch just what each
 				 * read asks (-o index_fetch=ranged) */
 	SHARD_SOURCE_SCANNED,	/* the index is done with those reads */
+	SHARD_SOURCE_WILLREAD,	/* is being read now, in several reads (one
+				 * file): fetch what is missing of it at
+				 * once, in as few requests as may be */
 };
 
 struct shard_source_ops {

@@ -427,6 +427,16 @@ def one_chunk_member(shard):
     raise AssertionError("no member inside one chunk")
 
 
+def straddling_member(shard, chunk=CHUNK, spans=2):
+    """A member of SHARD whose data lies across at least SPANS chunks of
+    CHUNK bytes: (name, its first chunk, its last chunk)."""
+    for name, _, ti in lib.member_offsets(shard):
+        first, last = ti.offset_data // chunk, (ti.offset_data + ti.size - 1) // chunk
+        if ti.isfile() and ti.size and last - first + 1 >= spans:
+            return name, first, last
+    raise AssertionError("no member across %d chunks" % spans)
+
+
 def digests(root):
     out = {}
     for d, _, files in os.walk(root):

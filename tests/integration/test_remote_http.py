@@ -4,7 +4,8 @@ on loopback (remote_servers.py).
 
 - Every byte of every file equals `tar -x` of the same shards.
 - Requests: a full read of a shard takes at most ceil(size / chunk) + 1
-  GETs and fetches no byte twice; a random read of one file is one GET;
+  GETs and fetches no byte twice; a random read of one file is one GET,
+  also of a file across a chunk boundary (both chunks in one GET);
   a second mount of an unchanged set reads its cached index (one probe
   per shard, nothing else).
 - A published index (written by shardfs-index, uploaded next to the
@@ -33,7 +34,8 @@ import pytest
 import remote_servers as rs
 import shardfs_testlib as lib
 
-from remote_servers import CHUNK, digests, make_shards, one_chunk_member, remote_stats
+from remote_servers import (CHUNK, digests, make_shards, one_chunk_member, remote_stats,
+                            straddling_member)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,51 @@ def test_bad_index_fetch_is_refused(site, url, tmp_path, cache_env):
         spec(url, names), mnt, "-o", "index_fetch=headers", env=cache_env)
     assert r.returncode != 0 and not was_mounted and not daemon_left
     assert "bad index_fetch 'headers' (stream or ranged)" in r.stderr
+
+
+def read_page_by_page(path):
+    """Read PATH 4 KiB at a time with readahead off (POSIX_FADV_RANDOM): the
+    kernel sends one READ per page."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        parts = []
+        while True:
+            b = os.read(fd, 4096)
+            if not b:
+                return b"".join(parts)
+            parts.append(b)
+    finally:
+        os.close(fd)
+
+
+# A file across chunk boundaries is fetched with one GET of its chunks,
+# whether the kernel asks for it in one READ (a whole-file read of a file
+# across two 1 MiB chunks) or in many (page by page, a file across four
+# or more 64 KiB chunks: the first READ announces the rest of the file;
+# the shard readahead and push-ahead that a run of forward READs starts
+# are turned off, as they would rightly fetch past the file).
+@pytest.mark.parametrize("chunk,spans,page_by_page", [(CHUNK, 2, False),
+                                                      (64 << 10, 4, True)])
+def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cache_env,
+                                                         chunk, spans, page_by_page):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    opts = ("-o", "chunk_size=%d,cache_mem=4M%s" % (
+        chunk, ",readahead=0,pushahead=0" if page_by_page else ""))
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        pass    # builds the index and keeps it in the index cache
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        victim, first, last = straddling_member(www / names[1], chunk, spans)
+        before = remote_stats(mnt)
+        data = read_page_by_page(mnt / victim) if page_by_page else \
+            (mnt / victim).read_bytes()
+        assert data == (ref / victim).read_bytes()
+        after = remote_stats(mnt)
+        assert after["requests"] - before["requests"] == 1, (before, after)
+        size = os.path.getsize(www / names[1])
+        assert after["bytes"] - before["bytes"] == \
+            min(size, (last + 1) * chunk) - first * chunk
 
 
 # A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
