@@ -129,12 +129,7 @@ void remote_release(void)
 	remote_s3_forget_listings();
 	free(remote_cfg.endpoint);
 	free(remote_cfg.region);
-	free(remote_cfg.access_key_id);
-	if (remote_cfg.secret_access_key)
-		memset(remote_cfg.secret_access_key, 0,
-		       strlen(remote_cfg.secret_access_key));
-	free(remote_cfg.secret_access_key);
-	free(remote_cfg.session_token);
+	remote_s3_forget_keys();
 	free(remote_cfg.cacert);
 	remote_cfg = (struct remote_config){ 0 };
 }

@@ -97,6 +97,8 @@ struct transfer {
 	const struct remote_piece *piece; /* where a read's body goes (buf
 				 * unused), or NULL */
 	unsigned npieces;	/* entries of piece */
+	unsigned key_gen;	/* generation of the keys that signed it */
+	bool keys_refreshed;	/* refused for stale keys once: re-read */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	size_t error_len;	/* bytes in error_body */
@@ -475,13 +477,12 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 }
 
 /* Add the SigV4 headers for @t's request to @hdrs.  0 or -errno. */
-static int sign_headers(const struct transfer *t, struct curl_slist **hdrs)
+static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 {
 	struct sigv4_signature *sig = malloc(sizeof(*sig));
 	struct sigv4_header host = { "host", t->o->host };
-	struct sigv4_key key = { remote_cfg.access_key_id,
-				 remote_cfg.secret_access_key,
-				 remote_cfg.session_token };
+	struct remote_keys k;
+	struct sigv4_key key = { k.key_id, k.secret, NULL };
 	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
 	struct sigv4_request req = { "GET", t->o->sign_path, t->query, &host, 1,
 				     SIGV4_EMPTY_SHA256, true };
@@ -490,7 +491,11 @@ static int sign_headers(const struct transfer *t, struct curl_slist **hdrs)
 
 	if (!sig)
 		return -ENOMEM;
+	remote_s3_keys(&k);
+	t->key_gen = k.gen;
+	key.session_token = k.token[0] ? k.token : NULL;
 	rc = sigv4_sign(&req, &key, &scope, sig);
+	explicit_bzero(k.secret, sizeof(k.secret));
 	if (!rc) {
 		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
 		*hdrs = curl_slist_append(*hdrs, line);
@@ -512,7 +517,7 @@ static int sign_headers(const struct transfer *t, struct curl_slist **hdrs)
 }
 
 /* The request headers of @t: Range, If-Match, the signature. */
-static int request_headers(const struct transfer *t, struct curl_slist **hdrs)
+static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 {
 	char line[REMOTE_ETAG_MAX + 64];
 
@@ -707,6 +712,28 @@ static void backoff(unsigned n, uint64_t deadline)
 }
 
 /*
+ * Was @t refused for keys that went stale (temporary credentials expired,
+ * or rotated by a credential agent)?  Then they are re-read, once per
+ * request, and it is worth one more try if they changed.
+ */
+static bool keys_stale(struct transfer *t)
+{
+	static const char *const stale[] = { " ExpiredToken", " InvalidAccessKeyId",
+		" SignatureDoesNotMatch", " InvalidToken", " TokenRefreshRequired" };
+	char code[64];
+
+	if (t->keys_refreshed || !t->o->sign_path || t->resp.status != 403)
+		return false;
+	error_code(t, code, sizeof(code));
+	for (size_t i = 0; i < sizeof(stale) / sizeof(*stale); i++)
+		if (!strcmp(code, stale[i])) {
+			t->keys_refreshed = true;
+			return remote_s3_keys_refresh(t->key_gen);
+		}
+	return false;
+}
+
+/*
  * Run @t until done, resuming at the byte reached after a transient
  * failure.  @classify decides what an attempt means.  0, or -EIO with
  * the last reason in @why.
@@ -727,6 +754,8 @@ static int run(struct transfer *t,
 		if (rc)
 			return snprintf(why, why_len, "%s", strerror(-rc)), rc;
 		out = classify(t, cerr, why, why_len);
+		if (out == OUTCOME_FAIL && keys_stale(t))
+			out = OUTCOME_RETRY;
 		if (t->got > before)
 			progress = remote_now_ms();
 		if (out == OUTCOME_DONE)

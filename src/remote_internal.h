@@ -54,10 +54,7 @@ struct remote_config {
 	char *endpoint;		/* S3 endpoint URL, no trailing '/' */
 	char *region;		/* S3 region */
 	bool virtual_hosted;	/* bucket in the host name, else in the path */
-	bool sign;		/* SigV4-sign S3 requests */
-	char *access_key_id;	/* S3 credentials when sign */
-	char *secret_access_key; /* never logged */
-	char *session_token;	/* NULL unless temporary credentials */
+	bool sign;		/* SigV4-sign S3 requests (remote_s3_keys()) */
 	char *cacert;		/* CA bundle, NULL: the system's */
 	uint64_t chunk_size;	/* bytes per ranged GET */
 	uint64_t cache_mem;	/* bytes of chunk buffers */
@@ -127,6 +124,34 @@ int remote_s3_lookup(struct remote_object *o);
 
 /* Drop what listings remembered (remote_release). */
 void remote_s3_forget_listings(void);
+
+/* A copy of the S3 credentials, taken to sign one request. */
+struct remote_keys {
+	char key_id[REMOTE_SECRET_MAX];	/* aws_access_key_id */
+	char secret[REMOTE_SECRET_MAX];	/* never logged; zeroed after use */
+	char token[REMOTE_SECRET_MAX];	/* session token, "" for none */
+	unsigned gen;			/* bumped by each change of the set */
+};
+
+/*
+ * Copy the current credentials into @k.  When they came from a file (-o
+ * credentials=, ~/.aws/credentials) that file is checked for a change
+ * (mtime, size, inode) at most once per S3_KEYS_CHECK_MS, and re-read when
+ * it changed: a credential agent that rewrites it is followed.  A read
+ * lock is held only for the copy; re-reading happens outside it.
+ */
+void remote_s3_keys(struct remote_keys *k);
+
+/*
+ * A request signed with generation @gen was refused as if its keys were
+ * stale (403 ExpiredToken, InvalidAccessKeyId, SignatureDoesNotMatch ...):
+ * re-read the credentials file now, whatever its mtime says.  True when
+ * the current set is newer than @gen (the request is worth one retry).
+ */
+bool remote_s3_keys_refresh(unsigned gen);
+
+/* Forget the credentials, zeroing the secret (remote_release). */
+void remote_s3_forget_keys(void);
 
 /* List every *.tar under s3://bucket/prefix, sorted, calling @add. */
 int remote_s3_list(const char *bucket, const char *prefix,

@@ -9,6 +9,16 @@
  * (~/.aws/credentials, ~/.aws/config) of the profile, then a default.
  * Credentials named by -o aws_profile= come from the files even when the
  * environment has keys, as with the CLI's --profile.
+ *
+ * Temporary credentials expire, and a credential agent (IRSA-like
+ * tooling, aws-vault, a cron job) rewrites the file with new ones: keys
+ * that came from a file are followed.  The file is stat'ed at most once
+ * per S3_KEYS_CHECK_MS and re-read when its mtime, size or inode changed,
+ * and re-read at once when the server refuses a request as if its keys
+ * were stale (remote_http.c then retries it once).  Requests copy the
+ * current set under a read lock (a few KB of memcpy); a new set is
+ * swapped in under the write lock with a new generation number, after
+ * the file was read outside it.  Keys from the environment cannot change.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -26,6 +36,10 @@
 #include "shardfs/remote.h"
 #include "shardfs/sigv4.h"
 #include "shardfs/util.h"
+
+/* How often (ms) the credentials file is checked for a change: one
+ * stat(2) per second at most, not one per request. */
+#define S3_KEYS_CHECK_MS 1000
 
 /* Largest ListObjectsV2 page accepted (1,000 keys are about 300 KB). */
 #define S3_LIST_PAGE_MAX (16u << 20)
@@ -74,6 +88,20 @@ static void profile_values_free(struct profile_values *v)
 	free(v->token);
 	free(v->region);
 }
+
+/* The credentials requests are signed with. */
+static struct {
+	pthread_rwlock_t lock;	/* guards cur, only while it is copied */
+	struct remote_keys cur;	/* the current set; key_id "": none */
+	pthread_mutex_t reload;	/* one re-read at a time; guards below */
+	char *path;		/* file they came from; NULL: environment */
+	char *profile;		/* its section */
+	struct stat seen;	/* its state when last read */
+	atomic_ullong checked_ms; /* when path was last stat'ed */
+} keys = {
+	.lock = PTHREAD_RWLOCK_INITIALIZER,
+	.reload = PTHREAD_MUTEX_INITIALIZER,
+};
 
 /* Is "[...]" line @l the section of @profile? "[p]" or "[profile p]". */
 static bool is_section(const char *l, const char *profile)
@@ -166,13 +194,15 @@ static char *dup_env(const char *name)
 	return v && *v ? strdup(v) : NULL;
 }
 
-/* Credentials into remote_cfg, from -o credentials, env or the files. */
+/* Credentials from -o credentials, env or the files; *@from gets the
+ * credentials file (malloc'ed) unless they came from the environment. */
 static int find_credentials(const struct remote_options *ro, const char *profile,
-			    struct profile_values *v)
+			    struct profile_values *v, char **from)
 {
 	char path[4096];
 
 	if (ro->credentials) {
+		*from = strdup(ro->credentials);
 		int rc = read_profile(ro->credentials, profile, v);
 		struct stat st;
 
@@ -196,8 +226,141 @@ static int find_credentials(const struct remote_options *ro, const char *profile
 	}
 	home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials", path, sizeof(path));
 	read_profile(path, profile, v);
+	*from = strdup(path);
 	home_file("AWS_CONFIG_FILE", ".aws/config", path, sizeof(path));
 	read_profile(path, profile, v);
+	return 0;
+}
+
+/* Make @v's keys the current set, a new generation. */
+static void keys_publish(const struct profile_values *v)
+{
+	pthread_rwlock_wrlock(&keys.lock);
+	snprintf(keys.cur.key_id, sizeof(keys.cur.key_id), "%s", v->key_id);
+	snprintf(keys.cur.secret, sizeof(keys.cur.secret), "%s", v->secret);
+	snprintf(keys.cur.token, sizeof(keys.cur.token), "%s", v->token ?: "");
+	keys.cur.gen++;
+	pthread_rwlock_unlock(&keys.lock);
+}
+
+/* Do @v's keys differ from the current set? */
+static bool keys_differ(const struct profile_values *v)
+{
+	bool differ;
+
+	pthread_rwlock_rdlock(&keys.lock);
+	differ = strcmp(keys.cur.key_id, v->key_id) || strcmp(keys.cur.secret, v->secret) ||
+		 strcmp(keys.cur.token, v->token ?: "");
+	pthread_rwlock_unlock(&keys.lock);
+	return differ;
+}
+
+/* Re-read the credentials file (reload held); true when it held a
+ * complete set other than the current one, now current.  A file that
+ * cannot be read, or is incomplete (half rewritten), keeps the current
+ * set; its next change is read again. */
+static bool keys_reload(void)
+{
+	struct profile_values v = { 0 };
+	struct stat st;
+	bool changed = false;
+	int rc = stat(keys.path, &st) ? -errno : read_profile(keys.path, keys.profile, &v);
+
+	if (!rc && (!v.key_id || !v.secret))
+		rc = -ENODATA;
+	if (rc) {
+		log_warn("%s: new credentials not read (%s); the current ones stay in use",
+			 keys.path, rc == -ENODATA ? "no complete key pair in it" :
+			 strerror(-rc));
+	} else {
+		keys.seen = st;
+		changed = keys_differ(&v);
+		if (changed)
+			keys_publish(&v);
+		if (changed)
+			log_info("%s: credentials changed; requests are signed with the "
+				 "new ones", keys.path);
+	}
+	profile_values_free(&v);
+	return changed;
+}
+
+/* Has the file's state changed since it was read? */
+static bool file_changed(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino != b->st_ino || a->st_size != b->st_size ||
+	       a->st_mtim.tv_sec != b->st_mtim.tv_sec ||
+	       a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
+}
+
+/* Re-read the credentials file if it changed; one thread per
+ * S3_KEYS_CHECK_MS looks. */
+static void keys_check(void)
+{
+	unsigned long long now = remote_now_ms();
+	unsigned long long last = atomic_load_explicit(&keys.checked_ms, memory_order_relaxed);
+	struct stat st;
+
+	if (!keys.path || now - last < S3_KEYS_CHECK_MS ||
+	    !atomic_compare_exchange_strong_explicit(&keys.checked_ms, &last, now,
+						     memory_order_relaxed,
+						     memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&keys.reload);
+	if (!stat(keys.path, &st) && file_changed(&st, &keys.seen))
+		keys_reload();
+	pthread_mutex_unlock(&keys.reload);
+}
+
+void remote_s3_keys(struct remote_keys *k)
+{
+	keys_check();
+	pthread_rwlock_rdlock(&keys.lock);
+	strcpy(k->key_id, keys.cur.key_id);
+	strcpy(k->secret, keys.cur.secret);
+	strcpy(k->token, keys.cur.token);
+	k->gen = keys.cur.gen;
+	pthread_rwlock_unlock(&keys.lock);
+}
+
+bool remote_s3_keys_refresh(unsigned gen)
+{
+	bool newer;
+
+	if (!keys.path)
+		return false;
+	pthread_mutex_lock(&keys.reload);
+	pthread_rwlock_rdlock(&keys.lock);
+	newer = keys.cur.gen != gen;	/* another request re-read them */
+	pthread_rwlock_unlock(&keys.lock);
+	if (!newer)
+		newer = keys_reload();
+	pthread_mutex_unlock(&keys.reload);
+	return newer;
+}
+
+void remote_s3_forget_keys(void)
+{
+	pthread_rwlock_wrlock(&keys.lock);
+	explicit_bzero(keys.cur.secret, sizeof(keys.cur.secret));
+	keys.cur.key_id[0] = keys.cur.token[0] = '\0';
+	pthread_rwlock_unlock(&keys.lock);
+	free(keys.path);
+	free(keys.profile);
+	keys.path = keys.profile = NULL;
+}
+
+/* Remember where the credentials of @v came from (@from, taken), to
+ * follow changes there. */
+static int keys_follow(char *from, const char *profile)
+{
+	keys.path = from;
+	keys.profile = strdup(profile);
+	if (!keys.profile)
+		return -ENOMEM;
+	if (stat(from, &keys.seen))
+		memset(&keys.seen, 0, sizeof(keys.seen));
+	atomic_store_explicit(&keys.checked_ms, remote_now_ms(), memory_order_relaxed);
 	return 0;
 }
 
@@ -238,11 +401,12 @@ int remote_s3_configure(const struct remote_options *ro)
 {
 	const char *profile = ro->profile ?: getenv("AWS_PROFILE") ?: "default";
 	struct profile_values v = { 0 };
+	char *from = NULL;
 	int rc = 0;
 
 	remote_cfg.sign = !ro->no_sign_request;
 	if (remote_cfg.sign)
-		rc = find_credentials(ro, profile, &v);
+		rc = find_credentials(ro, profile, &v, &from);
 	if (!rc && !v.region) {
 		char path[4096];
 
@@ -251,11 +415,12 @@ int remote_s3_configure(const struct remote_options *ro)
 	}
 	rc = rc ?: find_location(ro, &v);
 	if (!rc && remote_cfg.sign && v.key_id && v.secret) {
-		remote_cfg.access_key_id = v.key_id;
-		remote_cfg.secret_access_key = v.secret;
-		remote_cfg.session_token = v.token;
-		v.key_id = v.secret = v.token = NULL;
+		keys_publish(&v);
+		if (from)
+			rc = keys_follow(from, profile);
+		from = NULL;
 	}
+	free(from);
 	profile_values_free(&v);
 	return rc;
 }
@@ -294,7 +459,7 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 	char ebucket[3 * 64 + 1];
 	int n;
 
-	if (remote_cfg.sign && !remote_cfg.access_key_id)
+	if (remote_cfg.sign && !keys.cur.key_id[0])	/* set before any thread */
 		return log_format(msg, msg_len, -EACCES, "%s: no AWS credentials (from "
 				  "-o credentials=FILE, AWS_ACCESS_KEY_ID and "
 				  "AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials); "

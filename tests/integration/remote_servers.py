@@ -9,7 +9,9 @@ stopped by the tests themselves, each on a free port of 127.0.0.1:
   503 bursts or stalls on demand, and counts what it forwards;
 - s3rver (npm, on the machine's Node.js) behind a proxy which
   recomputes every request's signature with botocore from the request as
-  received and answers 403 SignatureDoesNotMatch on a mismatch.  s3rver
+  received and answers 403 SignatureDoesNotMatch on a mismatch, and 403
+  InvalidAccessKeyId for a key id it does not accept (S3Stats.keys: a
+  test rotates the credentials by changing them).  s3rver
   checks no signature itself and misreads ranges ending at byte 0 (it
   answers "bytes=0-0" with the whole object, as 206): what the S3 tests
   prove about signing comes from the proxy, and shardfs's probe accepts a
@@ -270,7 +272,8 @@ def install_s3rver():
     return cli
 
 
-def botocore_signature(method, raw_path, headers, token=None):
+def botocore_signature(method, raw_path, headers, token=None, key=ACCESS_KEY,
+                       secret=SECRET_KEY):
     """The SigV4 signature botocore computes for the request as received:
     the path and query exactly as on the request line (S3 does not
     normalise), the headers the client says it signed."""
@@ -283,7 +286,7 @@ def botocore_signature(method, raw_path, headers, token=None):
     req = AWSRequest(method=method, url="http://%s%s" % (headers["Host"], raw_path),
                      headers={h: headers[h] for h in signed if h in headers})
     req.context["timestamp"] = headers["X-Amz-Date"]
-    signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY, token), "s3", REGION)
+    signer = S3SigV4Auth(Credentials(key, secret, token), "s3", REGION)
     canonical = signer.canonical_request(req)
     return signer.signature(signer.string_to_sign(req, canonical), req)
 
@@ -293,6 +296,7 @@ class S3Stats:
         self.lock = threading.Lock()
         self.requests = []      # (method, path) of every request
         self.rejected = 0       # requests answered 403 by the check
+        self.keys = {ACCESS_KEY: SECRET_KEY}  # key id -> secret accepted
         self.upload = None      # upload(bucket, key, path), set by s3_server
 
 
@@ -367,8 +371,17 @@ def _sigv4_proxy(upstream_port, stats):
                 stats.requests.append(("GET", self.path))
             if "Authorization" not in self.headers:
                 return self.forward()
+            key = self.headers["Authorization"].split("Credential=")[-1].split("/")[0]
+            with stats.lock:
+                secret = stats.keys.get(key)
+            if secret is None:
+                with stats.lock:
+                    stats.rejected += 1
+                return self.refuse("InvalidAccessKeyId", "The AWS Access Key Id you "
+                                   "provided does not exist in our records.")
             expected = botocore_signature("GET", self.path, self.headers,
-                                          self.headers.get("X-Amz-Security-Token"))
+                                          self.headers.get("X-Amz-Security-Token"),
+                                          key, secret)
             got = self.headers["Authorization"].split("Signature=")[-1]
             if got != expected:
                 with stats.lock:

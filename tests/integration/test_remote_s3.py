@@ -18,9 +18,16 @@ does and does not prove).
   the index published next to the shards (no probe per shard).
 - The secret appears nowhere: not in messages (even at debug level), not
   in /.shardfs/.
+- Rotated credentials: the server accepts only new keys, the credentials
+  file is rewritten mid-mount (as a credential agent does), and reads go
+  on with the right bytes, whether the change is noticed by its mtime or
+  by the refusal of a request signed with the old keys.
 """
+import errno
+import hashlib
 import os
 import re
+import time
 
 import pytest
 
@@ -145,6 +152,69 @@ def test_wrong_secret_is_refused_and_secret_never_shown(s3, tmp_path):
             with open(tmp_path / "mnt" / ".shardfs" / name) as f:
                 assert rs.SECRET_KEY not in f.read()
         assert rs.SECRET_KEY not in proc.stderr
+
+
+def write_credentials(path, key, secret, token):
+    """Write an AWS credentials file as an agent does: a new file renamed
+    over the old one."""
+    tmp = path.with_suffix(".new")
+    tmp.write_text("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n"
+                   "aws_session_token=%s\n" % (key, secret, token))
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+
+
+@pytest.mark.parametrize("noticed_by", ["mtime", "refusal"])
+def test_rotated_credentials_are_picked_up(s3, tmp_path, noticed_by):
+    stats, url, _, names, ref = s3
+    creds = tmp_path / "creds.ini"
+    write_credentials(creds, rs.ACCESS_KEY, rs.SECRET_KEY, "token-one")
+    mnt = tmp_path / "mnt"
+    want = digests(ref)
+    # as long as the old ones: a file of the same size
+    new_key = ("AKIDROTATED" + noticed_by.upper())[:15].ljust(15, "X")
+    new_secret = ("rotated/secret+" + noticed_by)[:23].ljust(23, "x")
+    log = tmp_path / "shardfs.log"
+    try:
+        # 64 KiB chunks in 256 KiB: every file read later is a new GET
+        with lib.mounted("s3://%s/%s" % (BUCKET, PREFIX), mnt,
+                         *options(url, "credentials=%s" % creds,
+                                  "chunk_size=64K,cache_mem=256K,log=%s" % log),
+                         env=clean_env(tmp_path)):
+            files = sorted(want)
+            half = len(files) // 2
+            for p in files[:half]:
+                assert lib.read_member(mnt / p)[1] is None, p
+            old = os.stat(creds)
+            with stats.lock:
+                stats.keys = {new_key: new_secret}
+            rejected = stats.rejected
+            if noticed_by == "refusal":
+                # rewritten in place, the same size and mtime: only a
+                # refused request tells
+                creds.write_text(creds.read_text().replace(rs.ACCESS_KEY, new_key)
+                                 .replace(rs.SECRET_KEY, new_secret)
+                                 .replace("token-one", "token-two"))
+                os.utime(creds, ns=(old.st_atime_ns, old.st_mtime_ns))
+                assert os.stat(creds).st_size == old.st_size
+                assert os.stat(creds).st_ino == old.st_ino
+            else:
+                write_credentials(creds, new_key, new_secret, "token-two")
+                time.sleep(1.2)     # past the check interval
+            for p in files[half:]:
+                data, err = lib.read_member(mnt / p)
+                assert err is None, (p, errno.errorcode.get(err))
+                assert hashlib.sha256(data).hexdigest() == want[p], p
+            st = remote_stats(mnt)
+            assert st["errors"] == 0, st
+        if noticed_by == "refusal":
+            assert stats.rejected > rejected
+        text = log.read_text()
+        assert "credentials changed" in text, text
+        assert new_secret not in text and rs.SECRET_KEY not in text
+    finally:
+        with stats.lock:
+            stats.keys = {rs.ACCESS_KEY: rs.SECRET_KEY}
 
 
 def test_no_sign_request(s3, tmp_path):

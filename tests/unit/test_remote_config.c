@@ -42,6 +42,15 @@ static void write_file(const char *rel, const char *text)
 	fclose(f);
 }
 
+/* The current credentials (a copy, as a request takes them). */
+static struct remote_keys *keys(void)
+{
+	static struct remote_keys k;
+
+	remote_s3_keys(&k);
+	return &k;
+}
+
 static int setup(void **state)
 {
 	static const char *const vars[] = {
@@ -82,9 +91,9 @@ static void test_shared_files_default_profile(void **state)
 	struct remote_options ro = { 0 };
 
 	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(remote_cfg.access_key_id, "DEFAULTKEY");
-	assert_string_equal(remote_cfg.secret_access_key, "defaultsecret");
-	assert_null(remote_cfg.session_token);
+	assert_string_equal(keys()->key_id, "DEFAULTKEY");
+	assert_string_equal(keys()->secret, "defaultsecret");
+	assert_string_equal(keys()->token, "");
 	assert_string_equal(remote_cfg.region, "eu-west-1");
 	assert_string_equal(remote_cfg.endpoint, "https://s3.eu-west-1.amazonaws.com");
 	assert_true(remote_cfg.virtual_hosted);
@@ -100,15 +109,17 @@ static void test_environment_then_profile_option(void **state)
 	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
 	setenv("AWS_REGION", "us-west-2", 1);
 	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(remote_cfg.access_key_id, "ENVKEY");
+	assert_string_equal(keys()->key_id, "ENVKEY");
 	assert_string_equal(remote_cfg.region, "us-west-2");
+	/* keys from the environment cannot change: nothing to re-read */
+	assert_false(remote_s3_keys_refresh(keys()->gen));
 	remote_release();
 	/* a profile named on the command line wins over the environment's keys */
 	ro.profile = "train";
 	unsetenv("AWS_REGION");
 	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(remote_cfg.access_key_id, "TRAINKEY");
-	assert_string_equal(remote_cfg.session_token, "traintoken");
+	assert_string_equal(keys()->key_id, "TRAINKEY");
+	assert_string_equal(keys()->token, "traintoken");
 	assert_string_equal(remote_cfg.region, "ap-south-1");
 }
 
@@ -125,7 +136,7 @@ static void test_credentials_file_option_wins(void **state)
 	setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
 	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(remote_cfg.access_key_id, "FILEKEY");
+	assert_string_equal(keys()->key_id, "FILEKEY");
 	assert_string_equal(remote_cfg.region, "us-east-2");
 	assert_string_equal(remote_cfg.endpoint, "http://127.0.0.1:9000");
 	assert_false(remote_cfg.virtual_hosted);	/* an endpoint: path style */
@@ -133,6 +144,48 @@ static void test_credentials_file_option_wins(void **state)
 	/* a file without the keys is an error, not anonymous access */
 	write_file("creds.ini", "[other]\naws_access_key_id=X\n");
 	assert_int_equal(remote_init(&ro), -EINVAL);
+}
+
+/* A credentials file rewritten under the mount (a credential agent) is
+ * re-read: when it changed (after S3_KEYS_CHECK_MS), or at once after a
+ * refusal; a half-written one keeps the keys in use. */
+static void test_credentials_file_rewritten(void **state)
+{
+	char path[300];
+	struct remote_options ro = { .credentials = path, .region = "us-east-2",
+				     .endpoint = "http://127.0.0.1:9000/" };
+	unsigned gen;
+
+	snprintf(path, sizeof(path), "%s/creds.ini", home);
+	write_file("creds.ini", "[default]\naws_access_key_id=OLDKEY\n"
+		   "aws_secret_access_key=oldsecret\n");
+	chmod(path, 0600);
+	assert_int_equal(remote_init(&ro), 0);
+	gen = keys()->gen;
+	/* unchanged: a refusal re-reads it and finds nothing newer */
+	assert_false(remote_s3_keys_refresh(gen));
+	/* half written: no complete pair, the old keys stay */
+	write_file("creds.ini", "[default]\naws_access_key_id=NEWKEY\n");
+	assert_false(remote_s3_keys_refresh(gen));
+	assert_string_equal(keys()->key_id, "OLDKEY");
+	write_file("creds.ini", "[default]\naws_access_key_id=NEWKEY\n"
+		   "aws_secret_access_key=newsecret\naws_session_token=newtoken\n");
+	assert_true(remote_s3_keys_refresh(gen));
+	assert_string_equal(keys()->key_id, "NEWKEY");
+	assert_string_equal(keys()->secret, "newsecret");
+	assert_string_equal(keys()->token, "newtoken");
+	assert_true(keys()->gen != gen);
+	/* a request signed with the old keys that comes back refused later:
+	 * the newer set is already there, worth a retry */
+	assert_true(remote_s3_keys_refresh(gen));
+	/* a change is noticed by requests, once the check interval passed */
+	gen = keys()->gen;
+	write_file("creds.ini", "[default]\naws_access_key_id=THIRDKEY\n"
+		   "aws_secret_access_key=thirdsecret\n");
+	usleep(1100 * 1000);
+	assert_string_equal(keys()->key_id, "THIRDKEY");
+	assert_string_equal(keys()->token, "");
+	assert_true(keys()->gen != gen);
 }
 
 static void test_bad_options(void **state)
@@ -211,6 +264,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shared_files_default_profile, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_environment_then_profile_option, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_credentials_file_option_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_credentials_file_rewritten, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addressing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
