@@ -529,13 +529,15 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	last = (off + len - 1) / cc.chunk_size;
 	/* a reader stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
-	 * ahead of it, past those it reads now (they come with its miss) */
+	 * ahead of it (from the next chunk: starting past the chunks of this
+	 * read put the window one chunk further out, which in a cache of 8
+	 * slots fetched a chunk twice) */
 	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
 	if (prev != UINT64_MAX && prev + 1 == first) {
 		chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
 		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
 		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
-			chunk_cache_willneed(ow, (last + 1) * cc.chunk_size, cc.chunk_size);
+			chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
 	}
 	while (done < len) {
 		uint64_t pos = off + done, index = pos / cc.chunk_size;
