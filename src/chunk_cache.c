@@ -613,12 +613,23 @@ static void start_workers(void)
 		cc.nworkers++;
 }
 
+/* Chunks fetched ahead of one stream at most: a quarter of the cache. */
+static unsigned window_max(void)
+{
+	return cc.nr / 4 ? cc.nr / 4 : 1;
+}
+
+uint64_t chunk_cache_ahead_max(void)
+{
+	return window_max() * cc.chunk_size / 2;
+}
+
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
 	uint64_t first = off / cc.chunk_size, nchunks = (ow->size + cc.chunk_size - 1) /
 							 cc.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
-	unsigned cap = cc.nr / 4 ? cc.nr / 4 : 1;
+	unsigned cap = window_max();
 
 	if (off >= ow->size)
 		return;

@@ -257,6 +257,15 @@ static void end_window(struct pushahead *p, uint32_t shard)
 	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
 }
 
+/* The window of @shard: smaller than p->window where its source's cache
+ * holds less (a remote shard's chunk cache, ahead_max in source.h). */
+static uint64_t stream_window(const struct pushahead *p, uint32_t shard)
+{
+	uint64_t max = p->set->shards[shard].src->ahead_max;
+
+	return max && max < p->window ? max : p->window;
+}
+
 /*
  * Extend the window of @s to @want bytes past the reader, as far as the
  * bound allows, leaving out the member in the middle of the extension as
@@ -266,10 +275,11 @@ static bool extend_window(struct pushahead *p, uint32_t shard, uint64_t pos)
 {
 	struct pushahead_stream *s = &p->streams[shard];
 	uint64_t to = atomic_load_explicit(&s->to, memory_order_relaxed);
-	uint64_t got, want = pos + p->window, last = shard_end(p, shard);
+	uint64_t window = stream_window(p, shard);
+	uint64_t got, want = pos + window, last = shard_end(p, shard);
 	uint32_t trip;
 
-	if (to && to >= want - p->window / 2)
+	if (to && to >= want - window / 2)
 		return false;	/* more than half a window still ahead */
 	if (!to)
 		to = pos;

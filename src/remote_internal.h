@@ -244,6 +244,14 @@ struct chunk_owner {
 int chunk_cache_init(uint64_t chunk_size, uint64_t mem);
 void chunk_cache_release(void);
 
+/* Bytes a reader ahead of the readers of a shard (push-ahead) may read
+ * past them: half of what the cache fetches ahead of one stream (which is
+ * a quarter of the cache), so that its reads find the chunks prefetched
+ * for the stream and evict none that the readers still need.  Measured
+ * with 8 slots of 256 KiB, three shards read in turn: the full window
+ * fetched one chunk twice, half of it none. */
+uint64_t chunk_cache_ahead_max(void);
+
 /* Read through the cache; the shard_source read() contract. */
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off);

@@ -125,7 +125,8 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 	if (rc)
 		goto out_free;
 	remote_cfg.used = true;
-	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size };
+	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
+					 .ahead_max = chunk_cache_ahead_max() };
 	r->owner = (struct chunk_owner){ .obj = &r->obj, .size = r->obj.size,
 					 .last_chunk = UINT64_MAX };
 	info->stored_size = r->obj.size;

@@ -648,7 +648,9 @@ int seekable_open(struct shard_source *raw, const char *name,
 		free(s);
 		return -ENOMEM;
 	}
-	s->base = (struct shard_source){ .ops = &seekable_ops, .encoding = codec->name };
+	/* a stream's bytes are no fewer than their compressed bytes */
+	s->base = (struct shard_source){ .ops = &seekable_ops, .encoding = codec->name,
+					 .ahead_max = raw->ahead_max };
 	s->raw = raw;
 	s->codec = codec;
 	*src = &s->base;

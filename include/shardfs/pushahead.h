@@ -19,7 +19,8 @@
  * moves the window on.  A READ elsewhere with no forward streak (a jump)
  * ends the window; so does a reader that stops for
  * SHARDFS_PUSHAHEAD_IDLE_MS.  Each window is at most
- * SHARDFS_PUSHAHEAD_WINDOW bytes, and all of them together at most the
+ * SHARDFS_PUSHAHEAD_WINDOW bytes (less where the shard's source says its
+ * cache holds less: ahead_max in source.h, a remote shard's chunks), and all of them together at most the
  * bound (-o pushahead=SIZE): bytes are reserved from it before they are
  * asked for, and given back as the reader passes them or the window ends.
  *

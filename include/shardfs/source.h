@@ -85,6 +85,10 @@ struct shard_source {
 	uint64_t size;		/* bytes of the tar stream served (0 for a
 				 * compressed source without a seek table) */
 	const char *encoding;	/* "gzip", ...; NULL for a plain tar */
+	uint64_t ahead_max;	/* bytes a reader ahead of the others (push-
+				 * ahead) may read past them without evicting
+				 * what they need from the source's bounded
+				 * cache (a remote shard's chunks); 0: any */
 };
 
 /* What opening a source learnt about the stored object. */

@@ -208,8 +208,12 @@ def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cac
 
 
 # A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
-# (8 MiB), whose reads then evict the chunks the reader comes back for: the
-# tight cache is tested without push-ahead, the defaults with it.
+# (8 MiB). On a remote shard push-ahead reads at most half the stream's
+# prefetch window ahead (ahead_max in source.h), which brought this case
+# from 3-5 chunks fetched twice to none in most runs; about 1 run in 10
+# still fetches one chunk twice (one over the bound below), so the tight
+# cache is tested without push-ahead until that is found, the defaults
+# with it.
 @pytest.mark.parametrize("options", [
     "chunk_size=256K,cache_mem=2M,pushahead=0",
     "chunk_size=256K,cache_mem=32M",
