@@ -72,6 +72,19 @@ def requests(mnt):
     return st["requests"] - st["retries"]
 
 
+def settled_stats(mnt, timeout=20):
+    """remote_stats once the GETs in flight finished: a read returns as
+    soon as its bytes came, its GET goes on to the end of its chunk."""
+    st, deadline = remote_stats(mnt), time.time() + timeout
+    while time.time() < deadline:
+        time.sleep(0.2)
+        now = remote_stats(mnt)
+        if now["bytes"] == st["bytes"]:
+            break
+        st = now
+    return st
+
+
 def spec(url, names):
     return "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
 
@@ -100,7 +113,7 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
             assert data == f.read()
         assert requests(mnt) == len(names) + 1
         # a full read of one shard: at most ceil(size/chunk) + 1 GETs
-        before = remote_stats(mnt)
+        before = settled_stats(mnt)
         first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
         for p in first:
             lib.read_member(mnt / p)
@@ -193,18 +206,11 @@ def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cac
         data = read_page_by_page(mnt / victim) if page_by_page else \
             (mnt / victim).read_bytes()
         assert data == (ref / victim).read_bytes()
-        # the read returns as soon as its bytes came; the GET goes on to
-        # the end of its last chunk
+        after = settled_stats(mnt)
         size = os.path.getsize(www / names[1])
-        want = min(size, (last + 1) * chunk) - first * chunk
-        deadline = time.time() + 20
-        while remote_stats(mnt)["bytes"] - before["bytes"] < want and \
-                time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)
-        after = remote_stats(mnt)
         assert after["requests"] - before["requests"] == 1, (before, after)
-        assert after["bytes"] - before["bytes"] == want
+        assert after["bytes"] - before["bytes"] == \
+            min(size, (last + 1) * chunk) - first * chunk
 
 
 # A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
