@@ -15,8 +15,13 @@
  * ends with a seek table, a skippable frame listing every frame's
  * compressed and decompressed size: its frames become the points without
  * decoding anything.  The table is untrusted: its sizes must add up to
- * the file, and every frame must start with a frame header stating the
- * table's decompressed size (zstd then checks it as the frame decodes).
+ * the file, every frame must start with a frame header stating the
+ * table's decompressed size (zstd then checks it as the frame decodes),
+ * and its block headers, walked (one small read per block of up to
+ * 128 KiB, nothing decoded), must end the frame where the table's
+ * compressed size says: an entry spanning two frames but stating the
+ * first's size would otherwise shift everything after it
+ * (tests/fuzz/fuzz_zstd_seek_table.c tries such tables).
  * A decompressed size no header states could only be checked by decoding
  * every frame before it (a wrong one shifts the rest of the stream), so
  * such a table is not used; a wrong one is ignored with a warning.  Either
@@ -28,7 +33,9 @@
  * are checked by the frame checksum when there is one); the seekable
  * format's trailing seek table is a skippable frame, skipped like any
  * other.  A frame that does not decode is a BAD point sized by its
- * header's content size, or, without one, the stream ends there.
+ * header's content size, or, without one (or with one larger than its
+ * compressed bytes could make: 128 KiB per 4-byte RLE block), the stream
+ * ends there.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -58,6 +65,19 @@
 #define ZS_SEEKABLE_MAX_FRAMES (1u << 27)
 /* Smallest zstd frame: magic, frame header, one block header. */
 #define ZS_FRAME_MIN 9
+/* Frame header descriptor (RFC 8878 3.1.1.1.1): content checksum flag. */
+#define ZS_DESC_CHECKSUM 0x04u
+/* Block header (RFC 8878 3.1.1.2): its bytes, the last-block bit, an RLE
+ * block (one byte stored), the reserved type; content checksum bytes. */
+#define ZS_BLOCK_HEADER 3
+#define ZS_BLOCK_LAST 1u
+#define ZS_BLOCK_RLE 1u
+#define ZS_BLOCK_RESERVED 3u
+#define ZS_FRAME_CHECKSUM 4
+/* Most output of one block (ZSTD_BLOCKSIZE_MAX), which an RLE block
+ * makes from ZS_RLE_BLOCK bytes: no frame decodes to more per byte. */
+#define ZS_BLOCK_MAX (128u << 10)
+#define ZS_RLE_BLOCK 4
 
 static uint32_t le32(const unsigned char *p)
 {
@@ -143,19 +163,23 @@ static int zs_frame(void *ctx, uint64_t at, bool record, uint64_t *next)
 	return 0;
 }
 
-/* A damaged frame's output: its header's content size, when it has one
- * and the header is intact. */
+/* A damaged frame's output: its header's content size, when it has one,
+ * the header is intact and the size is one its compressed bytes (up to
+ * the next frame found, or the end) could make: a forged size would make
+ * the tar stream end past any sense, or wrap. */
 static uint64_t zs_lost_size(void *ctx, uint64_t at, uint64_t found,
 			     uint64_t decoded)
 {
 	struct zs_builder *b = ctx;
+	uint64_t end = found > at ? found : b->s->raw->size;
+	uint64_t most = ((end - at) / ZS_RLE_BLOCK + 1) * ZS_BLOCK_MAX;
 	unsigned char head[ZS_FRAME_HEADER_MAX];
 	ssize_t n = b->s->raw->ops->read(b->s->raw, head, sizeof(head), at);
 	unsigned long long size = n > 0 ? ZSTD_getFrameContentSize(head, (size_t)n)
 					: ZSTD_CONTENTSIZE_ERROR;
 
 	if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR ||
-	    size < decoded)
+	    size < decoded || size > most)
 		return SEEKABLE_LOST_UNKNOWN;
 	return size;
 }
@@ -183,6 +207,58 @@ static int zs_table_wrong(struct zs_builder *b, uint64_t at, const char *why)
 	return zs_table_unused(b);
 }
 
+/* Bytes of the header of the frame at @head (magic included), 0 if bad:
+ * magic and descriptor, a window byte unless single-segment, then the
+ * dictionary ID and content size in the sizes the descriptor gives. */
+static size_t zs_header_size(const unsigned char *head, size_t n)
+{
+	static const unsigned char did[4] = { 0, 1, 2, 4 }, fcs[4] = { 0, 2, 4, 8 };
+	unsigned desc, single;
+
+	if (n < 5)
+		return 0;
+	desc = head[4];
+	single = desc >> 5 & 1;
+	return 5 + !single + did[desc & 3] + (desc >> 6 ? fcs[desc >> 6] : single);
+}
+
+/*
+ * Does the frame at compressed offset @at, whose header is @head (@n
+ * bytes), end exactly @c bytes later?  Its block headers are walked: a
+ * table entry spanning two frames, or part of one, would shift the rest
+ * of the stream.  1, 0 (not), or -errno.
+ */
+static int zs_frame_ends(struct zs_builder *b, uint64_t at, uint32_t c,
+			 const unsigned char *head, size_t n)
+{
+	struct shard_source *raw = b->s->raw;
+	uint64_t end = at + c, pos = at + zs_header_size(head, n);
+	unsigned char bh[ZS_BLOCK_HEADER];
+
+	if (pos == at)
+		return 0;
+	for (;;) {
+		uint32_t h, type;
+		ssize_t got;
+
+		if (pos + ZS_BLOCK_HEADER > end)
+			return 0;
+		got = raw->ops->read(raw, bh, sizeof(bh), pos);
+		if (got < 0)
+			return (int)got;
+		if (got != sizeof(bh))
+			return 0;
+		h = bh[0] | bh[1] << 8 | (uint32_t)bh[2] << 16;
+		type = h >> 1 & 3;
+		if (type == ZS_BLOCK_RESERVED)
+			return 0;
+		pos += ZS_BLOCK_HEADER + (type == ZS_BLOCK_RLE ? 1 : h >> 3);
+		if (h & ZS_BLOCK_LAST)
+			break;
+	}
+	return pos + (head[4] & ZS_DESC_CHECKSUM ? ZS_FRAME_CHECKSUM : 0) == end;
+}
+
 /*
  * The table entry at @entry says the frame at compressed offset @at is
  * @c bytes and decodes to @d: the stream's next frame, a point when it
@@ -196,6 +272,7 @@ static int zs_table_frame(struct zs_builder *b, uint64_t entry, uint64_t at,
 	unsigned char head[ZS_FRAME_HEADER_MAX];
 	unsigned long long size;
 	ssize_t n;
+	int rc;
 
 	if (c < ZS_FRAME_MIN || d == 0)
 		return zs_table_wrong(b, entry, "an entry with no frame");
@@ -213,6 +290,11 @@ static int zs_table_frame(struct zs_builder *b, uint64_t entry, uint64_t at,
 	}
 	if (size != d)
 		return zs_table_wrong(b, at, "a frame's size is not the table's");
+	rc = zs_frame_ends(b, at, c, head, (size_t)n);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return zs_table_wrong(b, at, "a frame's length is not the table's");
 	/* frames closer than a member span share a point, as when scanned */
 	if ((b->t->nr == 0 || b->t->total - b->t->points[b->t->nr - 1].out >=
 	     SEEK_TABLE_MEMBER_SPAN) && seek_builder_add(b->t, SEEK_POINT_MEMBER, at, 0))

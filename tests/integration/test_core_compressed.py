@@ -396,13 +396,19 @@ def test_zstd_seekable_format_wrong_tables(tmp_path, corpus):
     entry_at = lambda k: table_at + 8 + 12 * k
     shorter = [(c - (k == len(entries) - 1), n, x) for k, (c, n, x) in enumerate(entries)]
     moved = [(c + (k == 3), n, x) for k, (c, n, x) in enumerate(entries)]
+    # the first entry spans two frames but states the first's size: taken
+    # as it is, every member after the first frame would read shifted
+    merged = [(entries[0][0] + entries[1][0], entries[0][1], entries[0][2])] + entries[2:]
     past = [(c + (data_len if k == 5 else 0), n, x) for k, (c, n, x) in enumerate(entries)]
     resized = [(c, n + 512 * (k == 2) - 512 * (k == 3), x) for k, (c, n, x) in enumerate(entries)]
     empty = [(c, 0 if k == 1 else n, x) for k, (c, n, x) in enumerate(entries)]
     cases = {
-        "sizes": (seek_table(shorter), "frame sizes do not add up to it", table_at),
-        "moved": (seek_table(moved), "no zstd frame where it says",
-                  sum(len(f) for f, _ in frames[:4]) + 1),
+        "sizes": (seek_table(entries[:-1]), "frame sizes do not add up to it", table_at),
+        "shorter": (seek_table(shorter), "a frame's length is not the table's",
+                    sum(len(f) for f, _ in frames[:-1])),
+        "moved": (seek_table(moved), "a frame's length is not the table's",
+                  sum(len(f) for f, _ in frames[:3])),
+        "merged": (seek_table(merged), "a frame's length is not the table's", 0),
         "past": (seek_table(past), "frames past the table", entry_at(5)),
         "header": (seek_table(resized), "a frame's size is not the table's",
                    sum(len(f) for f, _ in frames[:2])),
