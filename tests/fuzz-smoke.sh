@@ -5,7 +5,8 @@
 # usage: tests/fuzz-smoke.sh BUILD_DIR [SECONDS]
 #
 # Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
-# fuzz_index and fuzz_index_file, then for each target:
+# fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table,
+# then for each target:
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
@@ -29,7 +30,7 @@ fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
 if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
-	fuzz_index_file fuzz_seek_table shardfs-index; then
+	fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table shardfs-index; then
 	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
@@ -93,7 +94,8 @@ run_fuzzer() {
 }
 
 status=0
-for target in fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table; do
+for target in fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table \
+	fuzz_zstd_seek_table; do
 	for input in "$repo"/tests/data/fuzz-regressions/"$target"-*; do
 		[ -e "$input" ] || continue
 		run_regression "$target" "$input" || status=1

@@ -4,7 +4,8 @@
 #
 # usage: tests/fuzz/make-corpus.sh OUTDIR
 #
-# Writes OUTDIR/tar (seeds for fuzz_tar) and OUTDIR/index (for fuzz_index).
+# Writes OUTDIR/tar (seeds for fuzz_tar), OUTDIR/index (for fuzz_index)
+# and OUTDIR/zstd_seek_table (for fuzz_zstd_seek_table).
 # The seeds are real archives of one small tree, written by every writer
 # shardfs meets in practice: GNU tar in each --format (v7, oldgnu, gnu,
 # ustar, posix) and each sparse version, with a label, an incremental
@@ -177,6 +178,32 @@ with open(f"{out}/hardlink-across-shards", "wb") as f:
 EOF
 }
 
+# Seeds for fuzz_zstd_seek_table (the first byte picks the harness's
+# mode and frames: see fuzz_zstd_seek_table.c): its frames' true table with
+# and without per-frame checksums, over frames with and without content
+# sizes; and broken ones: an entry's compressed size one off, a
+# decompressed size one off, two entries merged, an entry dropped, the
+# frame count one off, a table of garbage entries, a footer alone, and a
+# tail that is no table at all.
+zstd_seek_table_seeds() {
+	local d=$out/zstd_seek_table
+
+	mkdir -p "$d"
+	printf '\x02' >"$d/valid"
+	printf '\x12' >"$d/valid-checksums"
+	printf '\x42' >"$d/valid-no-content-sizes"
+	printf '\x52' >"$d/valid-checksums-no-content-sizes"
+	printf '\x02\x02\x01\x01' >"$d/compressed-size-off"
+	printf '\x12\x03\x02\xff' >"$d/decompressed-size-off"
+	printf '\x02\x00\x00\x00' >"$d/merged-keeping-size"
+	printf '\x02\x01\x01\x00' >"$d/merged-adding-sizes"
+	printf '\x02\x04\x03\x00' >"$d/entry-dropped"
+	printf '\x12\x06\x00\x01' >"$d/frame-count-off"
+	printf '\x31\x02\x40\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00' >"$d/garbage-entries"
+	printf '\x00\x00\x00\x00\x00\x00\xb1\xea\x92\x8f' >"$d/footer-only"
+	printf '\x00not a seek table' >"$d/no-table"
+}
+
 copy_committed_seeds() {
 	local f
 
@@ -191,6 +218,7 @@ bsdtar_seeds
 python_seeds
 copy_committed_seeds
 index_seeds
+zstd_seek_table_seeds
 tar_seeds=("$out"/tar/*)
 index_seeds=("$out"/index/*)
 echo "make-corpus: ${#tar_seeds[@]} tar seeds, ${#index_seeds[@]} index seeds in $out"
