@@ -275,11 +275,11 @@ static bool keys_reload(void)
 	} else {
 		keys.seen = st;
 		changed = keys_differ(&v);
-		if (changed)
+		if (changed) {
 			keys_publish(&v);
-		if (changed)
 			log_info("%s: credentials changed; requests are signed with the "
 				 "new ones", keys.path);
+		}
 	}
 	profile_values_free(&v);
 	return changed;
