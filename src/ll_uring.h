@@ -59,7 +59,8 @@ int ll_uring_attach(struct ll_session *ls, struct fuse_session *se,
 
 /*
  * Stop the ring threads and free the transport (NULL: nothing to do).
- * Called once the session loop has returned, before the unmount.
+ * Called once the session loop has returned and no other thread replies
+ * or notifies any more (push-ahead stopped), before the unmount.
  * Returns -EIO if the transport ended the session because io_uring was
  * acknowledged to the kernel but could neither be served nor declined
  * (logged), else 0.

@@ -300,6 +300,8 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	/* a signal ends the loop with the signal number: a clean exit */
 	rc = serve(se, o) < 0 ? EXIT_FAILED : EXIT_OK;
 	lifecycle_idle_stop(idle);
+	/* the push worker's stores go through the transport freed below */
+	pushahead_stop(&ls->fs->push);
 	if (ll_uring_free(ls->uring))
 		rc = EXIT_FAILED;
 	fuse_session_unmount(se);
