@@ -22,6 +22,7 @@
 
 #include "shardfs/log.h"
 #include "shardfs/source.h"
+#include "shardfs/util.h"
 
 /* Encodings told by their first bytes (magic), never by the name. */
 static const struct {
@@ -50,15 +51,6 @@ static const struct {
 /* A stated uncompressed size above this is taken for something else. */
 #define LZMA_ALONE_SIZE_MAX (1ull << 48)
 
-static uint64_t le_bytes(const unsigned char *p, int n)
-{
-	uint64_t v = 0;
-
-	while (n--)
-		v = v << 8 | p[n];
-	return v;
-}
-
 /*
  * A raw .lzma stream (lzma_alone: `lzma`, `xz --format=lzma`) has no
  * magic; it is told, as libarchive tells it, by its header being
@@ -68,8 +60,8 @@ static uint64_t le_bytes(const unsigned char *p, int n)
  */
 static bool lzma_alone(const unsigned char *h, size_t n)
 {
-	uint32_t dict = (uint32_t)le_bytes(h + 1, 4), low = dict & -dict;
-	uint64_t size = le_bytes(h + 5, 8);
+	uint32_t dict = (uint32_t)le_load(h + 1, 4), low = dict & -dict;
+	uint64_t size = le_load(h + 5, 8);
 
 	return n >= LZMA_ALONE_HEADER && h[0] <= LZMA_ALONE_PROPS_MAX &&
 	       dict >= LZMA_ALONE_DICT_MIN && dict <= LZMA_ALONE_DICT_MAX &&

@@ -24,6 +24,7 @@
 
 #include "seekable.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* Build: compressed bytes per read, output buffer (history kept). */
 #define GZ_BUILD_IN (1u << 20)
@@ -199,11 +200,6 @@ static int build_member(struct gz_builder *b, uint64_t at, bool record,
 	}
 	*next = b->in_end - b->zs.avail_in;
 	return rc;
-}
-
-static uint32_t le32(const unsigned char *p)
-{
-	return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* Does a gzip member header start at @p (3 bytes and a sane flag byte)? */

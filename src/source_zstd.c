@@ -45,6 +45,7 @@
 
 #include "seekable.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* Build: compressed bytes per read, output discarded per call. */
 #define ZS_BUILD_IN (1u << 20)
@@ -78,11 +79,6 @@
  * makes from ZS_RLE_BLOCK bytes: no frame decodes to more per byte. */
 #define ZS_BLOCK_MAX (128u << 10)
 #define ZS_RLE_BLOCK 4
-
-static uint32_t le32(const unsigned char *p)
-{
-	return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 static bool zs_skippable(uint32_t magic)
 {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.h - small rules every part of shardfs shares: growing an array,
- * finding a name in a table of option values, reading a byte count.
+ * finding a name in a table of option values, reading a byte count,
+ * reading a little-endian number of a compressed format's header.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
@@ -16,6 +17,22 @@
 
 /* Entries of a true array (not a pointer). */
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The @n-byte (at most 8) little-endian number at @p. */
+static inline uint64_t le_load(const unsigned char *p, unsigned n)
+{
+	uint64_t v = 0;
+
+	while (n--)
+		v = v << 8 | p[n];
+	return v;
+}
+
+/* The 4-byte little-endian number at @p. */
+static inline uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)le_load(p, 4);
+}
 
 /*
  * Grow *@array (of @elem-byte items, *@cap allocated) to hold at least
