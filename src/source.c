@@ -60,7 +60,7 @@ static const struct {
  */
 static bool lzma_alone(const unsigned char *h, size_t n)
 {
-	uint32_t dict = (uint32_t)le_load(h + 1, 4), low = dict & -dict;
+	uint32_t dict = le32(h + 1), low = dict & -dict;
 	uint64_t size = le_load(h + 5, 8);
 
 	return n >= LZMA_ALONE_HEADER && h[0] <= LZMA_ALONE_PROPS_MAX &&
