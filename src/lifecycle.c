@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * lifecycle.c - readiness notification and the idle timeout.
+ * lifecycle.c - readiness notification, the idle timeout and the signals
+ * that end the session.
  *
  * The kernel's readahead for a FUSE mount is capped at the backing device
  * info's 128 KiB default, which halves cold sequential reads of large
@@ -15,11 +16,22 @@
  * request counters once a second: cheaper than touching a timestamp on
  * every request, and a second of slack is nothing against a timeout.  It
  * unmounts without MNT_DETACH, so a mount with open files stays.
+ *
+ * SIGTERM, SIGINT and SIGHUP are handled here, not by libfuse's handlers,
+ * which end the session loop at once.  libfuse's worker threads then drop
+ * a request they receive unanswered, and a push-ahead store waiting for a
+ * page that such a READ keeps locked waits for ever: SIGTERM while a
+ * reader streamed hung the daemon in fuse_lowlevel_notify_store.  So a
+ * thread of ours stops push-ahead first, while the loop still answers,
+ * and only then ends the loop.
  */
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +46,7 @@
 #include "lifecycle.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 static void notify_socket(const char *path)
 {
@@ -212,4 +225,120 @@ void lifecycle_idle_stop(struct idle_timer *t)
 	pthread_cond_destroy(&t->wake);
 	free(t->mountpoint);
 	free(t);
+}
+
+/*
+ * The signal stopper.  Signal dispositions are the process's, so its state
+ * is too; the handler only posts the semaphore, which is async-signal-safe.
+ */
+static struct {
+	sem_t wake;		/* posted by a signal, or to make the thread quit */
+	atomic_bool quit;	/* the loop has returned: the thread must too */
+	bool running;		/* the thread exists */
+	pthread_t thread;	/* the stopper */
+	pthread_t loop;		/* the thread that runs the session loop */
+	struct fuse_session *se; /* the session to end */
+	void (*before_exit)(void *); /* run while the loop still answers */
+	void *arg;		/* passed to before_exit */
+} stopper;
+
+/* Signals that end the session; SIGPIPE is ignored, as libfuse does. */
+static const int stop_signals[] = { SIGHUP, SIGINT, SIGTERM };
+
+/* Between two wake-ups of the session loop, in nanoseconds. */
+#define STOPPER_NUDGE_NS (50 * 1000 * 1000L)
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	sem_post(&stopper.wake);
+}
+
+static int set_dispositions(void (*handler)(int), void (*pipe_handler)(int))
+{
+	struct sigaction sa = { .sa_handler = handler };
+
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(stop_signals); i++)
+		if (sigaction(stop_signals[i], &sa, NULL))
+			return -errno;
+	sa.sa_handler = pipe_handler;
+	return sigaction(SIGPIPE, &sa, NULL) ? -errno : 0;
+}
+
+int lifecycle_signals_install(void)
+{
+	int rc;
+
+	if (sem_init(&stopper.wake, 0, 0))
+		return -errno;
+	rc = set_dispositions(on_stop_signal, SIG_IGN);
+	if (rc)
+		log_error("cannot install signal handlers: %s", strerror(-rc));
+	return rc;
+}
+
+/*
+ * Wait for a signal; then stop what must stop while requests are still
+ * answered, end the session and wake the loop (its thread waits in
+ * sem_wait(), or in read() under -s, which a signal interrupts) until it
+ * has returned: one wake-up can come before the loop sleeps.
+ */
+static void *stopper_main(void *arg)
+{
+	struct timespec nudge = { .tv_nsec = STOPPER_NUDGE_NS };
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "shardfs-stop");
+	while (sem_wait(&stopper.wake) && errno == EINTR)
+		;
+	if (atomic_load(&stopper.quit))
+		return NULL;
+	log_info("signal received: ending the session");
+	stopper.before_exit(stopper.arg);
+	fuse_session_exit(stopper.se);
+	while (!atomic_load(&stopper.quit)) {
+		pthread_kill(stopper.loop, SIGTERM);
+		nanosleep(&nudge, NULL);
+	}
+	return NULL;
+}
+
+int lifecycle_signals_start(struct fuse_session *se,
+			    void (*before_exit)(void *), void *arg)
+{
+	sigset_t all, old;
+	int rc;
+
+	stopper.se = se;
+	stopper.before_exit = before_exit;
+	stopper.arg = arg;
+	stopper.loop = pthread_self();
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);	/* the handler runs elsewhere */
+	rc = pthread_create(&stopper.thread, NULL, stopper_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		log_error("cannot start the signal thread: %s", strerror(rc));
+		return -rc;
+	}
+	stopper.running = true;
+	return 0;
+}
+
+void lifecycle_signals_stop(void)
+{
+	atomic_store(&stopper.quit, true);
+	if (!stopper.running)
+		return;
+	sem_post(&stopper.wake);
+	pthread_join(stopper.thread, NULL);
+	stopper.running = false;
+}
+
+void lifecycle_signals_remove(void)
+{
+	lifecycle_signals_stop();
+	set_dispositions(SIG_DFL, SIG_DFL);
+	sem_destroy(&stopper.wake);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lifecycle.h - telling orchestrators the mount is ready, and ending it
- * when it is no longer used.
+ * when it is no longer used or is told to.
  */
 #ifndef SHARDFS_LIFECYCLE_H
 #define SHARDFS_LIFECYCLE_H
@@ -39,5 +39,26 @@ struct idle_timer *lifecycle_idle_start(struct fuse_session *se,
 
 /* Stop and free @t (NULL is fine); call before destroying the session. */
 void lifecycle_idle_stop(struct idle_timer *t);
+
+/*
+ * Ending the session on SIGTERM, SIGINT or SIGHUP, in place of libfuse's
+ * fuse_set_signal_handlers() (SIGPIPE is ignored the same way):
+ *
+ *   lifecycle_signals_install()	before mounting: a signal from now
+ *					on is kept for the thread
+ *   lifecycle_signals_start()	after daemonizing, from the thread that
+ *					will run the loop: starts the thread
+ *   lifecycle_signals_stop()	once the loop has returned: joins it
+ *   lifecycle_signals_remove()	after unmounting: default dispositions
+ *
+ * On a signal the thread calls @before_exit(@arg) while the loop still
+ * answers requests, then ends @se and wakes the loop.  Installing and
+ * starting return 0 or -errno (logged); one session per process.
+ */
+int lifecycle_signals_install(void);
+int lifecycle_signals_start(struct fuse_session *se,
+			    void (*before_exit)(void *), void *arg);
+void lifecycle_signals_stop(void);
+void lifecycle_signals_remove(void);
 
 #endif

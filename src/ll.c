@@ -38,6 +38,7 @@
 #include "ll_uring.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/prelist.h"
 
 /* Seconds the kernel may cache entries and attributes: nothing changes. */
 #define CACHE_TIMEOUT (365.0 * 24 * 3600)
@@ -64,6 +65,53 @@ static int push_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 	return fuse_lowlevel_notify_store(ls->se, ino, (off_t)off, &bv, 0);
 }
 
+_Static_assert(SHARDFS_PUSHAHEAD_LIST_DIR_MAX <= PRELIST_ENTRIES,
+	       "a directory push-ahead lists for LOOKUPs takes one listing");
+
+/*
+ * The push-ahead worker's listing: entry @e's directory, from @e on,
+ * through the mount, so that the kernel makes an inode for each entry.
+ * A directory that one listing covers is listed whole: names need not
+ * follow shard order (a class directory of shuffled samples).
+ */
+static ssize_t push_list(void *arg, uint32_t e)
+{
+	struct ll_session *ls = arg;
+	const struct shard_index *idx = &ls->fs->idx;
+	const struct shard_inode *dir = &idx->inodes[idx->inodes[e].parent];
+	uint64_t pos = e - dir->data;
+	char path[PATH_MAX];
+
+	if (shard_index_entry_path(idx, idx->inodes[e].parent, path,
+				   sizeof(path)) < 0)
+		return -ENAMETOOLONG;
+	return prelist_list(ls->prelist, path,
+			    shard_index_ino(idx, idx->inodes[e].parent),
+			    dir->size <= PRELIST_ENTRIES ? 0 : pos);
+}
+
+/* Listings are an aid: without them push-ahead serves listed trees only. */
+static void push_start(struct ll_session *ls)
+{
+	int rc = -ENOENT;
+
+	if (ls->fs->push.bound && ls->mountpoint)
+		rc = prelist_start(&ls->prelist, ls->mountpoint);
+	if (rc && ls->fs->push.bound)
+		log_warn("push-ahead: no listing thread (%s): a reader that does "
+			 "not list the tree first is not pushed ahead of",
+			 strerror(-rc));
+	pushahead_start(&ls->fs->push, push_store, ls->prelist ? push_list : NULL,
+			ls);
+}
+
+void ll_push_stop(struct ll_session *ls)
+{
+	pushahead_stop(&ls->fs->push);
+	prelist_stop(ls->prelist);
+	ls->prelist = NULL;
+}
+
 static void ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ll_session *ls = userdata;
@@ -77,7 +125,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * entry on the first stat; READDIRPLUS returns attributes in bulk. */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_readahead = READ_BUF_SIZE;
-	pushahead_start(&ls->fs->push, push_store, ls);
+	push_start(ls);
 	log_debug("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_readahead %u",
 		  conn->proto_major, conn->proto_minor, conn->capable,
 		  conn->want, conn->max_readahead);
@@ -86,9 +134,7 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 /* Nothing is stored into the page cache once the session goes away. */
 static void ll_destroy(void *userdata)
 {
-	struct ll_session *ls = userdata;
-
-	pushahead_stop(&ls->fs->push);
+	ll_push_stop(userdata);
 }
 
 static void reply_err(fuse_req_t req, int rc)
@@ -167,6 +213,8 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	pushahead_lookup(&fs->push, e.ino, 1);
 	if (fuse_reply_entry(req, &e))
 		pushahead_forget(&fs->push, e.ino, 1);
+	else if (e.ino)
+		pushahead_lookup_in(&fs->push, parent);
 }
 
 /* The kernel dropped references: push-ahead must not store there. */

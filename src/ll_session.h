@@ -15,13 +15,26 @@
 
 struct fuse_session;
 struct ll_uring;
+struct prelist;
 
 /* What a session serves and how; the session's userdata. */
 struct ll_session {
 	struct shardfs *fs;	/* the filesystem served */
 	struct ll_uring *uring;	/* the io_uring transport, or NULL */
 	struct fuse_session *se; /* the session, for notifications */
+	const char *mountpoint;	/* absolute; set before the session runs */
+	struct prelist *prelist; /* lists for push-ahead (prelist.h), or NULL */
 	bool no_open;		/* the kernel accepts ENOSYS for OPEN */
 };
+
+/*
+ * Stop push-ahead and its listings: no store or listing is made after
+ * this returns.  A store may wait for a page that a READ in flight keeps
+ * locked, so while the connection lives this must be called with the
+ * session loop still answering (lifecycle_stop_start() does so on a
+ * signal).  Called again once the loop has ended, before the transport is
+ * freed; idempotent, not thread-safe.
+ */
+void ll_push_stop(struct ll_session *ls);
 
 #endif

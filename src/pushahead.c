@@ -23,9 +23,17 @@
 #include "shardfs/pushahead.h"
 #include "shardfs/source.h"
 
-/* In refs[]: the member's bytes were stored; the rest counts references. */
+/*
+ * In refs[]: a member's bytes were stored; a member's directory was
+ * listed from it on, or a directory was queued for listing (once until
+ * the kernel forgets the entry); a directory had a LOOKUP in it; the rest
+ * counts references.
+ */
 #define PUSHAHEAD_STORED 0x80000000u
-#define PUSHAHEAD_REFS (PUSHAHEAD_STORED - 1)
+#define PUSHAHEAD_LISTED 0x40000000u
+#define PUSHAHEAD_SEEN 0x20000000u
+#define PUSHAHEAD_FLAGS (PUSHAHEAD_STORED | PUSHAHEAD_LISTED | PUSHAHEAD_SEEN)
+#define PUSHAHEAD_REFS (PUSHAHEAD_SEEN - 1)
 
 static uint64_t now_ns(void)
 {
@@ -107,6 +115,9 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 
 void pushahead_release(struct pushahead *p)
 {
+	if (p->running)
+		sem_destroy(&p->wake);
+	p->running = false;
 	free(p->order);
 	free(p->order_start);
 	free(p->refs);
@@ -156,18 +167,50 @@ void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n)
 void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 {
 	atomic_uint *r;
-	unsigned cur;
+	unsigned cur, next;
 
 	if (!p->refs || !ino || ino > p->idx->nr_inodes)
 		return;
 	r = &p->refs[ino - 1];
 	cur = atomic_load_explicit(r, memory_order_relaxed);
-	/* never below zero: a reference taken before we counted is forgotten */
-	while (!atomic_compare_exchange_weak_explicit(
-		       r, &cur, (cur & PUSHAHEAD_STORED) |
-		       ((cur & PUSHAHEAD_REFS) > n ? (cur & PUSHAHEAD_REFS) - n : 0),
-		       memory_order_relaxed, memory_order_relaxed))
-		;
+	/*
+	 * Never below zero: a reference taken before we counted is forgotten.
+	 * At zero the kernel has dropped the inode (echo 3 > drop_caches
+	 * between epochs): a listing may bring it back, so it may be tried
+	 * again.
+	 */
+	do
+		next = (cur & PUSHAHEAD_REFS) > n ?
+		       (cur & PUSHAHEAD_FLAGS) | ((cur & PUSHAHEAD_REFS) - n) :
+		       cur & PUSHAHEAD_STORED;
+	while (!atomic_compare_exchange_weak_explicit(r, &cur, next,
+						      memory_order_relaxed,
+						      memory_order_relaxed));
+}
+
+void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
+{
+	unsigned expected = 0, was;
+	uint32_t d = (uint32_t)(dir_ino - 1);
+
+	if (!p->lister || !dir_ino || dir_ino > p->idx->nr_inodes ||
+	    p->idx->inodes[d].size > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
+		return;
+	was = atomic_fetch_or_explicit(&p->refs[d], PUSHAHEAD_SEEN,
+				       memory_order_relaxed);
+	if (!(was & PUSHAHEAD_SEEN) || (was & PUSHAHEAD_LISTED))
+		return;
+	was = atomic_fetch_or_explicit(&p->refs[d], PUSHAHEAD_LISTED,
+				       memory_order_relaxed);
+	if (was & PUSHAHEAD_LISTED)
+		return;
+	/* one directory at a time: a later LOOKUP in this one tries again */
+	if (!atomic_compare_exchange_strong(&p->dir_wanted, &expected, d + 1)) {
+		atomic_fetch_and_explicit(&p->refs[d], ~PUSHAHEAD_LISTED,
+					  memory_order_relaxed);
+		return;
+	}
+	sem_post(&p->wake);
 }
 
 /* Clear the stored mark of entry @e; true when it was set. */
@@ -381,6 +424,46 @@ static int push_member(struct pushahead *p, uint32_t e)
 	return 0;
 }
 
+/* Have entry @e's directory listed from @e on; true if it listed any. */
+static bool list_from(struct pushahead *p, uint32_t e)
+{
+	ssize_t n = p->lister(p->store_arg, e);
+
+	if (n <= 0)
+		return false;
+	relaxed_add(&p->counters.listings, 1);
+	relaxed_add(&p->counters.listed, (unsigned long long)n);
+	return true;
+}
+
+/*
+ * Whether the kernel holds member @e's inode, after having its directory
+ * listed from @e on if it did not (once per member: a listing that left
+ * it unknown is not tried again).
+ */
+static bool known(struct pushahead *p, uint32_t e)
+{
+	unsigned r = atomic_load_explicit(&p->refs[e], memory_order_relaxed);
+
+	if (r & PUSHAHEAD_REFS)
+		return true;
+	if (!p->lister || (r & PUSHAHEAD_LISTED))
+		return false;
+	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_LISTED, memory_order_relaxed);
+	return list_from(p, e) &&
+	       (atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
+		PUSHAHEAD_REFS);
+}
+
+/* List the directory pushahead_lookup_in() asked for, if any. */
+static void list_wanted_dir(struct pushahead *p)
+{
+	unsigned d = atomic_exchange(&p->dir_wanted, 0);
+
+	if (d && p->idx->inodes[d - 1].size)
+		list_from(p, p->idx->inodes[d - 1].data);
+}
+
 /* Push what the window of @shard asks for and was not pushed yet. */
 static void push_stream(struct pushahead *p, uint32_t shard)
 {
@@ -409,8 +492,7 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 		if (in->data < atomic_load_explicit(&s->pos, memory_order_relaxed) ||
 		    e == atomic_load_explicit(&s->trip, memory_order_relaxed))
 			continue;
-		if (!(atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
-		      PUSHAHEAD_REFS)) {
+		if (!known(p, e)) {
 			relaxed_add(&p->counters.unknown, 1);
 			continue;
 		}
@@ -468,6 +550,7 @@ static void *worker_main(void *arg)
 			ts.tv_nsec %= 1000000000;
 		}
 		sem_timedwait(&p->wake, &ts);
+		list_wanted_dir(p);
 		drain(p);
 		if (now_ns() - reclaimed >= SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ull / 4) {
 			reclaim_idle(p);
@@ -477,7 +560,8 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int pushahead_start(struct pushahead *p, pushahead_store_fn store, void *arg)
+int pushahead_start(struct pushahead *p, pushahead_store_fn store,
+		    pushahead_list_fn lister, void *arg)
 {
 	sigset_t all, old;
 	int rc;
@@ -489,9 +573,10 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store, void *arg)
 		return log_error("push-ahead: %s; it stays off", strerror(ENOMEM)),
 		       -ENOMEM;
 	p->store = store;
+	p->lister = lister;
 	p->store_arg = arg;
 	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);	/* signals are libfuse's */
+	pthread_sigmask(SIG_BLOCK, &all, &old);	/* signals go to the loop thread */
 	rc = pthread_create(&p->worker, NULL, worker_main, p);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
@@ -505,12 +590,8 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store, void *arg)
 
 void pushahead_stop(struct pushahead *p)
 {
-	if (!p->running)
+	if (!p->running || atomic_exchange(&p->stop, true))
 		return;
-	atomic_store(&p->stop, true);
 	sem_post(&p->wake);
 	pthread_join(p->worker, NULL);
-	sem_destroy(&p->wake);
-	p->running = false;
-	p->store = NULL;
 }

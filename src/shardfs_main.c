@@ -271,6 +271,12 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *o)
 	return rc;
 }
 
+/* What a signal stops before the session ends (lifecycle_signals_start). */
+static void stop_pushing(void *ls)
+{
+	ll_push_stop(ls);
+}
+
 /*
  * Mount session @se (made before the index, so that libfuse has checked
  * its options before any shard was read) and serve @fs until unmounted or
@@ -283,10 +289,11 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	struct idle_timer *idle = NULL;
 	int rc = EXIT_FAILED;
 
-	if (fuse_set_signal_handlers(se))
+	if (lifecycle_signals_install())
 		goto out_destroy;
+	ls->mountpoint = o->mountpoint;
 	if (fuse_session_mount(se, o->mountpoint))
-		goto out_remove_handlers;
+		goto out_remove_signals;
 	/* one thread serves everything with -s: that is what -s asks for */
 	if (m->uring_threads && !o->singlethread)
 		ll_uring_attach(ls, se, m->uring_threads);
@@ -294,19 +301,23 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	if (!o->foreground)
 		log_detach();
 	fuse_daemonize(o->foreground);
+	if (lifecycle_signals_start(se, stop_pushing, ls))
+		goto out_unmount;
 	lifecycle_notify_ready(m->notify_fd);
 	if (idle_timeout)
 		idle = lifecycle_idle_start(se, ls->fs, o->mountpoint, idle_timeout);
-	/* a signal ends the loop with the signal number: a clean exit */
+	/* a signal ends the loop: a clean exit */
 	rc = serve(se, o) < 0 ? EXIT_FAILED : EXIT_OK;
 	lifecycle_idle_stop(idle);
+	lifecycle_signals_stop();
 	/* the push worker's stores go through the transport freed below */
-	pushahead_stop(&ls->fs->push);
+	ll_push_stop(ls);
+out_unmount:
 	if (ll_uring_free(ls->uring))
 		rc = EXIT_FAILED;
 	fuse_session_unmount(se);
-out_remove_handlers:
-	fuse_remove_signal_handlers(se);
+out_remove_signals:
+	lifecycle_signals_remove();
 out_destroy:
 	fuse_session_destroy(se);
 	return rc;

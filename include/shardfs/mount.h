@@ -97,6 +97,10 @@ struct pushahead_counters {
 	atomic_ullong refused;		/* stores the kernel refused */
 	atomic_ullong unknown;		/* members skipped: inode not held
 					 * by the kernel */
+	atomic_ullong listings;		/* directories listed through the
+					 * mount so that the kernel holds
+					 * the members (prelist.h) */
+	atomic_ullong listed;		/* entries those listings read */
 	atomic_ullong ahead;		/* bytes held by windows now */
 	atomic_ullong ahead_max;	/* most ever held at once */
 };

@@ -26,7 +26,10 @@
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
- * drops (FORGET); a member with none is skipped.  The bytes pushed are
+ * drops (FORGET).  For a member with none the worker asks the glue, once
+ * (once more after the kernel forgot it), to have the kernel list its
+ * directory from it on (the lister callback: prelist.h), which a reader
+ * that never lists needs; a member still unknown after that is skipped.  The bytes pushed are
  * read and checked like a READ's (the fetch callback: shardfs_fetch,
  * fs.h): a shard that changed size is never pushed from.
  *
@@ -61,6 +64,8 @@
 #define SHARDFS_PUSHAHEAD_SLACK (1u << 20)
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
+/* Largest directory a reader's LOOKUPs in it have listed (entries). */
+#define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
 
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
@@ -69,6 +74,13 @@
  */
 typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
 				  const void *buf, size_t len);
+
+/*
+ * Have the kernel take a reference on member entry @e's inode, and on
+ * those of the entries after it in its directory.  Returns the entries
+ * listed, or -errno.  May block, for a bounded time.
+ */
+typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e);
 
 /*
  * Read @size bytes at @off of member entry @e, checked as a READ is
@@ -110,8 +122,10 @@ struct pushahead {
 	struct pushahead_stream *streams; /* one per shard */
 	struct pushahead_counters counters; /* activity */
 	pushahead_store_fn store;	/* the FUSE glue's store */
-	void *store_arg;		/* passed to store */
+	pushahead_list_fn lister;	/* the FUSE glue's listing, or NULL */
+	void *store_arg;		/* passed to store and lister */
 	atomic_uint list;		/* streams waiting for the worker, + 1 */
+	atomic_uint dir_wanted;		/* directory entry to list, + 1 */
 	sem_t wake;			/* posted when a stream is queued */
 	atomic_bool stop;		/* the worker must return */
 	bool running;			/* the worker thread exists */
@@ -128,16 +142,35 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,
 		   pushahead_fetch_fn fetch, void *fetch_arg);
 
-/* Free what _init allocated (after _stop). */
+/* Free what _init and _start allocated (after _stop, once no request
+ * can come). */
 void pushahead_release(struct pushahead *p);
 
 /*
- * Start the worker, which stores through @store(@arg, ...).  Does nothing
- * when @p is off.  Returns 0 or -errno (push-ahead then stays off).
+ * Start the worker, which stores through @store(@arg, ...) and has
+ * unknown members listed through @lister(@arg, ...) (NULL: skipped).  Does
+ * nothing when @p is off.  Returns 0 or -errno (push-ahead then stays
+ * off).
  */
-int pushahead_start(struct pushahead *p, pushahead_store_fn store, void *arg);
+int pushahead_start(struct pushahead *p, pushahead_store_fn store,
+		    pushahead_list_fn lister, void *arg);
 
-/* Stop and join the worker; no store is called after it returns. */
+/*
+ * The kernel looked up a name in directory @dir_ino: it lacks the
+ * directory's entries.  At the second such LOOKUP in a directory of at
+ * most SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries the worker has it listed
+ * (the lister), once until the kernel forgets the directory, so that a
+ * reader that never lists, shuffled or not, costs a LOOKUP per directory
+ * instead of one per file.  Never blocks.
+ */
+void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
+
+/*
+ * Stop and join the worker; no store or listing is made after it returns.
+ * Requests may go on calling _read(), _lookup(), _forget() and
+ * _lookup_in() until _release(): they queue work that nobody does.
+ * Idempotent.
+ */
 void pushahead_stop(struct pushahead *p);
 
 /* The kernel took @n references to inode @ino (LOOKUP, READDIRPLUS). */

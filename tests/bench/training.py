@@ -20,7 +20,8 @@ with -o pushahead=0:
              order, each front to back, cold
 
 and `cat` of every shard, cold, as the limit.  For shardfs it reports the
-FUSE requests per file (LOOKUP + READ + GETATTR from /.shardfs/stats),
+FUSE requests per file (LOOKUP, READ, GETATTR, OPEN and READDIR, the
+last from the daemon's own listings, from /.shardfs/stats),
 the daemon's CPU seconds per GB served, its RSS after the full reads and
 the most bytes push-ahead held at once against its bound.  Every byte of
 the shard-order reads is checked against the data set's CRC-32s.
@@ -49,7 +50,7 @@ import system                                    # noqa: E402
 import workloads as wl                           # noqa: E402
 
 SEED = 1
-REQUESTS = ("lookup", "read", "getattr", "open")
+REQUESTS = ("lookup", "read", "getattr", "open", "readdir")
 SYSTEMS = ("loose", "shardfs", "shardfs_nopush")
 
 
@@ -232,6 +233,7 @@ def render_row(key, res, cat):
 def render_transport(transport, res):
     cat = res["cat"]["mb_s"]
     push = res["shardfs"]["push_final"]
+    fresh = res["shardfs"]["fresh"]["push"]
     return ["#### FUSE over %s (enable_uring %s); `cat` of the shards, cold: "
             "%.0f MB/s" % ("io_uring" if transport == "on" else "/dev/fuse",
                            transport, cat), "",
@@ -243,11 +245,13 @@ def render_transport(transport, res):
         ["", "shardfs daemon RSS after the full reads: %.1f MiB; push-ahead: "
          "%d files (%d MB) stored, %d passed by their reader's next READ, "
          "%d unconfirmed when the window ended, %d READ anyway, %d refused; "
-         "most held at once %.1f MiB of a %.0f MiB bound." % (
+         "most held at once %.1f MiB of a %.0f MiB bound. On the fresh mount "
+         "the daemon listed %d directories itself (%d entries) for the "
+         "reader that did not." % (
              res["shardfs"]["rss_after_reads"] / 2**20, push["files"],
              push["bytes"] / 1e6, push["passed"], push["unconfirmed"],
              push["read_anyway"], push["refused"], push["ahead_max"] / 2**20,
-             push["bound"] / 2**20), ""]
+             push["bound"] / 2**20, fresh["listings"], fresh["listed"]), ""]
 
 
 def render(run):

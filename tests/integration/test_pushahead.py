@@ -2,16 +2,20 @@
 """Push-ahead (-o pushahead=): the members after a forward reader are
 stored into the kernel's page cache before they are asked for.
 
-What it must do: after a listing, a reader in shard order gets its files
-with almost no READ reaching the daemon (read from /.shardfs/stats), every
-byte still right; a shard changed under the mount while a reader streams
+What it must do: after a listing, or on a fresh mount the daemon lists
+ahead of the reader, a reader in shard order gets its files with almost
+no request reaching the daemon (read from /.shardfs/stats), every byte
+still right; a shuffled reader that never lists pays a LOOKUP per
+directory, not per file; a shard changed under the mount while a reader streams
 through it gives EIO or the original bytes, never bytes pushed from the
 changed file; and 64 readers at once on 64 shards stay within the bound.
 """
 import io
 import os
+import random
 import tarfile
 import threading
+import time
 
 import pytest
 
@@ -78,14 +82,84 @@ def test_reads_after_a_listing_cost_almost_no_request(tmp_path, pushahead):
 
 
 @pytest.mark.timeout(120)
-def test_a_mount_without_a_listing_pushes_nothing_unknown(tmp_path):
-    """Members the kernel has no inode for are skipped, not stored."""
-    content = make_shard(tmp_path / "a.tar", "a")
+@pytest.mark.parametrize("pushahead", ["default", "0"])
+def test_a_reader_that_never_lists_is_pushed_ahead_of_too(tmp_path, pushahead):
+    """On a fresh mount the daemon lists the members' directories through
+    the mount (prelist.h), so the reader's files need neither a LOOKUP nor
+    a READ each; with push-ahead off nothing is listed."""
+    content = make_shard(tmp_path / "a.tar", "a", files=600)
     mnt = tmp_path / "mnt"
-    with lib.mounted(tmp_path / "a.tar", mnt):
+    opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
+    with lib.mounted(tmp_path / "a.tar", mnt, *opts):
+        before = lib.read_stats(mnt)
         read_in_order(mnt, content)
+        after = lib.read_stats(mnt)
+    reads = after["ops"]["read"]["count"] - before["ops"]["read"]["count"]
+    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
+    push = after["pushahead"]
+    if pushahead == "0":
+        assert lookups >= len(content) and reads >= len(content), (lookups, reads)
+        assert push["listings"] == 0, push
+        return
+    # one directory of 600 entries: listings of PRELIST_ENTRIES (256) from
+    # the first unknown member on; the reader looks up the first few
+    assert 1 <= push["listings"] <= 8 and push["listed"] >= 400, push
+    assert lookups <= len(content) // 4, (lookups, push)
+    assert reads <= len(content) // 3, (reads, push)
+    assert push["refused"] <= push["files"] // 10 + 2, push
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pushahead", ["default", "0"])
+def test_a_shuffled_reader_that_never_lists_costs_few_lookups(tmp_path, pushahead):
+    """A second LOOKUP in a directory of at most 256 entries has the
+    daemon list it, so that the reader's other names need no LOOKUP; a
+    single stat lists nothing.  With push-ahead off nothing is listed."""
+    content = make_shard(tmp_path / "a.tar", "a", files=200)
+    names = sorted(content)
+    random.Random(7).shuffle(names)
+    mnt = tmp_path / "mnt"
+    opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
+    with lib.mounted(tmp_path / "a.tar", mnt, *opts):
+        os.stat(os.path.join(mnt, names[0]))
+        time.sleep(0.2)
+        assert lib.read_stats(mnt)["pushahead"]["listings"] == 0
+        before = lib.read_stats(mnt)
+        for name in names:
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == content[name], name
+        after = lib.read_stats(mnt)
+    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
+    if pushahead == "0":
+        assert lookups >= len(names), lookups
+        assert after["pushahead"]["listings"] == 0, after["pushahead"]
+        return
+    assert after["pushahead"]["listings"] >= 1, after["pushahead"]
+    # the second name's LOOKUP lists the directory: a few more race it
+    assert lookups <= len(names) // 10, (lookups, after["pushahead"])
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_stopped_while_it_lists_exits(tmp_path):
+    """SIGTERM while a fresh reader streams (the listing thread may be
+    waiting on the daemon's own request threads): the daemon exits."""
+    for k in range(4):
+        make_shard(tmp_path / ("s%d.tar" % k), "s%d" % k, files=2000,
+                   size=lambda i: 500 + i)
+    mnt = tmp_path / "mnt"
+    names = ["s%d/d/k%04d.bin" % (k, i) for k in range(4) for i in range(2000)]
+    with lib.mounted("%s/s{0..3}.tar" % tmp_path, mnt):
+        pid = lib.daemon_pid(mnt)
+        for name in names[:300]:
+            lib.read_member(os.path.join(mnt, name))
         push = lib.read_stats(mnt)["pushahead"]
-    assert push["refused"] <= push["files"] + 2, push
+        os.kill(pid, 15)
+        for name in names[300:]:	# keep the worker listing till the end
+            if lib.read_member(os.path.join(mnt, name))[1] is not None:
+                break
+        assert lib.wait_until(lambda: not lib.process_alive(pid), 10), \
+            "daemon still running 10 s after SIGTERM"
+    assert push["listings"] > 0, push
 
 
 def change(shard, how):

@@ -6,10 +6,14 @@
  * The properties that matter: nothing is stored for an inode the kernel
  * does not hold (never looked up, or forgotten); once a reader moves
  * forward, the members after it are stored whole with their own bytes,
- * except the trip member; the bytes held ahead never exceed the bound; a
- * shard that changed size is never pushed from.
+ * except the trip member; a member the kernel lacks is listed once (the
+ * lister callback) and pushed if the listing made it known; a directory
+ * is listed at the second LOOKUP in it; the bytes held
+ * ahead never exceed the bound; a shard that changed size is never pushed
+ * from.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,8 @@
 
 #define MEMBERS 48
 #define MEMBER_SIZE 3000
+/* Entries one listing of the fake kernel makes known. */
+#define FAKE_LISTED 8
 
 /* What the fake kernel received. */
 struct fake_kernel {
@@ -28,6 +34,8 @@ struct fake_kernel {
 	atomic_uint stores;		/* calls */
 	atomic_uint bad;		/* stores whose bytes were wrong */
 	atomic_uchar stored[MEMBERS + 8]; /* per inode: stored at least once */
+	atomic_uchar listed_from[MEMBERS]; /* per member: listings from it */
+	bool list_fails;		/* the listing makes nothing known */
 };
 
 static struct fake_kernel kernel;
@@ -39,16 +47,25 @@ static void member_content(int i, char *buf)
 	buf[MEMBER_SIZE] = '\0';
 }
 
+/* Member number of entry @e (named m00..). */
+static int member_of(struct shardfs *fs, uint32_t e)
+{
+	int i = -1;
+
+	sscanf(shard_index_name(&fs->idx, &fs->idx.inodes[e]), "m%d", &i);
+	assert_true(i >= 0 && i < MEMBERS);
+	return i;
+}
+
 static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 		      size_t len)
 {
 	struct fake_kernel *k = arg;
 	char want[MEMBER_SIZE + 1];
-	int i = -1;
+	int i = member_of(k->fs, (uint32_t)(ino - 1));
 
-	sscanf(shard_index_name(&k->fs->idx, &k->fs->idx.inodes[ino - 1]), "m%d", &i);
 	member_content(i, want);
-	if (i < 0 || off != 0 || len != MEMBER_SIZE || memcmp(buf, want, len))
+	if (off != 0 || len != MEMBER_SIZE || memcmp(buf, want, len))
 		atomic_fetch_add(&k->bad, 1);
 	if (ino < MEMBERS + 8)
 		atomic_store(&k->stored[ino], 1);
@@ -56,13 +73,34 @@ static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 	return 0;
 }
 
+/* READDIRPLUS of FAKE_LISTED entries from @e on: a reference on each. */
+static ssize_t fake_list(void *arg, uint32_t e)
+{
+	struct fake_kernel *k = arg;
+	int from = member_of(k->fs, e), i;
+	char name[16];
+
+	atomic_fetch_add(&k->listed_from[from], 1);
+	if (k->list_fails)
+		return -ETIMEDOUT;
+	for (i = from; i < MEMBERS && i < from + FAKE_LISTED; i++) {
+		snprintf(name, sizeof(name), "m%02d", i);
+		pushahead_lookup(&k->fs->push, tb_ino(k->fs, name), 1);
+	}
+	return i - from;
+}
+
 static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off)
 {
 	return shardfs_fetch(fs, e, buf, size, off);
 }
 
-/* A shard of MEMBERS files m00.. and push-ahead over it with @bound. */
-static void setup(struct tb_env *e, uint64_t bound)
+/*
+ * A shard of MEMBERS files m00.. and push-ahead over it with @bound,
+ * listing through @lister.
+ */
+static void setup_listing(struct tb_env *e, uint64_t bound,
+			  pushahead_list_fn lister)
 {
 	char name[16], content[MEMBER_SIZE + 1];
 	struct tb a = { 0 };
@@ -79,7 +117,12 @@ static void setup(struct tb_env *e, uint64_t bound)
 					fetch, &e->fs), 0);
 	memset(&kernel, 0, sizeof(kernel));
 	kernel.fs = &e->fs;
-	assert_int_equal(pushahead_start(&e->fs.push, fake_store, &kernel), 0);
+	assert_int_equal(pushahead_start(&e->fs.push, fake_store, lister, &kernel), 0);
+}
+
+static void setup(struct tb_env *e, uint64_t bound)
+{
+	setup_listing(e, bound, NULL);
 }
 
 static uint64_t ino_of(struct tb_env *e, int i)
@@ -104,7 +147,8 @@ static unsigned long long progress(struct tb_env *e)
 	const struct pushahead_counters *c = &e->fs.push.counters;
 
 	return atomic_load(&c->files) + atomic_load(&c->unknown) +
-	       atomic_load(&c->refused) + atomic_load(&kernel.stores);
+	       atomic_load(&c->refused) + atomic_load(&c->listings) +
+	       atomic_load(&kernel.stores);
 }
 
 /* Wait (up to 10 s) until nothing is queued and the worker is quiet. */
@@ -114,7 +158,8 @@ static void settle(struct tb_env *e)
 	unsigned long long seen = ~0ull;
 
 	for (int i = 0; i < 200; i++) {
-		if (!atomic_load(&e->fs.push.list) && progress(e) == seen)
+		if (!atomic_load(&e->fs.push.list) &&
+		    !atomic_load(&e->fs.push.dir_wanted) && progress(e) == seen)
 			return;
 		seen = progress(e);
 		nanosleep(&ts, NULL);
@@ -162,6 +207,94 @@ static void test_forward_reader_gets_the_next_members(void **state)
 	assert_int_equal(atomic_load(&c->read_anyway), 1);
 }
 
+/* A reader that never listed: the members ahead are listed, then pushed. */
+static void test_unknown_members_are_listed_then_pushed(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+	int stored = 0, from;
+
+	setup_listing(e, 1 << 20, fake_list);
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++) {
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);	/* its LOOKUP */
+		read_member(e, i);
+	}
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	for (int i = SHARDFS_READAHEAD_STREAK; i < MEMBERS; i++)
+		stored += atomic_load(&kernel.stored[ino_of(e, i)]);
+	assert_int_equal(stored, MEMBERS - SHARDFS_READAHEAD_STREAK - 1);
+	/* one listing per FAKE_LISTED members, none twice */
+	assert_true(atomic_load(&c->listings) <=
+		    (MEMBERS + FAKE_LISTED - 1) / FAKE_LISTED);
+	assert_int_equal(atomic_load(&c->listed), MEMBERS - SHARDFS_READAHEAD_STREAK);
+	for (int i = 0; i < MEMBERS; i++)
+		assert_true(atomic_load(&kernel.listed_from[i]) <= 1);
+	/*
+	 * The kernel drops them all (drop_caches): the next epoch lists again,
+	 * also from a member listed from before.  The reader jumps back (the
+	 * window ends) and streams up to that member.
+	 */
+	from = SHARDFS_READAHEAD_STREAK + FAKE_LISTED;
+	assert_int_equal(atomic_load(&kernel.listed_from[from]), 1);
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_forget(&e->fs.push, ino_of(e, i), 1);
+	read_member(e, 0);
+	for (int i = from - SHARDFS_READAHEAD_STREAK; i < from; i++) {
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		read_member(e, i);
+	}
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.listed_from[from]), 2);
+}
+
+/* The second LOOKUP in a directory has it listed, once until forgotten. */
+static void test_second_lookup_in_a_directory_lists_it(void **state)
+{
+	struct tb_env *e = *state;
+	const uint64_t root = 1;	/* the members' directory */
+
+	setup_listing(e, 1 << 20, fake_list);
+	pushahead_lookup_in(&e->fs.push, root);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.listed_from[0]), 0);
+	for (int i = 0; i < 3; i++) {
+		pushahead_lookup_in(&e->fs.push, root);
+		settle(e);
+	}
+	assert_int_equal(atomic_load(&kernel.listed_from[0]), 1);
+	assert_int_equal(atomic_load(&e->fs.push.counters.listed), FAKE_LISTED);
+	/* the kernel drops the directory: two LOOKUPs list it again */
+	pushahead_forget(&e->fs.push, root, 1);
+	pushahead_lookup_in(&e->fs.push, root);
+	pushahead_lookup_in(&e->fs.push, root);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.listed_from[0]), 2);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+}
+
+/* A listing that fails is not tried again for the same member. */
+static void test_failed_listing_is_not_retried(void **state)
+{
+	struct tb_env *e = *state;
+	unsigned asked = 0;
+
+	setup_listing(e, 1 << 20, fake_list);
+	kernel.list_fails = true;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < SHARDFS_READAHEAD_STREAK + 2; i++)
+			read_member(e, i);
+		settle(e);
+	}
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	for (int i = 0; i < MEMBERS; i++) {
+		assert_true(atomic_load(&kernel.listed_from[i]) <= 1);
+		asked += atomic_load(&kernel.listed_from[i]);
+	}
+	assert_true(asked > 0);
+	assert_int_equal(atomic_load(&e->fs.push.counters.listings), 0);
+}
+
 static void test_bound_holds(void **state)
 {
 	struct tb_env *e = *state;
@@ -205,6 +338,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
+		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
+		TB_ENV_TEST(test_failed_listing_is_not_retried),
+		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
 	};
