@@ -250,8 +250,11 @@ static const int stop_signals[] = { SIGHUP, SIGINT, SIGTERM };
 
 static void on_stop_signal(int sig)
 {
+	int saved = errno;	/* of whatever the signal interrupted */
+
 	(void)sig;
 	sem_post(&stopper.wake);
+	errno = saved;
 }
 
 static int set_dispositions(void (*handler)(int), void (*pipe_handler)(int))

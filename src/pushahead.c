@@ -196,6 +196,10 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 	if (!p->lister || !dir_ino || dir_ino > p->idx->nr_inodes ||
 	    p->idx->inodes[d].size > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
 		return;
+	/* a load first: LOOKUPs in a listed directory write nothing shared */
+	if (atomic_load_explicit(&p->refs[d], memory_order_relaxed) &
+	    PUSHAHEAD_LISTED)
+		return;
 	was = atomic_fetch_or_explicit(&p->refs[d], PUSHAHEAD_SEEN,
 				       memory_order_relaxed);
 	if (!(was & PUSHAHEAD_SEEN) || (was & PUSHAHEAD_LISTED))

@@ -118,7 +118,8 @@ struct pushahead {
 	uint32_t *order;		/* pushable entries by (shard, offset) */
 	uint32_t *order_start;		/* per shard: its first in order; nr + 1 */
 	atomic_uint *refs;		/* per entry: kernel references, and
-					 * PUSHAHEAD_STORED once pushed */
+					 * flags (pushed, listed, looked up
+					 * in: pushahead.c) */
 	struct pushahead_stream *streams; /* one per shard */
 	struct pushahead_counters counters; /* activity */
 	pushahead_store_fn store;	/* the FUSE glue's store */
