@@ -5,17 +5,25 @@ stored into the kernel's page cache before they are asked for.
 What it must do: after a listing, or on a fresh mount the daemon lists
 ahead of the reader, a reader in shard order gets its files with almost
 no request reaching the daemon (read from /.shardfs/stats), every byte
-still right; a shuffled reader that never lists pays a LOOKUP per
+still right (also when an unprivileged daemon lists through the mount
+itself); a shuffled reader that never lists pays a LOOKUP per
 directory, not per file; a shard changed under the mount while a reader streams
 through it gives EIO or the original bytes, never bytes pushed from the
 changed file; and 64 readers at once on 64 shards stay within the bound.
 """
+import hashlib
 import io
+import json
 import os
 import random
+import shutil
+import stat
+import subprocess
 import tarfile
+import tempfile
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -160,6 +168,65 @@ def test_a_daemon_stopped_while_it_lists_exits(tmp_path):
         assert lib.wait_until(lambda: not lib.process_alive(pid), 10), \
             "daemon still running 10 s after SIGTERM"
     assert push["listings"] > 0, push
+
+
+READ_AS_USER = r"""
+import hashlib, json, os, sys
+mnt, names = sys.argv[1], json.loads(sys.argv[2])
+sums = {}
+for name in names:
+    with open(os.path.join(mnt, name), "rb") as f:
+        sums[name] = hashlib.sha256(f.read()).hexdigest()
+with open(os.path.join(mnt, ".shardfs", "stats"), "rb") as f:
+    stats = json.loads(f.read())
+sys.stdout.write(json.dumps({"sums": sums, "stats": stats}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_unprivileged_daemon_lists_through_the_mount(tmp_path):
+    """Without CAP_SYS_ADMIN the daemon cannot clone its mount, so it
+    lists through the mount itself: a fresh reader is still pushed ahead
+    of, every byte right, and the user's own unmount works."""
+    for tool in ("useradd", "userdel", "runuser"):
+        if not shutil.which(tool):
+            pytest.skip("%s is not installed" % tool)
+    user = "shardfs-pl-" + uuid.uuid4().hex[:8]
+    subprocess.run(["useradd", "-M", "-s", "/bin/sh", user], check=True)
+    top = tempfile.mkdtemp(prefix="shardfs-prelist-")
+    fuse_mode = os.stat("/dev/fuse").st_mode
+    try:
+        # what udev gives it on a stock system; machines without udev
+        # leave it 0600, so this test lends it for its duration
+        os.chmod("/dev/fuse", 0o666)
+        os.chmod(top, 0o755)
+        content = make_shard(os.path.join(top, "a.tar"), "a", files=600)
+        mnt = os.path.join(top, "mnt")
+        os.mkdir(mnt)
+        shutil.chown(mnt, user)
+        as_user = ["runuser", "-u", user, "--"]
+        subprocess.run(as_user + [lib.SHARDFS, os.path.join(top, "a.tar"), mnt],
+                       check=True, timeout=30)
+        try:
+            names = sorted(content)
+            r = subprocess.run(as_user + ["/usr/bin/python3", "-c", READ_AS_USER,
+                                          mnt, json.dumps(names)],
+                               stdout=subprocess.PIPE, check=True, timeout=60)
+        finally:
+            subprocess.run(as_user + ["fusermount3", "-u", mnt], timeout=30)
+            if lib.is_mounted(mnt):
+                lib.unmount(mnt)
+        out = json.loads(r.stdout)
+        for name in names:
+            assert out["sums"][name] == hashlib.sha256(content[name]).hexdigest(), name
+        push, ops = out["stats"]["pushahead"], out["stats"]["ops"]
+        assert push["listings"] >= 1 and push["files"] > len(names) // 2, push
+        assert ops["lookup"]["count"] <= len(names) // 4, (ops["lookup"], push)
+    finally:
+        os.chmod("/dev/fuse", stat.S_IMODE(fuse_mode))
+        shutil.rmtree(top, ignore_errors=True)
+        subprocess.run(["userdel", user], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
 
 
 def change(shard, how):
