@@ -78,29 +78,29 @@ static ssize_t push_list(void *arg, uint32_t e)
 {
 	struct ll_session *ls = arg;
 	const struct shard_index *idx = &ls->fs->idx;
-	const struct shard_inode *dir = &idx->inodes[idx->inodes[e].parent];
-	uint64_t pos = e - dir->data;
+	uint32_t parent = idx->inodes[e].parent;
+	const struct shard_inode *dir = &idx->inodes[parent];
 	char path[PATH_MAX];
 
-	if (shard_index_entry_path(idx, idx->inodes[e].parent, path,
-				   sizeof(path)) < 0)
+	if (shard_index_entry_path(idx, parent, path, sizeof(path)) < 0)
 		return -ENAMETOOLONG;
-	return prelist_list(ls->prelist, path,
-			    shard_index_ino(idx, idx->inodes[e].parent),
-			    dir->size <= PRELIST_ENTRIES ? 0 : pos);
+	return prelist_list(ls->prelist, path, shard_index_ino(idx, parent),
+			    dir->size <= PRELIST_ENTRIES ? 0 : e - dir->data);
 }
 
 /* Listings are an aid: without them push-ahead serves listed trees only. */
 static void push_start(struct ll_session *ls)
 {
-	int rc = -ENOENT;
+	int rc;
 
-	if (ls->fs->push.bound && ls->mountpoint)
-		rc = prelist_start(&ls->prelist, ls->mountpoint);
-	if (rc && ls->fs->push.bound)
-		log_warn("push-ahead: no listing thread (%s): a reader that does "
-			 "not list the tree first is not pushed ahead of",
-			 strerror(-rc));
+	if (ls->fs->push.bound) {
+		rc = ls->mountpoint ? prelist_start(&ls->prelist, ls->mountpoint)
+				    : -ENOENT;
+		if (rc)
+			log_warn("push-ahead: no listing thread (%s): a reader "
+				 "that does not list the tree first is not pushed "
+				 "ahead of", strerror(-rc));
+	}
 	pushahead_start(&ls->fs->push, push_store, ls->prelist ? push_list : NULL,
 			ls);
 }

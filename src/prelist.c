@@ -44,7 +44,6 @@ struct prelist {
 	atomic_int refs;	/* the caller's and the thread's */
 	bool stop;		/* prelist_stop() was called */
 	bool stale;		/* a path led elsewhere: refuse all */
-	bool pending;		/* a request is posted or under way */
 	uint64_t asked_seq;	/* number of the latest request */
 	uint64_t done_seq;	/* number of the latest one finished */
 	ssize_t result;		/* what the latest finished one returned */
@@ -151,13 +150,12 @@ static void *thread_main(void *arg)
 			break;
 		seq = pl->asked_seq;
 		pthread_mutex_unlock(&pl->lock);
-		/* path, dir_ino and pos stay put while pending */
+		/* path, dir_ino and pos stay put until done_seq catches up */
 		n = list_dir(pl, pl->path, pl->dir_ino, pl->pos);
 		pthread_mutex_lock(&pl->lock);
 		pl->result = n;
 		pl->stale |= n == -ESTALE;
 		pl->done_seq = seq;
-		pl->pending = false;
 		pthread_cond_broadcast(&pl->answered);
 	}
 	pthread_mutex_unlock(&pl->lock);
@@ -214,7 +212,7 @@ static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 
 	if (pl->stop || pl->stale)
 		return pl->stale ? -ESTALE : -ESHUTDOWN;
-	if (pl->pending)
+	if (pl->asked_seq != pl->done_seq)	/* one under way */
 		return -EBUSY;
 	if (pl->root_len + 1 + len + 1 > sizeof(pl->path))
 		return -ENAMETOOLONG;
@@ -222,7 +220,6 @@ static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 	memcpy(pl->path + pl->root_len + 1, dir, len + 1);
 	pl->dir_ino = dir_ino;
 	pl->pos = pos;
-	pl->pending = true;
 	pl->asked_seq++;
 	pthread_cond_signal(&pl->asked);
 	return 0;
