@@ -33,10 +33,8 @@ import contextlib
 import datetime
 import json
 import os
-import random
 import shlex
 import sys
-import tarfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,34 +69,6 @@ def parse_args(argv=None):
 
 def log(message):
     print("[%s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
-
-
-def shards_in_order(ds):
-    """Member names of each shard, in shard order (from the tar headers)."""
-    out = []
-    for path in ds.shards:
-        with tarfile.open(path) as tar:
-            out.append([m.name for m in tar.getmembers() if m.isfile()])
-    return out
-
-
-def dataloader_shard_order(root, shard_names, workers=2, batch_size=64):
-    """A DataLoader epoch whose sampler visits the shards in a shuffled
-    order, each front to back (what a WebDataset-style loader does)."""
-    import torch
-    from torchvision import transforms
-    from torchvision.datasets import ImageFolder
-    ds = ImageFolder(root, transform=transforms.Compose(
-        [transforms.Resize((64, 64)), transforms.ToTensor()]))
-    where = {os.path.relpath(p, root): i for i, (p, _) in enumerate(ds.samples)}
-    shards = list(shard_names)
-    random.Random(SEED).shuffle(shards)
-    order = [where[n] for names in shards for n in names if n in where]
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size,
-                                         sampler=order, num_workers=workers)
-    seconds, images = system.timed(lambda: sum(len(y) for _, y in loader))
-    return wl.Result(seconds, files=images, nbytes=0,
-                     note="%d images, shard order" % images)
 
 
 def listed_shard_order(root, names, expected):
@@ -190,7 +160,7 @@ def run_system(system_name, ds, shard_names, mp):
             res["rss_after_reads"] = daemon.rss()
         step(res, system_name, "dl_shuffle", root, daemon, wl.dataloader_epoch, True)
         step(res, system_name, "dl_shards", root, daemon,
-             lambda root: dataloader_shard_order(root, shard_names), True)
+             lambda root: wl.dataloader_shard_order(root, shard_names, SEED), True)
         if daemon:
             res["push_final"] = daemon.stats()["pushahead"]
     return res
@@ -271,7 +241,7 @@ def main():
     testlib.SHARDFS = args.shardfs
     params = dataset.Params(args.samples, args.shard_samples, args.classes)
     ds = dataset.ensure(params, args.workdir, log)
-    shard_names = shards_in_order(ds)
+    shard_names = wl.shards_in_order(ds.shards)
     mp = os.path.join(args.workdir, "mnt-training")
     os.makedirs(mp, exist_ok=True)
     machine = system.machine_info(args.workdir)

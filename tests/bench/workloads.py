@@ -7,6 +7,7 @@ every system is measured by exactly the same code.
 import dataclasses
 import mmap
 import os
+import random
 import subprocess
 import tarfile
 import threading
@@ -140,6 +141,34 @@ def dataloader_epoch(root, workers=2, batch_size=64, seed=0):
     seconds, images = timed(epoch)
     return Result(seconds, files=images,
                   note="%d images, batch %d, %d workers" % (images, batch_size, workers))
+
+
+def shards_in_order(shards):
+    """Member names of each shard, in shard order (from the tar headers)."""
+    out = []
+    for path in shards:
+        with tarfile.open(path) as tar:
+            out.append([m.name for m in tar.getmembers() if m.isfile()])
+    return out
+
+
+def dataloader_shard_order(root, shard_names, seed, workers=2, batch_size=64):
+    """A DataLoader epoch whose sampler visits the shards in a shuffled
+    order, each front to back (what a WebDataset-style loader does);
+    shard_names: shards_in_order() of the shards mounted at root."""
+    import torch
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    ds = ImageFolder(root, transform=transforms.Compose(
+        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+    where = {os.path.relpath(p, root): i for i, (p, _) in enumerate(ds.samples)}
+    shards = list(shard_names)
+    random.Random(seed).shuffle(shards)
+    order = [where[n] for names in shards for n in names if n in where]
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size,
+                                         sampler=order, num_workers=workers)
+    seconds, images = timed(lambda: sum(len(y) for _, y in loader))
+    return Result(seconds, files=images, note="%d images, shard order" % images)
 
 
 def cat_shards(shards, total_bytes):
