@@ -49,9 +49,9 @@ struct prelist {
 	ssize_t result;		/* what the latest finished one returned */
 	uint64_t dir_ino;	/* request: the directory's inode */
 	uint64_t pos;		/* request: its first entry to list */
-	char path[PATH_MAX];	/* request: mountpoint/dir */
+	char dir[PATH_MAX];	/* request: the directory, relative to root
+				 * ("" for root itself) */
 	char root[PATH_MAX];	/* the mountpoint */
-	size_t root_len;	/* length of the mountpoint in path */
 	char buf[PRELIST_DENTS_BUF]; /* the thread's getdents64 records */
 };
 
@@ -76,31 +76,39 @@ static ssize_t count_records(const char *buf, ssize_t n)
 }
 
 /*
- * Open directory @path, preferably through a private clone of the mount
- * (the clone's file is *@tree, else -1).  An open directory keeps a mount
- * busy, so an unmount that met a listing through the mount itself would
- * fail with EBUSY; one through a clone is not seen (the session ends once
- * the listing closes it).  Cloning needs CAP_SYS_ADMIN: without it the
+ * Open the requested directory, preferably through a private clone of the
+ * mount (the clone's file is *@tree, else -1).  An open directory keeps
+ * a mount busy, so an unmount that met a listing through the mount itself
+ * would fail with EBUSY; one through a clone is not seen (the session
+ * ends once the listing closes it).  Cloning needs CAP_SYS_ADMIN: without it the
  * listing goes through the mount, and that short window stays.
  */
-static int open_dir(const struct prelist *pl, const char *path, int *tree)
+static int open_dir(const struct prelist *pl, int *tree)
 {
-	const char *rel = path + pl->root_len + 1;	/* after "mountpoint/" */
+	const char *rel = *pl->dir ? pl->dir : ".";
+	int root, fd, err;
 
 	*tree = open_tree(AT_FDCWD, pl->root, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-	if (*tree < 0)
-		return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return openat(*tree, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*tree >= 0)
+		return openat(*tree, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	root = open(pl->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return -1;
+	fd = openat(root, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	err = errno;
+	close(root);
+	errno = err;
+	return fd;
 }
 
-/* Read PRELIST_ENTRIES entries of @path from entry @pos on. */
-static ssize_t list_dir(struct prelist *pl, const char *path, uint64_t dir_ino,
-			uint64_t pos)
+/* Read PRELIST_ENTRIES entries of the requested directory from entry
+ * @pos on. */
+static ssize_t list_dir(struct prelist *pl, uint64_t dir_ino, uint64_t pos)
 {
 	struct statfs sfs;
 	struct stat st;
 	ssize_t listed = 0;
-	int tree, fd = open_dir(pl, path, &tree);
+	int tree, fd = open_dir(pl, &tree);
 
 	if (fd < 0) {
 		listed = errno == ENOENT || errno == ENOTDIR ? -ESTALE : -errno;
@@ -150,8 +158,8 @@ static void *thread_main(void *arg)
 			break;
 		seq = pl->asked_seq;
 		pthread_mutex_unlock(&pl->lock);
-		/* path, dir_ino and pos stay put until done_seq catches up */
-		n = list_dir(pl, pl->path, pl->dir_ino, pl->pos);
+		/* dir, dir_ino and pos stay put until done_seq catches up */
+		n = list_dir(pl, pl->dir_ino, pl->pos);
 		pthread_mutex_lock(&pl->lock);
 		pl->result = n;
 		pl->stale |= n == -ESTALE;
@@ -174,13 +182,11 @@ int prelist_start(struct prelist **out, const char *mountpoint)
 
 	if (!pl)
 		return -ENOMEM;
-	pl->root_len = strlen(mountpoint);
-	if (pl->root_len + 2 > sizeof(pl->path)) {
+	if (strlen(mountpoint) >= sizeof(pl->root)) {
 		free(pl);
 		return -ENAMETOOLONG;
 	}
-	memcpy(pl->path, mountpoint, pl->root_len);
-	memcpy(pl->root, mountpoint, pl->root_len + 1);
+	strcpy(pl->root, mountpoint);
 	pthread_mutex_init(&pl->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -204,7 +210,7 @@ int prelist_start(struct prelist **out, const char *mountpoint)
 	return 0;
 }
 
-/* Post a request: copy @dir after the mountpoint. */
+/* Post a request: a copy of @dir. */
 static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 		uint64_t pos)
 {
@@ -214,10 +220,9 @@ static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 		return pl->stale ? -ESTALE : -ESHUTDOWN;
 	if (pl->asked_seq != pl->done_seq)	/* one under way */
 		return -EBUSY;
-	if (pl->root_len + 1 + len + 1 > sizeof(pl->path))
+	if (len >= sizeof(pl->dir))
 		return -ENAMETOOLONG;
-	pl->path[pl->root_len] = '/';
-	memcpy(pl->path + pl->root_len + 1, dir, len + 1);
+	memcpy(pl->dir, dir, len + 1);
 	pl->dir_ino = dir_ino;
 	pl->pos = pos;
 	pl->asked_seq++;
