@@ -217,11 +217,14 @@ def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cac
 # (8 MiB). On a remote shard push-ahead reads at most half the stream's
 # prefetch window ahead (ahead_max in source.h), which brought this case
 # from 3-5 chunks fetched twice to none in most runs; about 1 run in 10
-# still fetches one chunk twice (one over the bound below), so the tight
-# cache is tested without push-ahead until that is found, the defaults
-# with it.
+# then still fetched one chunk twice, and this case ran without
+# push-ahead.  On 2026-12-04 it fetched no chunk twice in 53 runs (15 of
+# them beside two CPU hogs), 12 runs of the ASan build and 25 runs of the
+# build before push-ahead stored from lent chunks: whatever did it is
+# gone, so it is tested with and without push-ahead.
 @pytest.mark.parametrize("options", [
     "chunk_size=256K,cache_mem=2M,pushahead=0",
+    "chunk_size=256K,cache_mem=2M",
     "chunk_size=256K,cache_mem=32M",
 ])
 def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_env,
