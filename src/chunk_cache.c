@@ -37,10 +37,6 @@
  * Nor does a miss evict a chunk another stream is still reading (read in
  * the last CHUNK_IDLE_MS and not finished): the reader waits instead.
  *
- * A chunk can also be lent (chunk_cache_lend): the bytes are used where
- * they are, by push-ahead's store into the kernel, and the chunk holds a
- * reference, so it is not evicted, until they are given back.
- *
  * One mutex guards the table; it is never held across network I/O, only
  * for a hash lookup and a few pointer updates (one acquire per chunk a
  * read touches: with 128 KiB FUSE reads, 64 per 8 MiB chunk, a fraction
@@ -520,39 +516,10 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, uint64_t la
 	return c;
 }
 
-/* A read of @ow from chunk @first on: is it a step into the next chunk? */
-static void step_to(struct chunk_owner *ow, uint64_t first)
-{
-	uint64_t prev = atomic_exchange_explicit(&ow->last_chunk, first,
-						 memory_order_relaxed);
-
-	/* a reader stepping into the next chunk (the index build's scan, or
-	 * any stream) is done with the one before and keeps chunks coming
-	 * ahead of it (from the next chunk: starting past the chunks of this
-	 * read put the window one chunk further out, which in a cache of 8
-	 * slots fetched a chunk twice) */
-	if (prev == UINT64_MAX || prev + 1 != first)
-		return;
-	chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
-	if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
-	    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
-		chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
-}
-
-/* A reader is done with @c, which acquire() gave it. */
-static void release(struct chunk *c)
-{
-	pthread_mutex_lock(&cc.lock);
-	c->consumed = true;
-	c->used_ms = remote_now_ms();
-	put(c);
-	pthread_mutex_unlock(&cc.lock);
-}
-
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off)
 {
-	uint64_t first = off / cc.chunk_size, last;
+	uint64_t first = off / cc.chunk_size, last, prev;
 	size_t done = 0;
 
 	if (off >= ow->size || !len)
@@ -560,7 +527,18 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
 	last = (off + len - 1) / cc.chunk_size;
-	step_to(ow, first);
+	/* a reader stepping into the next chunk (the index build's scan, or
+	 * any stream) is done with the one before and keeps chunks coming
+	 * ahead of it (from the next chunk: starting past the chunks of this
+	 * read put the window one chunk further out, which in a cache of 8
+	 * slots fetched a chunk twice) */
+	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
+	if (prev != UINT64_MAX && prev + 1 == first) {
+		chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
+		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
+		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
+			chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
+	}
 	while (done < len) {
 		uint64_t pos = off + done, index = pos / cc.chunk_size;
 		size_t in = (size_t)(pos % cc.chunk_size), avail;
@@ -573,38 +551,16 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			n = avail - in < n ? avail - in : n;
 			memcpy((char *)buf + done, c->data + in, n);
 		}
-		release(c);
+		pthread_mutex_lock(&cc.lock);
+		c->consumed = true;
+		c->used_ms = remote_now_ms();
+		put(c);
+		pthread_mutex_unlock(&cc.lock);
 		if (failed)
 			return -EIO;
 		done += n;
 	}
 	return (ssize_t)done;
-}
-
-int chunk_cache_lend(struct chunk_owner *ow, size_t len, uint64_t off,
-		     const void **data, void **token)
-{
-	uint64_t index = off / cc.chunk_size;
-	size_t in = (size_t)(off % cc.chunk_size), avail;
-	struct chunk *c;
-
-	if (!len || off >= ow->size || len > ow->size - off ||
-	    len > cc.chunk_size - in)
-		return -EAGAIN;	/* not one chunk's bytes: read them */
-	step_to(ow, index);
-	c = acquire(ow, index, index, in + len, &avail);
-	if (avail < in + len) {
-		release(c);
-		return -EIO;
-	}
-	*data = c->data + in;
-	*token = c;
-	return 0;
-}
-
-void chunk_cache_give_back(void *token)
-{
-	release(token);
 }
 
 /* Is there a chunk a worker may take (lock held)?  Reads that missed

@@ -66,9 +66,9 @@ out_release_set:
 }
 
 static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
-			    uint64_t off, struct shard_loan *loan)
+			    uint64_t off)
 {
-	return shardfs_fetch(fs, e, buf, size, off, loan);
+	return shardfs_fetch(fs, e, buf, size, off);
 }
 
 int shardfs_init_built(struct shardfs *fs)
@@ -339,23 +339,20 @@ static void read_failed(struct shardfs *fs, uint32_t shard, uint64_t off,
 }
 
 /*
- * Read exactly @size bytes at @off of @shard, or fail with -EIO; with
- * @loan, lent where the source can (shard_source_lend), and ended on
- * failure.  A shard once found changed fails every later read, even after
- * it has grown back: a file rewritten under the mount would serve its new
- * bytes at the old offsets.
+ * Read exactly @size bytes at @off of @shard, or fail with -EIO.  A shard
+ * once found changed fails every later read, even after it has grown
+ * back: a file rewritten under the mount would serve its new bytes at the
+ * old offsets.
  */
 static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
-				  char *buf, size_t size, uint64_t off,
-				  struct shard_loan *loan)
+				  char *buf, size_t size, uint64_t off)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	ssize_t n;
 
 	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
 		return -EIO;	/* found changed once: never served again */
-	n = loan ? shard_source_lend(src, buf, size, off, loan)
-		 : src->ops->read(src, buf, size, off);
+	n = src->ops->read(src, buf, size, off);
 	atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
 				  memory_order_relaxed);
 	if (n < 0) {
@@ -369,11 +366,8 @@ static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 	}
 	/* after the read: a shard rewritten to another size since the last
 	 * read would otherwise serve its new bytes at the old offsets */
-	if (!shard_unchanged(fs, shard, off)) {
-		if (loan)
-			shard_loan_end(loan);
+	if (!shard_unchanged(fs, shard, off))
 		return -EIO;
-	}
 	return n;
 }
 
@@ -381,7 +375,7 @@ static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 			   size_t size, uint64_t off, bool *streak)
 {
-	ssize_t n = shard_read_checked(fs, shard, buf, size, off, NULL);
+	ssize_t n = shard_read_checked(fs, shard, buf, size, off);
 	bool forward = n >= 0 && shard_served(fs, shard, off, size);
 
 	if (streak)
@@ -390,7 +384,7 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
 }
 
 ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
-		      uint64_t off, struct shard_loan *loan)
+		      uint64_t off)
 {
 	const struct shard_inode *in = &fs->idx.inodes[e];
 	struct shard_source *src = fs->set.shards[in->shard].src;
@@ -398,7 +392,7 @@ ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
 
 	assert(S_ISREG(in->mode) && !(in->flags & SHARD_INODE_SPARSE));
 	assert(off + size <= in->size);
-	n = shard_read_checked(fs, in->shard, buf, size, in->data + off, loan);
+	n = shard_read_checked(fs, in->shard, buf, size, in->data + off);
 	if (n < 0)
 		return n;
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, size,

@@ -414,14 +414,9 @@ static int push_member(struct pushahead *p, uint32_t e)
 		size_t n = in->size - off < SHARDFS_PUSHAHEAD_CHUNK ?
 			   in->size - off : SHARDFS_PUSHAHEAD_CHUNK;
 
-		struct shard_loan loan;
-		int rc;
-
-		if (p->fetch(p->fetch_arg, e, p->buf, n, off, &loan) < 0)
+		if (p->fetch(p->fetch_arg, e, p->buf, n, off) < 0)
 			return -EIO;
-		rc = p->store(p->store_arg, (uint64_t)e + 1, off, loan.data, n);
-		shard_loan_end(&loan);
-		if (rc) {
+		if (p->store(p->store_arg, (uint64_t)e + 1, off, p->buf, n)) {
 			relaxed_add(&p->counters.refused, 1);
 			return 0;
 		}

@@ -256,16 +256,6 @@ uint64_t chunk_cache_ahead_max(void);
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off);
 
-/*
- * Lend @len bytes at @off in one chunk, waiting for them as a read does:
- * 0 with *@data and *@token (the chunk stays, unevicted, until
- * chunk_cache_give_back(*@token)); -EAGAIN when the bytes are not all in
- * one chunk of the object; -EIO when its fetch failed.
- */
-int chunk_cache_lend(struct chunk_owner *ow, size_t len, uint64_t off,
-		     const void **data, void **token);
-void chunk_cache_give_back(void *token);
-
 /* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
 

@@ -136,29 +136,6 @@ int shard_source_read_full(struct shard_source *src, void *buf, size_t len,
 	return (size_t)n == len ? 0 : -EIO;
 }
 
-ssize_t shard_source_lend(struct shard_source *src, void *buf, size_t len,
-			  uint64_t off, struct shard_loan *loan)
-{
-	int rc = -EAGAIN;
-
-	*loan = (struct shard_loan){ .data = buf };
-	if (src->ops->lend)
-		rc = src->ops->lend(src, len, off, loan);
-	if (!rc)
-		return (ssize_t)len;
-	if (rc != -EAGAIN)
-		return rc;
-	*loan = (struct shard_loan){ .data = buf };
-	return src->ops->read(src, buf, len, off);
-}
-
-void shard_loan_end(struct shard_loan *loan)
-{
-	if (loan->lender)
-		loan->lender->ops->give_back(loan->lender, loan->token);
-	loan->lender = NULL;
-}
-
 static ssize_t mem_read(struct shard_source *src, void *buf, size_t len,
 			uint64_t off)
 {

@@ -2,9 +2,8 @@
 /*
  * source_remote.c - a shard that is a remote object, as a shard_source.
  *
- * Reads go through the chunk cache (chunk_cache.c), which also lends its
- * bytes where they lie in one chunk (push-ahead stores from there, one
- * copy fewer), hints steer its prefetching, and the size never needs a request: the object is pinned
+ * Reads go through the chunk cache (chunk_cache.c), hints steer its
+ * prefetching, and the size never needs a request: the object is pinned
  * by its ETag (If-Match on every GET), so a replaced object is noticed by
  * the read that meets it, not by polling.
  *
@@ -56,26 +55,6 @@ static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
 	return chunk_cache_read(&r->owner, buf, len, off);
 }
 
-static int remote_lend(struct shard_source *src, size_t len, uint64_t off,
-		       struct shard_loan *loan)
-{
-	struct source_remote *r = (struct source_remote *)src;
-	int rc;
-
-	if (atomic_load_explicit(&r->ranged_scan, memory_order_relaxed))
-		return -EAGAIN;
-	rc = chunk_cache_lend(&r->owner, len, off, &loan->data, &loan->token);
-	if (!rc)
-		loan->lender = src;
-	return rc;
-}
-
-static void remote_give_back(struct shard_source *src, void *token)
-{
-	(void)src;
-	chunk_cache_give_back(token);
-}
-
 static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
 			  enum shard_source_advice advice)
 {
@@ -119,8 +98,6 @@ static void remote_close(struct shard_source *src)
 
 static const struct shard_source_ops remote_ops = {
 	.read = remote_read,
-	.lend = remote_lend,
-	.give_back = remote_give_back,
 	.advise = remote_advise,
 	.current_size = remote_current_size,
 	.close = remote_close,

@@ -153,13 +153,10 @@ ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
  * Read @size bytes at @off of member entry @e (a plain, not sparse, file)
  * for push-ahead: checked like a READ (-EIO when the shard changed or
  * failed; never other bytes), counted as shard I/O but not as a reader's
- * move.  The shard pages read are dropped.  Returns @size or -EIO.  With
- * @loan, the bytes are at loan->data: lent by the shard's source where it
- * holds them (a remote shard's chunk, no copy), else read into @buf; the
- * caller ends a loan with shard_loan_end() (source.h) once done with them.
+ * move.  The shard pages read are dropped.  Returns @size or -EIO.
  */
 ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
-		      uint64_t off, struct shard_loan *loan);
+		      uint64_t off);
 
 /* Monotonic nanoseconds, for shardfs_op_done(). */
 uint64_t shardfs_now_ns(void);

@@ -52,7 +52,6 @@
 #include "shardfs/index.h"
 #include "shardfs/mount.h"
 #include "shardfs/shardset.h"
-#include "shardfs/source.h"
 
 /* Default bound on the bytes pushed ahead of all readers (-o pushahead=). */
 #define SHARDFS_PUSHAHEAD_DEFAULT (64u << 20)
@@ -84,14 +83,11 @@ typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
 typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e);
 
 /*
- * Make @size bytes at @off of member entry @e readable at loan->data,
- * checked as a READ is (shardfs_fetch in fs.h): lent by the shard's
- * source, or read into @buf.  Returns @size (the loan to be ended with
- * shard_loan_end, source.h) or -EIO (no loan).
+ * Read @size bytes at @off of member entry @e, checked as a READ is
+ * (shardfs_fetch in fs.h).  Returns @size or -EIO.
  */
 typedef ssize_t (*pushahead_fetch_fn)(void *arg, uint32_t e, char *buf,
-				      size_t size, uint64_t off,
-				      struct shard_loan *loan);
+				      size_t size, uint64_t off);
 
 /* The window of one shard; the fields under @busy unless said. */
 struct pushahead_stream {

@@ -14,8 +14,8 @@
  * Offsets and sizes are those of the tar stream the source serves (for a
  * compressed shard: of the decompressed stream).
  *
- * Thread-safety: once opened, read(), lend(), give_back(), advise() and
- * current_size() may be called from any number of threads at once; implementations must not
+ * Thread-safety: once opened, read(), advise() and current_size() may be
+ * called from any number of threads at once; implementations must not
  * serialise reads of one source behind a lock held across storage I/O
  * where they can avoid it, and must not allocate on the read path.
  * close() is called once, after every other call has returned.
@@ -46,17 +46,6 @@ enum shard_source_advice {
 				 * once, in as few requests as may be */
 };
 
-/*
- * Bytes a reader may use where they are: lent out of a source's own memory
- * (lender set), or read into the reader's buffer (lender NULL).  See
- * shard_source_lend().
- */
-struct shard_loan {
-	const void *data;		/* the bytes */
-	struct shard_source *lender;	/* gets them back; NULL: a copy */
-	void *token;			/* the lender's, for give_back() */
-};
-
 struct shard_source_ops {
 	/*
 	 * Read @len bytes at @off into @buf.  Returns the bytes read, which
@@ -65,17 +54,6 @@ struct shard_source_ops {
 	 */
 	ssize_t (*read)(struct shard_source *src, void *buf, size_t len,
 			uint64_t off);
-	/*
-	 * Lend exactly @len bytes at @off out of the source's memory, with
-	 * no copy: 0 with loan->data, ->lender and ->token set, and the bytes
-	 * stay as they are until give_back(@src, loan->token).  -EAGAIN when
-	 * they are not in one piece of the source's memory (the caller reads
-	 * them instead), or read()'s -errno.  NULL (with give_back) for
-	 * sources that never lend: a local file's pages are the kernel's.
-	 */
-	int (*lend)(struct shard_source *src, size_t len, uint64_t off,
-		    struct shard_loan *loan);
-	void (*give_back)(struct shard_source *src, void *token);
 	/* A hint about [@off, @off + @len); may be NULL (no hints). */
 	void (*advise)(struct shard_source *src, uint64_t off, uint64_t len,
 		       enum shard_source_advice advice);
@@ -211,17 +189,6 @@ struct shard_source_mem {
 /* Set @m up over @data; closing it frees nothing. */
 void shard_source_mem_init(struct shard_source_mem *m, const void *data,
 			   uint64_t size);
-
-/*
- * read() @len bytes at @off into @loan: lent by @src where it can lend
- * them, else read into @buf (loan->data is then @buf).  Returns what read()
- * returns; a loan made (the result is @len) must end with shard_loan_end().
- */
-ssize_t shard_source_lend(struct shard_source *src, void *buf, size_t len,
-			  uint64_t off, struct shard_loan *loan);
-
-/* Give lent bytes back to their source (nothing for a copy); idempotent. */
-void shard_loan_end(struct shard_loan *loan);
 
 /*
  * Read exactly @len bytes at @off, or fail: -EIO when the stream ends

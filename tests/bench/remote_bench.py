@@ -10,6 +10,11 @@ reads, from /.shardfs/stats.
         [--limit-rate RATE] [--chunk SIZE]
     /usr/bin/python3 tests/bench/remote_bench.py --index-build --shards 8 \
         --shard-mb 1024 --limit-rate 100m [--scan-threads N]
+    /usr/bin/python3 tests/bench/remote_bench.py --ab BUILD_DIR,BUILD_DIR \
+        [--rounds N]
+
+--ab compares builds on the warm, unthrottled read alone, alternating
+them round by round (the machine drifts by tens of percent between runs).
 
 --index-build times the index build of a fresh mount with
 -o index_fetch=stream (every chunk through the chunk cache) against
@@ -391,6 +396,52 @@ def dataloader_s3fs(work, env, samples, shards):
             mount_reqs))
 
 
+def daemon_cpu(mnt):
+    """CPU seconds of the daemon serving mnt so far."""
+    pid = subprocess.check_output(["pgrep", "-n", "-f", "shardfs.* %s$" % mnt]).split()[0]
+    with open("/proc/%s/stat" % pid.decode()) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def warm_ab(www, work, names, builds, rounds, env):
+    """The warm, unthrottled read of each build in turn, ROUNDS times (one
+    build after the other in each round, so that the machine's drift hits
+    both alike): MB/s, daemon CPU, READs and files pushed of each read;
+    then the medians, and curl's rate."""
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    runs = {b: [] for b in builds}
+    with rs.nginx(www, os.path.join(work, "ng-ab")) as url:
+        spec = "%s/shard-{000000..%06d}.tar" % (url, len(names) - 1)
+        urls = ["%s/%s" % (url, n) for n in names]
+        with lib.mounted(spec, mnt, "-o", "quiet", env=env):
+            pass
+        curl_all(urls)
+        print("| round | build | MB/s | daemon CPU s | READs | files pushed |")
+        print("|---|---|---|---|---|---|")
+        for r in range(rounds):
+            for b in builds:
+                lib.SHARDFS = os.path.join(b, "shardfs")
+                with lib.mounted(spec, mnt, "-o", "quiet", env=env):
+                    cpu = daemon_cpu(mnt)
+                    t, nbytes = read_in_order(mnt)
+                    cpu = daemon_cpu(mnt) - cpu
+                    with open(os.path.join(mnt, ".shardfs", "stats")) as f:
+                        st = json.load(f)
+                runs[b].append((nbytes / t / 1e6, cpu))
+                print("| %d | %s | %.0f | %.2f | %d | %d |" % (
+                    r, b, nbytes / t / 1e6, cpu, st["ops"]["read"]["count"],
+                    st["pushahead"]["files"]), flush=True)
+        t_curl = curl_all(urls)
+    total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
+    for b in builds:
+        rates, cpus = sorted(x[0] for x in runs[b]), sorted(x[1] for x in runs[b])
+        print("\n%s: median %.0f MB/s, daemon CPU %.2f s" % (
+            b, rates[len(rates) // 2], cpus[len(cpus) // 2]))
+    print("curl: %.0f MB/s" % (total / t_curl / 1e6))
+
+
 def memory_streams(work, streams, cache_mem, chunk, env):
     """STREAMS shards of 8 MiB read at once, one thread each, through a
     mount with CACHE_MEM: the daemon's peak VmRSS (sampled every 50 ms)."""
@@ -453,6 +504,9 @@ def main():
     ap.add_argument("--dataloader-s3fs", type=int, default=0, metavar="SAMPLES",
                     help="only compare a DataLoader epoch over an s3:// mount "
                     "with s3fs over the same files as loose objects")
+    ap.add_argument("--ab", metavar="BUILD_DIR,BUILD_DIR",
+                    help="only the warm unthrottled read, these builds in turn")
+    ap.add_argument("--rounds", type=int, default=5, help="--ab: rounds")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shardfs-remote-bench-")
     www = os.path.join(work, "www")
@@ -481,6 +535,12 @@ def main():
             subprocess.run(["rm", "-rf", work])
         return
     names = make_shards(www, a.shards, a.shard_mb)
+    if a.ab:
+        try:
+            warm_ab(www, work, names, a.ab.split(","), a.rounds, env)
+        finally:
+            subprocess.run(["rm", "-rf", work])
+        return
     total = sum(os.path.getsize(os.path.join(www, n)) for n in names)
     print("| nginx limit_rate | caches | curl MB/s | shardfs http:// MB/s | ratio | "
           "shardfs local MB/s | GETs | ceil(size/chunk) | bytes fetched / read |")

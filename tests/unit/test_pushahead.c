@@ -10,8 +10,7 @@
  * lister callback) and pushed if the listing made it known; a directory
  * is listed at the second LOOKUP in it; the bytes held
  * ahead never exceed the bound; a shard that changed size is never pushed
- * from; bytes a source lends are stored before they are given back, and
- * every loan is given back.
+ * from.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -91,10 +90,9 @@ static ssize_t fake_list(void *arg, uint32_t e)
 	return i - from;
 }
 
-static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off,
-		     struct shard_loan *loan)
+static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off)
 {
-	return shardfs_fetch(fs, e, buf, size, off, loan);
+	return shardfs_fetch(fs, e, buf, size, off);
 }
 
 /*
@@ -316,74 +314,6 @@ static void test_bound_holds(void **state)
 	assert_int_equal(atomic_load(&c->ahead), 0);
 }
 
-/*
- * A shard whose source lends what it reads, as a remote shard's chunk
- * cache does: each loan is a buffer of its own, freed when given back, so
- * that a store from a loan already given back is a use after free.
- */
-static atomic_int loans_out, loans_made;
-
-static int lend_copy(struct shard_source *src, size_t len, uint64_t off,
-		     struct shard_loan *loan)
-{
-	char *copy = malloc(len);
-
-	assert_non_null(copy);
-	if (src->ops->read(src, copy, len, off) != (ssize_t)len) {
-		free(copy);
-		return -EIO;
-	}
-	*loan = (struct shard_loan){ .data = copy, .lender = src, .token = copy };
-	atomic_fetch_add(&loans_out, 1);
-	atomic_fetch_add(&loans_made, 1);
-	return 0;
-}
-
-static void give_back_copy(struct shard_source *src, void *token)
-{
-	(void)src;
-	free(token);
-	atomic_fetch_sub(&loans_out, 1);
-}
-
-/*
- * Pushes from lent bytes store those bytes and give every loan back; so
- * does a fetch that finds the shard changed after the loan was made.
- */
-static void test_pushes_from_lent_bytes(void **state)
-{
-	struct tb_env *e = *state;
-	struct shard_source *src;
-	struct shard_source_ops lending;
-	const struct shard_source_ops *own;
-	struct shard_loan loan;
-	char path[4096], buf[MEMBER_SIZE];
-
-	setup(e, 1 << 20);
-	src = e->fs.set.shards[0].src;
-	own = src->ops;
-	lending = *own;
-	lending.lend = lend_copy;
-	lending.give_back = give_back_copy;
-	src->ops = &lending;
-	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
-	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
-		read_member(e, i);
-	settle(e);
-	pushahead_stop(&e->fs.push);
-	assert_true(atomic_load(&kernel.stores) > 0);
-	assert_int_equal(atomic_load(&loans_made), atomic_load(&kernel.stores));
-	assert_int_equal(atomic_load(&loans_out), 0);
-	assert_int_equal(atomic_load(&kernel.bad), 0);
-	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
-	assert_int_equal(truncate(path, 64 * 1024), 0);
-	assert_int_equal(shardfs_fetch(&e->fs, (uint32_t)(ino_of(e, 1) - 1), buf,
-				       MEMBER_SIZE, 0, &loan), -EIO);
-	assert_int_equal(atomic_load(&loans_out), 0);
-	src->ops = own;
-}
-
 /* The worker reads through shardfs_fetch: checked as a READ is. */
 static void test_changed_shard_is_never_pushed_from(void **state)
 {
@@ -394,20 +324,19 @@ static void test_changed_shard_is_never_pushed_from(void **state)
 	setup(e, 1 << 20);
 	entry = (uint32_t)(ino_of(e, 1) - 1);
 	member_content(1, want);
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0, NULL), MEMBER_SIZE);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), MEMBER_SIZE);
 	assert_memory_equal(buf, want, MEMBER_SIZE);
 	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
 	assert_int_equal(truncate(path, 64 * 1024), 0);	/* longer: no short read */
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0, NULL), -EIO);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
 	assert_int_equal(truncate(path, e->fs.set.shards[0].stored_size), 0);
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0, NULL), -EIO);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
-		TB_ENV_TEST(test_pushes_from_lent_bytes),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
