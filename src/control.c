@@ -122,13 +122,13 @@ static void render_stats_push(const struct control_source *src,
 	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
 		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
-		   "\"listings\": %llu, \"listed\": %llu, "
+		   "\"listings\": %llu, \"listed\": %llu, \"spans\": %llu, "
 		   "\"ahead\": %llu, \"ahead_max\": %llu},\n",
 		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
 		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
 		   counter(&p->unknown), counter(&p->listings), counter(&p->listed),
-		   counter(&p->ahead), counter(&p->ahead_max));
+		   counter(&p->spans), counter(&p->ahead), counter(&p->ahead_max));
 }
 
 static void render_stats(const struct control_source *src, struct control_buf *b)
@@ -215,6 +215,9 @@ static void render_metrics_push(const struct control_source *src,
 		  "the files to push.", &p->listings },
 		{ "pushahead_listed_total", "counter", "Entries those listings read.",
 		  &p->listed },
+		{ "pushahead_spans_total", "counter",
+		  "Decoded spans of compressed shards pushed whole after a random "
+		  "READ in them.", &p->spans },
 		{ "pushahead_ahead_bytes", "gauge", "Bytes the push-ahead windows hold now.",
 		  &p->ahead },
 	};

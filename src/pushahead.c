@@ -21,19 +21,26 @@
 
 #include "shardfs/log.h"
 #include "shardfs/pushahead.h"
+#include "shardfs/seek_table.h"
 #include "shardfs/source.h"
 
 /*
  * In refs[]: a member's bytes were stored; a member's directory was
  * listed from it on, or a directory was queued for listing (once until
- * the kernel forgets the entry); a directory had a LOOKUP in it; the rest
- * counts references.
+ * the kernel forgets the entry); a directory had a LOOKUP in it; a
+ * member's decoded span was pushed (push_span); the rest counts
+ * references.
  */
 #define PUSHAHEAD_STORED 0x80000000u
 #define PUSHAHEAD_LISTED 0x40000000u
 #define PUSHAHEAD_SEEN 0x20000000u
-#define PUSHAHEAD_FLAGS (PUSHAHEAD_STORED | PUSHAHEAD_LISTED | PUSHAHEAD_SEEN)
-#define PUSHAHEAD_REFS (PUSHAHEAD_SEEN - 1)
+#define PUSHAHEAD_SPANNED 0x10000000u
+#define PUSHAHEAD_FLAGS (PUSHAHEAD_STORED | PUSHAHEAD_LISTED | PUSHAHEAD_SEEN | \
+			 PUSHAHEAD_SPANNED)
+#define PUSHAHEAD_REFS (PUSHAHEAD_SPANNED - 1)
+
+/* In span_wanted, beside the entry + 1 (entries fit in 31 bits: index.h). */
+#define SPAN_DROPPED 0x80000000u
 
 static uint64_t now_ns(void)
 {
@@ -182,7 +189,7 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 	do
 		next = (cur & PUSHAHEAD_REFS) > n ?
 		       (cur & PUSHAHEAD_FLAGS) | ((cur & PUSHAHEAD_REFS) - n) :
-		       cur & PUSHAHEAD_STORED;
+		       cur & (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED);
 	while (!atomic_compare_exchange_weak_explicit(r, &cur, next,
 						      memory_order_relaxed,
 						      memory_order_relaxed));
@@ -383,22 +390,45 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 		queue_stream(p, shard);
 }
 
+/*
+ * A reader started reading member @e of a compressed shard with no
+ * streak: have the worker push the rest of its decoded span, unless a span
+ * is waiting already.  A member whose span was pushed before is READ only
+ * when the kernel dropped it, and likely the rest of the span with it.
+ */
+static void want_span(struct pushahead *p, uint32_t e)
+{
+	unsigned expected = 0, dropped;
+
+	if (atomic_load_explicit(&p->spans_off, memory_order_relaxed))
+		return;
+	dropped = atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
+		  PUSHAHEAD_SPANNED ? SPAN_DROPPED : 0;
+	if (atomic_compare_exchange_strong(&p->span_wanted, &expected,
+					   (e + 1) | dropped))
+		sem_post(&p->wake);
+}
+
 void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 		    uint64_t end, bool streak)
 {
-	uint32_t shard;
+	const struct shard_inode *in = entry_inode(p, e);
 	struct pushahead_stream *s;
 
 	if (!p->bound || !p->store)
 		return;
 	if (take_stored(p, e))
 		relaxed_add(&p->counters.read_anyway, 1);
-	shard = entry_inode(p, e)->shard;
-	s = &p->streams[shard];
-	if (atomic_flag_test_and_set_explicit(&s->busy, memory_order_acquire))
-		return;		/* another reader of the shard is at it */
-	window_on_read(p, shard, off, end, streak);
-	atomic_flag_clear_explicit(&s->busy, memory_order_release);
+	s = &p->streams[in->shard];
+	/* another reader of the shard at it: the window stays as it is */
+	if (!atomic_flag_test_and_set_explicit(&s->busy, memory_order_acquire)) {
+		window_on_read(p, in->shard, off, end, streak);
+		atomic_flag_clear_explicit(&s->busy, memory_order_release);
+	}
+	/* a READ a window does not cover, at a file's start */
+	if (!streak && off == in->data && p->set->shards[in->shard].src->encoding &&
+	    !atomic_load_explicit(&s->to, memory_order_relaxed))
+		want_span(p, e);
 }
 
 /*
@@ -466,6 +496,90 @@ static void list_wanted_dir(struct pushahead *p)
 
 	if (d && p->idx->inodes[d - 1].size)
 		list_from(p, p->idx->inodes[d - 1].data);
+}
+
+/*
+ * The decoded span of @shard holding offset @off (seek_table.h): true with
+ * [*@start, *@end) when the shard has a seek table and the span fits in a
+ * window.
+ */
+static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
+		    uint64_t *start, uint64_t *end)
+{
+	struct shard_source *src = p->set->shards[shard].src;
+	const struct seek_table *t = src->ops->seek_get ? src->ops->seek_get(src)
+							: NULL;
+	uint64_t j;
+
+	if (!t || !t->nr)
+		return false;
+	j = seek_table_find(t, off);
+	*start = t->points[j].out;
+	*end = seek_table_span_end(t, j);
+	return *end - *start <= p->window;
+}
+
+/* Whether the kernel dropped too many of the files pushed before they
+ * were read (see pushahead.h); says so once. */
+static bool spans_wasted(struct pushahead *p)
+{
+	unsigned long long files = atomic_load(&p->counters.files);
+
+	if (files < SHARDFS_PUSHAHEAD_SPAN_PROBE ||
+	    atomic_load(&p->counters.read_anyway) * 4 <= files)
+		return false;
+	if (!atomic_exchange(&p->spans_off, true))
+		log_info("push-ahead: the kernel drops pushed files before they are "
+			 "read; random reads of compressed shards push no more spans");
+	return true;
+}
+
+/*
+ * Push the members the kernel holds of the decoded span around entry @e,
+ * which a READ is reading (it is left out: the READ holds its pages),
+ * while the bound has room for all of the span.  Members of a span pushed
+ * before are left out (a READ that raced with that push), unless
+ * @dropped: then the kernel dropped them.
+ */
+static void push_span(struct pushahead *p, uint32_t e, bool dropped)
+{
+	const struct shard_inode *in = entry_inode(p, e);
+	uint32_t last = p->order_start[in->shard + 1];
+	uint64_t start, end, got;
+	unsigned long long files = atomic_load(&p->counters.files);
+
+	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
+		return;
+	got = reserve(p, end - start);
+	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
+	for (uint32_t i = order_at(p, in->shard, start);
+	     got == end - start && i < last; i++) {
+		uint32_t m = p->order[i];
+		const struct shard_inode *mi = entry_inode(p, m);
+		unsigned r = atomic_load_explicit(&p->refs[m], memory_order_relaxed);
+
+		if (mi->data + mi->size > end)
+			break;
+		if (m == e || !(r & PUSHAHEAD_REFS) ||
+		    (!dropped && (r & PUSHAHEAD_SPANNED)))
+			continue;
+		if (push_member(p, m))
+			break;
+		atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
+					 memory_order_relaxed);
+	}
+	if (atomic_load(&p->counters.files) != files)
+		relaxed_add(&p->counters.spans, 1);
+	atomic_fetch_sub_explicit(&p->counters.ahead, got, memory_order_relaxed);
+}
+
+/* Push the span pushahead_read() asked for, if any. */
+static void push_wanted_span(struct pushahead *p)
+{
+	unsigned w = atomic_exchange(&p->span_wanted, 0);
+
+	if (w)
+		push_span(p, (w & ~SPAN_DROPPED) - 1, w & SPAN_DROPPED);
 }
 
 /* Push what the window of @shard asks for and was not pushed yet. */
@@ -555,6 +669,7 @@ static void *worker_main(void *arg)
 		}
 		sem_timedwait(&p->wake, &ts);
 		list_wanted_dir(p);
+		push_wanted_span(p);
 		drain(p);
 		if (now_ns() - reclaimed >= SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ull / 4) {
 			reclaim_idle(p);

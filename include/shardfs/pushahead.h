@@ -24,6 +24,15 @@
  * bound (-o pushahead=SIZE): bytes are reserved from it before they are
  * asked for, and given back as the reader passes them or the window ends.
  *
+ * A compressed shard read at random costs the decoding of the span
+ * (seek_table.h) before the member, on every READ.  So a READ with no
+ * streak in a compressed shard has the worker push the other members of
+ * that span, which the decoding passes over anyway: a shuffled epoch then
+ * decodes each span about once and a half instead of once per member
+ * read.  Where the kernel drops what was pushed before it is read (a data
+ * set larger than its page cache: a quarter of the files pushed are READ
+ * all the same, after SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
+ *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
  * drops (FORGET).  For a member with none the worker asks the glue, once
@@ -66,6 +75,8 @@
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
 /* Largest directory a reader's LOOKUPs in it have listed (entries). */
 #define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
+/* Files pushed before span pushes are judged by what the kernel kept. */
+#define SHARDFS_PUSHAHEAD_SPAN_PROBE 1024
 
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
@@ -127,6 +138,9 @@ struct pushahead {
 	void *store_arg;		/* passed to store and lister */
 	atomic_uint list;		/* streams waiting for the worker, + 1 */
 	atomic_uint dir_wanted;		/* directory entry to list, + 1 */
+	atomic_uint span_wanted;	/* entry whose decoded span to push,
+					 * + 1 */
+	atomic_bool spans_off;		/* span pushes were found wasted */
 	sem_t wake;			/* posted when a stream is queued */
 	atomic_bool stop;		/* the worker must return */
 	bool running;			/* the worker thread exists */

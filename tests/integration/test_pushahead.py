@@ -232,6 +232,77 @@ def test_an_unprivileged_daemon_lists_through_the_mount(tmp_path):
                        stderr=subprocess.DEVNULL)
 
 
+def compress_shard(tar, tool):
+    """TAR as one gzip stream (window points about every 4 MiB of tar) or
+    as zstd frames of 2 MiB of tar each, concatenated."""
+    data = open(tar, "rb").read()
+    if tool == "gzip":
+        out = tar.with_suffix(".tar.gz")
+        out.write_bytes(subprocess.run(["gzip", "-c", "-n"], input=data,
+                                       stdout=subprocess.PIPE, check=True).stdout)
+        return out
+    out = tar.with_suffix(".tar.zst")
+    with open(out, "wb") as f:
+        for i in range(0, len(data), 2 << 20):
+            f.write(subprocess.run(["zstd", "-q", "-c"], input=data[i:i + (2 << 20)],
+                                   stdout=subprocess.PIPE, check=True).stdout)
+    return out
+
+
+def members_below(mnt, limit):
+    """Members whose bytes lie wholly below tar offset LIMIT."""
+    with open(os.path.join(mnt, ".shardfs", "members")) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    return [path for path, _, off, size in rows if int(off) + int(size) <= limit]
+
+
+def settled_push(mnt):
+    """/.shardfs/stats once the push-ahead counters stop moving (10 s)."""
+    last = None
+    for _ in range(100):
+        now = lib.read_stats(mnt)
+        if last and now["pushahead"] == last["pushahead"]:
+            return now
+        last = now
+        time.sleep(0.1)
+    return last
+
+
+# A READ in a compressed shard decodes its span up to the file anyway: the
+# rest of that span is pushed, so that a shuffled reader of the other
+# files of the span costs no READ and no decoding (pushahead=0: one each).
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("tool,pushahead", [("gzip", "default"), ("zstd", "default"),
+                                            ("gzip", "0")])
+def test_a_random_read_of_a_compressed_shard_pushes_its_span(tmp_path, tool, pushahead):
+    content = make_shard(tmp_path / "a.tar", "a", files=200, size=lambda i: 50_000 + i)
+    shard = compress_shard(tmp_path / "a.tar", tool)
+    mnt = tmp_path / "mnt"
+    opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
+    with lib.mounted(shard, mnt, *opts):
+        list_tree(mnt)          # the kernel holds every inode (READDIRPLUS)
+        # the first span ends after 3.5 MiB (gzip) or at 2 MiB (zstd)
+        span = members_below(mnt, 2 << 20)
+        rnd = random.Random(tool)
+        rnd.shuffle(span)
+        before = lib.read_stats(mnt)
+        with open(os.path.join(mnt, span[0]), "rb") as f:
+            assert f.read() == content[span[0]]
+        mid = settled_push(mnt)
+        for name in span[1:]:
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == content[name], name
+        after = lib.read_stats(mnt)
+    # less the READ of /.shardfs/stats that took the second count
+    reads = after["ops"]["read"]["count"] - mid["ops"]["read"]["count"] - 1
+    if pushahead == "0":
+        assert reads == len(span) - 1
+        return
+    assert mid["pushahead"]["spans"] - before["pushahead"]["spans"] == 1
+    assert mid["pushahead"]["files"] - before["pushahead"]["files"] >= len(span) - 1
+    assert reads == 0, (len(span), reads)
+
+
 def change(shard, how):
     """Rewrite SHARD in place (same inode: the daemon keeps it open)."""
     size = os.path.getsize(shard)

@@ -10,7 +10,8 @@
  * lister callback) and pushed if the listing made it known; a directory
  * is listed at the second LOOKUP in it; the bytes held
  * ahead never exceed the bound; a shard that changed size is never pushed
- * from.
+ * from; a READ at random in a compressed shard has the rest of its
+ * decoded span pushed, until the kernel is seen to drop such pushes.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -125,6 +126,31 @@ static void setup(struct tb_env *e, uint64_t bound)
 	setup_listing(e, bound, NULL);
 }
 
+/* The same shard, gzip-compressed (one decoded span), every member known
+ * to the fake kernel. */
+static void setup_gzip(struct tb_env *e)
+{
+	char name[16], content[MEMBER_SIZE + 1];
+	struct tb a = { 0 };
+
+	for (int i = 0; i < MEMBERS; i++) {
+		snprintf(name, sizeof(name), "m%02d", i);
+		member_content(i, content);
+		tb_file(&a, name, content);
+	}
+	tb_end(&a);
+	tb_save_gzip(&a, e->dir, "s.tar", 0);
+	tb_free(&a);
+	tb_env_build(e);
+	pushahead_release(&e->fs.push);
+	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set,
+					1 << 20, fetch, &e->fs), 0);
+	memset(&kernel, 0, sizeof(kernel));
+	kernel.fs = &e->fs;
+	assert_int_equal(pushahead_start(&e->fs.push, fake_store, NULL, &kernel), 0);
+	assert_non_null(e->fs.set.shards[0].src->encoding);
+}
+
 static uint64_t ino_of(struct tb_env *e, int i)
 {
 	char name[16];
@@ -159,7 +185,8 @@ static void settle(struct tb_env *e)
 
 	for (int i = 0; i < 200; i++) {
 		if (!atomic_load(&e->fs.push.list) &&
-		    !atomic_load(&e->fs.push.dir_wanted) && progress(e) == seen)
+		    !atomic_load(&e->fs.push.dir_wanted) &&
+		    !atomic_load(&e->fs.push.span_wanted) && progress(e) == seen)
 			return;
 		seen = progress(e);
 		nanosleep(&ts, NULL);
@@ -314,6 +341,58 @@ static void test_bound_holds(void **state)
 	assert_int_equal(atomic_load(&c->ahead), 0);
 }
 
+/* A READ in a compressed shard has the rest of its decoded span pushed,
+ * decoded right; a READ of a member pushed so pushes the span again. */
+static void test_random_read_of_compressed_shard_pushes_its_span(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+
+	setup_gzip(e);
+	for (int i = 0; i < MEMBERS; i++)	/* all but m40 */
+		if (i != 40)
+			pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+	read_member(e, 20);
+	settle(e);
+	assert_int_equal(atomic_load(&c->spans), 1);
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - 2);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_false(atomic_load(&kernel.stored[ino_of(e, 20)]));
+	assert_false(atomic_load(&kernel.stored[ino_of(e, 40)]));
+	/* a READ of a member that missed the push: the rest was pushed */
+	pushahead_lookup(&e->fs.push, ino_of(e, 40), 1);
+	read_member(e, 40);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - 2);
+	/* a READ of a member so pushed: the kernel dropped it, and likely
+	 * the rest of the span: all of it is pushed again */
+	read_member(e, 30);
+	settle(e);
+	assert_int_equal(atomic_load(&c->read_anyway), 1);
+	assert_int_equal(atomic_load(&c->spans), 2);
+	assert_int_equal(atomic_load(&kernel.stores), 2 * MEMBERS - 3);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_int_equal(atomic_load(&c->ahead), 0);
+}
+
+/* Span pushes stop once the kernel dropped a quarter of what was pushed. */
+static void test_span_pushes_stop_when_they_are_wasted(void **state)
+{
+	struct tb_env *e = *state;
+	struct pushahead_counters *c = &e->fs.push.counters;
+
+	setup_gzip(e);
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+	atomic_store(&c->files, SHARDFS_PUSHAHEAD_SPAN_PROBE);
+	atomic_store(&c->read_anyway, SHARDFS_PUSHAHEAD_SPAN_PROBE / 4 + 1);
+	read_member(e, 20);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	assert_int_equal(atomic_load(&c->spans), 0);
+	assert_true(atomic_load(&e->fs.push.spans_off));
+}
+
 /* The worker reads through shardfs_fetch: checked as a READ is. */
 static void test_changed_shard_is_never_pushed_from(void **state)
 {
@@ -337,6 +416,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
+		TB_ENV_TEST(test_random_read_of_compressed_shard_pushes_its_span),
+		TB_ENV_TEST(test_span_pushes_stop_when_they_are_wasted),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
