@@ -28,16 +28,19 @@
  * In refs[]: a member's bytes were stored; a member's directory was
  * listed from it on, or a directory was queued for listing (once until
  * the kernel forgets the entry); a directory had a LOOKUP in it; a
- * member's decoded span was pushed (push_span); the rest counts
- * references.
+ * member's decoded span was pushed, or a member was the first READ at
+ * random in its span (push_span); the rest counts references.
  */
 #define PUSHAHEAD_STORED 0x80000000u
 #define PUSHAHEAD_LISTED 0x40000000u
 #define PUSHAHEAD_SEEN 0x20000000u
 #define PUSHAHEAD_SPANNED 0x10000000u
+#define PUSHAHEAD_TOUCHED 0x08000000u
 #define PUSHAHEAD_FLAGS (PUSHAHEAD_STORED | PUSHAHEAD_LISTED | PUSHAHEAD_SEEN | \
-			 PUSHAHEAD_SPANNED)
-#define PUSHAHEAD_REFS (PUSHAHEAD_SPANNED - 1)
+			 PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
+#define PUSHAHEAD_REFS (PUSHAHEAD_TOUCHED - 1)
+/* Kept when the kernel forgets an entry: they speak of its data. */
+#define PUSHAHEAD_KEPT (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
 
 /* In span_wanted, beside the entry + 1 (entries fit in 31 bits: index.h). */
 #define SPAN_DROPPED 0x80000000u
@@ -189,7 +192,7 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 	do
 		next = (cur & PUSHAHEAD_REFS) > n ?
 		       (cur & PUSHAHEAD_FLAGS) | ((cur & PUSHAHEAD_REFS) - n) :
-		       cur & (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED);
+		       cur & PUSHAHEAD_KEPT;
 	while (!atomic_compare_exchange_weak_explicit(r, &cur, next,
 						      memory_order_relaxed,
 						      memory_order_relaxed));
@@ -534,12 +537,28 @@ static bool spans_wasted(struct pushahead *p)
 	return true;
 }
 
+/* Whether a member of [@start, @end) of @shard other than @e was READ at
+ * random or pushed with its span. */
+static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
+			 uint64_t start, uint64_t end)
+{
+	for (uint32_t i = order_at(p, shard, start); i < p->order_start[shard + 1] &&
+	     entry_inode(p, p->order[i])->data < end; i++)
+		if (p->order[i] != e &&
+		    (atomic_load_explicit(&p->refs[p->order[i]], memory_order_relaxed) &
+		     (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)))
+			return true;
+	return false;
+}
+
 /*
  * Push the members the kernel holds of the decoded span around entry @e,
  * which a READ is reading (it is left out: the READ holds its pages),
- * while the bound has room for all of the span.  Members of a span pushed
- * before are left out (a READ that raced with that push), unless
- * @dropped: then the kernel dropped them.
+ * while the bound has room for all of the span.  Only at the second READ
+ * at random in a span: one alone (a sample of the data set, not an epoch)
+ * is not worth decoding the span for.  Members READ or pushed before
+ * are left out (the kernel has them, or a READ raced with their push),
+ * unless @dropped: then the kernel dropped them.
  */
 static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 {
@@ -550,6 +569,11 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 
 	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
 		return;
+	if (!dropped && !span_touched(p, in->shard, e, start, end)) {
+		atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
+					 memory_order_relaxed);
+		return;
+	}
 	got = reserve(p, end - start);
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
 	for (uint32_t i = order_at(p, in->shard, start);
@@ -561,7 +585,7 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 		if (mi->data + mi->size > end)
 			break;
 		if (m == e || !(r & PUSHAHEAD_REFS) ||
-		    (!dropped && (r & PUSHAHEAD_SPANNED)))
+		    (!dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED))))
 			continue;
 		if (push_member(p, m))
 			break;
