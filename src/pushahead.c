@@ -554,9 +554,10 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 /*
  * Push the members the kernel holds of the decoded span around entry @e,
  * which a READ is reading (it is left out: the READ holds its pages),
- * while the bound has room for all of the span.  Only at the second READ
- * at random in a span: one alone (a sample of the data set, not an epoch)
- * is not worth decoding the span for.  Members READ or pushed before
+ * while the bound has room for all of the span.  Not before a second READ
+ * at random came in a span: a reader that reads a span once (a sample of
+ * the data set, not an epoch) is not worth decoding spans for; from then
+ * on, at the first READ in each span.  Members READ or pushed before
  * are left out (the kernel has them, or a READ raced with their push),
  * unless @dropped: then the kernel dropped them.
  */
@@ -569,11 +570,12 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 
 	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
 		return;
-	if (!dropped && !span_touched(p, in->shard, e, start, end)) {
+	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end)) {
 		atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
 					 memory_order_relaxed);
 		return;
 	}
+	p->spans_on = true;
 	got = reserve(p, end - start);
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
 	for (uint32_t i = order_at(p, in->shard, start);

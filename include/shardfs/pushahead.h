@@ -28,10 +28,12 @@
  * (seek_table.h) before the member, on every READ.  So a READ with no
  * streak in a compressed shard has the worker push the other members of
  * that span, which the decoding passes over anyway: a shuffled epoch then
- * decodes each span about once and a half instead of once per member
- * read.  Where the kernel drops what was pushed before it is read (a data
- * set larger than its page cache: a quarter of the files pushed are READ
- * all the same, after SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
+ * decodes each span about once and a half instead of half a span per
+ * member read.  This starts once a second READ at random came in one
+ * span (a reader that samples a few files is not worth it).  Where the
+ * kernel drops what was pushed before it is read (a data set larger than
+ * its page cache: a quarter of the files pushed are READ all the same,
+ * after SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
@@ -141,6 +143,9 @@ struct pushahead {
 	atomic_uint span_wanted;	/* entry whose decoded span to push,
 					 * + 1 */
 	atomic_bool spans_off;		/* span pushes were found wasted */
+	bool spans_on;			/* worker only: a span had a second
+					 * READ at random, spans are pushed
+					 * at their first from then on */
 	sem_t wake;			/* posted when a stream is queued */
 	atomic_bool stop;		/* the worker must return */
 	bool running;			/* the worker thread exists */
