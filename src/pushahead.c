@@ -42,7 +42,8 @@
 /* Kept when the kernel forgets an entry: they speak of its data. */
 #define PUSHAHEAD_KEPT (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
 
-/* In span_wanted, beside the entry + 1 (entries fit in 31 bits: index.h). */
+/* In spans_wanted[], beside the entry + 1 (entries fit in 31 bits:
+ * index.h). */
 #define SPAN_DROPPED 0x80000000u
 
 static uint64_t now_ns(void)
@@ -395,19 +396,22 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 
 /*
  * A reader started reading member @e of a compressed shard with no
- * streak: have the worker push the rest of its decoded span, unless a span
- * is waiting already.  A member whose span was pushed before is READ only
- * when the kernel dropped it, and likely the rest of the span with it.
+ * streak: have the worker push the rest of its decoded span (dropped when
+ * the slot it takes is still full).  A member whose span was pushed
+ * before is READ only when the kernel dropped it, and likely the rest of
+ * the span with it.
  */
 static void want_span(struct pushahead *p, uint32_t e)
 {
-	unsigned expected = 0, dropped;
+	unsigned expected = 0, dropped, slot;
 
 	if (atomic_load_explicit(&p->spans_off, memory_order_relaxed))
 		return;
 	dropped = atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
 		  PUSHAHEAD_SPANNED ? SPAN_DROPPED : 0;
-	if (atomic_compare_exchange_strong(&p->span_wanted, &expected,
+	slot = atomic_fetch_add_explicit(&p->span_next, 1, memory_order_relaxed) %
+	       SHARDFS_PUSHAHEAD_SPAN_QUEUE;
+	if (atomic_compare_exchange_strong(&p->spans_wanted[slot], &expected,
 					   (e + 1) | dropped))
 		sem_post(&p->wake);
 }
@@ -599,13 +603,16 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 	atomic_fetch_sub_explicit(&p->counters.ahead, got, memory_order_relaxed);
 }
 
-/* Push the span pushahead_read() asked for, if any. */
-static void push_wanted_span(struct pushahead *p)
+/* Push the spans pushahead_read() asked for. */
+static void push_wanted_spans(struct pushahead *p)
 {
-	unsigned w = atomic_exchange(&p->span_wanted, 0);
+	for (unsigned i = 0; i < SHARDFS_PUSHAHEAD_SPAN_QUEUE; i++) {
+		unsigned w = atomic_load_explicit(&p->spans_wanted[i],
+						  memory_order_relaxed);
 
-	if (w)
-		push_span(p, (w & ~SPAN_DROPPED) - 1, w & SPAN_DROPPED);
+		if (w && (w = atomic_exchange(&p->spans_wanted[i], 0)))
+			push_span(p, (w & ~SPAN_DROPPED) - 1, w & SPAN_DROPPED);
+	}
 }
 
 /* Push what the window of @shard asks for and was not pushed yet. */
@@ -695,7 +702,7 @@ static void *worker_main(void *arg)
 		}
 		sem_timedwait(&p->wake, &ts);
 		list_wanted_dir(p);
-		push_wanted_span(p);
+		push_wanted_spans(p);
 		drain(p);
 		if (now_ns() - reclaimed >= SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ull / 4) {
 			reclaim_idle(p);

@@ -79,6 +79,8 @@
 #define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
 /* Files pushed before span pushes are judged by what the kernel kept. */
 #define SHARDFS_PUSHAHEAD_SPAN_PROBE 1024
+/* READs whose spans wait for the worker at once; more are dropped. */
+#define SHARDFS_PUSHAHEAD_SPAN_QUEUE 16
 
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
@@ -140,8 +142,10 @@ struct pushahead {
 	void *store_arg;		/* passed to store and lister */
 	atomic_uint list;		/* streams waiting for the worker, + 1 */
 	atomic_uint dir_wanted;		/* directory entry to list, + 1 */
-	atomic_uint span_wanted;	/* entry whose decoded span to push,
-					 * + 1 */
+	atomic_uint spans_wanted[SHARDFS_PUSHAHEAD_SPAN_QUEUE]; /* entries
+					 * whose decoded spans to push, + 1
+					 * (0: a free slot) */
+	atomic_uint span_next;		/* slot the next one takes */
 	atomic_bool spans_off;		/* span pushes were found wasted */
 	bool spans_on;			/* worker only: a span had a second
 					 * READ at random, spans are pushed

@@ -177,6 +177,14 @@ static unsigned long long progress(struct tb_env *e)
 	       atomic_load(&kernel.stores);
 }
 
+static bool spans_waiting(struct tb_env *e)
+{
+	for (int i = 0; i < SHARDFS_PUSHAHEAD_SPAN_QUEUE; i++)
+		if (atomic_load(&e->fs.push.spans_wanted[i]))
+			return true;
+	return false;
+}
+
 /* Wait (up to 10 s) until nothing is queued and the worker is quiet. */
 static void settle(struct tb_env *e)
 {
@@ -186,7 +194,7 @@ static void settle(struct tb_env *e)
 	for (int i = 0; i < 200; i++) {
 		if (!atomic_load(&e->fs.push.list) &&
 		    !atomic_load(&e->fs.push.dir_wanted) &&
-		    !atomic_load(&e->fs.push.span_wanted) && progress(e) == seen)
+		    !spans_waiting(e) && progress(e) == seen)
 			return;
 		seen = progress(e);
 		nanosleep(&ts, NULL);
