@@ -12,7 +12,8 @@ side by side with the uncompressed shards:
   against the same read of the uncompressed mount; cold (caches dropped)
   and warm;
 - random member reads: compressed bytes the daemon read (its rchar) per
-  member read, and the longest span of the tables (compressed bytes);
+  member read, on a mount with -o pushahead=0 (the reads alone) and on
+  one with push-ahead (its span pushes too);
 - the seek tables' size (points and windows) as a share of the compressed
   size, from the build's debug lines;
 - remount from the saved index: wall time, and whether anything was
@@ -144,17 +145,21 @@ def measure_form(args, ds, form, shards, mnt, results, cache=False):
     for cold in (True, False) if form else ():
         r["decompress_%s_s" % ("cold" if cold else "warm")] = \
             decompress_all(shards, FORMS[form][2], cold)
-    # random member reads: compressed bytes read per member
+    testlib.unmount(mnt)
+    # random member reads: compressed bytes read per member, by the reads
+    # alone (pushahead=0), then with push-ahead, whose span pushes decode
+    # the spans the reads fall in for the reads that follow
     rnd = random.Random(15)
     sample = rnd.sample(names, min(args.random_reads, len(names)))
-    system.drop_caches()
-    before = daemon_rchar(mnt)
-    t = system.timed(wl.read_files, mnt, sample)[0]
+    for key, push in (("random", ["-o", "pushahead=0"]), ("random_push", [])):
+        mount(args.shardfs, shards, mnt, *extra, *push)
+        system.drop_caches()
+        before = daemon_rchar(mnt)
+        r[key + "_read_s"] = system.timed(wl.read_files, mnt, sample)[0]
+        r[key + "_rchar_per_read"] = (daemon_rchar(mnt) - before) / len(sample)
+        testlib.unmount(mnt)
     r["random_reads"] = len(sample)
-    r["random_read_s"] = t
-    r["random_rchar_per_read"] = (daemon_rchar(mnt) - before) / len(sample)
     r["random_member_bytes"] = sum(ds.by_name[n].size for n in sample) / len(sample)
-    testlib.unmount(mnt)
     # DataLoader epochs, cold: shuffled, then in shard order (shards in a
     # shuffled order, each front to back, as a WebDataset loader reads)
     for key, epoch in (("dataloader_s", wl.dataloader_epoch),
@@ -197,12 +202,16 @@ def render(results, meta):
         row("**mount ÷ decompressor, %s** (target ≥ 0.8)" % key,
             lambda r: "%.2f" % (r["decompress_%s_s" % key] /
                                 seconds_of(r["sequential_%s_s" % key])))
-    row("random member read: compressed bytes read per member (KB)",
+    row("random member read: compressed bytes read per member (KB; pushahead=0)",
         lambda r: "%.0f" % (r["random_rchar_per_read"] / 1e3))
+    row("the same with push-ahead, its span pushes included (KB)",
+        lambda r: "%.0f" % (r["random_push_rchar_per_read"] / 1e3))
     row("random member read: mean member size (KB)",
         lambda r: "%.0f" % (r["random_member_bytes"] / 1e3))
-    row("random member reads, cold (ms each)",
+    row("random member reads, cold (ms each; pushahead=0)",
         lambda r: "%.1f" % (1e3 * seconds_of(r["random_read_s"]) / r["random_reads"]))
+    row("the same with push-ahead (ms each)",
+        lambda r: "%.1f" % (1e3 * seconds_of(r["random_push_read_s"]) / r["random_reads"]))
     row("seek points + windows ÷ compressed size (target ≤ 1 %)",
         lambda r: "%.2f %% (%d points)" % (100 * r["seek_tables"]["share_of_compressed"],
                                            r["seek_tables"]["points"]))
