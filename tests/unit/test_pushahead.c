@@ -96,39 +96,9 @@ static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off)
 	return shardfs_fetch(fs, e, buf, size, off);
 }
 
-/*
- * A shard of MEMBERS files m00.. and push-ahead over it with @bound,
- * listing through @lister.
- */
-static void setup_listing(struct tb_env *e, uint64_t bound,
-			  pushahead_list_fn lister)
-{
-	char name[16], content[MEMBER_SIZE + 1];
-	struct tb a = { 0 };
-
-	for (int i = 0; i < MEMBERS; i++) {
-		snprintf(name, sizeof(name), "m%02d", i);
-		member_content(i, content);
-		tb_file(&a, name, content);
-	}
-	tb_env_shard(e, "s.tar", &a);
-	tb_env_build(e);
-	pushahead_release(&e->fs.push);
-	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, bound,
-					fetch, &e->fs), 0);
-	memset(&kernel, 0, sizeof(kernel));
-	kernel.fs = &e->fs;
-	assert_int_equal(pushahead_start(&e->fs.push, fake_store, lister, &kernel), 0);
-}
-
-static void setup(struct tb_env *e, uint64_t bound)
-{
-	setup_listing(e, bound, NULL);
-}
-
-/* The same shard, gzip-compressed (one decoded span), every member known
- * to the fake kernel. */
-static void setup_gzip(struct tb_env *e)
+/* A shard of MEMBERS files m00.., saved as e->dir/s.tar, gzip-compressed
+ * (one decoded span) if @gzip, and indexed. */
+static void build_shard(struct tb_env *e, bool gzip)
 {
 	char name[16], content[MEMBER_SIZE + 1];
 	struct tb a = { 0 };
@@ -139,16 +109,43 @@ static void setup_gzip(struct tb_env *e)
 		tb_file(&a, name, content);
 	}
 	tb_end(&a);
-	tb_save_gzip(&a, e->dir, "s.tar", 0);
+	if (gzip)
+		tb_save_gzip(&a, e->dir, "s.tar", 0);
+	else
+		tb_save(&a, e->dir, "s.tar");
 	tb_free(&a);
 	tb_env_build(e);
+}
+
+/* Push-ahead over the shard with @bound, listing through @lister. */
+static void start_push(struct tb_env *e, uint64_t bound, pushahead_list_fn lister)
+{
 	pushahead_release(&e->fs.push);
-	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set,
-					1 << 20, fetch, &e->fs), 0);
+	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, bound,
+					fetch, &e->fs), 0);
 	memset(&kernel, 0, sizeof(kernel));
 	kernel.fs = &e->fs;
-	assert_int_equal(pushahead_start(&e->fs.push, fake_store, NULL, &kernel), 0);
+	assert_int_equal(pushahead_start(&e->fs.push, fake_store, lister, &kernel), 0);
+}
+
+static void setup_listing(struct tb_env *e, uint64_t bound,
+			  pushahead_list_fn lister)
+{
+	build_shard(e, false);
+	start_push(e, bound, lister);
+}
+
+static void setup(struct tb_env *e, uint64_t bound)
+{
+	setup_listing(e, bound, NULL);
+}
+
+/* The same shard gzip-compressed. */
+static void setup_gzip(struct tb_env *e)
+{
+	build_shard(e, true);
 	assert_non_null(e->fs.set.shards[0].src->encoding);
+	start_push(e, 1 << 20, NULL);
 }
 
 static uint64_t ino_of(struct tb_env *e, int i)
