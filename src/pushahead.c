@@ -42,9 +42,10 @@
 /* Kept when the kernel forgets an entry: they speak of its data. */
 #define PUSHAHEAD_KEPT (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
 
-/* In spans_wanted[], beside the entry + 1 (entries fit in 31 bits:
- * index.h). */
+/* In spans_wanted[], beside the entry + 1. */
 #define SPAN_DROPPED 0x80000000u
+_Static_assert(SHARD_INDEX_MAX_ENTRIES < SPAN_DROPPED,
+	       "an entry + 1 leaves SPAN_DROPPED free");
 
 static uint64_t now_ns(void)
 {
