@@ -80,8 +80,8 @@ static ssize_t count_records(const char *buf, ssize_t n)
  * mount (the clone's file is *@tree, else -1).  An open directory keeps
  * a mount busy, so an unmount that met a listing through the mount itself
  * would fail with EBUSY; one through a clone is not seen (the session
- * ends once the listing closes it).  Cloning needs CAP_SYS_ADMIN: without it the
- * listing goes through the mount, and that short window stays.
+ * ends once the listing closes it).  Cloning needs CAP_SYS_ADMIN: without
+ * it the listing goes through the mount, and that short window stays.
  */
 static int open_dir(const struct prelist *pl, int *tree)
 {

@@ -102,7 +102,8 @@ struct pushahead_counters {
 					 * the members (prelist.h) */
 	atomic_ullong listed;		/* entries those listings read */
 	atomic_ullong spans;		/* decoded spans of compressed shards
-					 * pushed whole after a READ in them */
+					 * whose other members were pushed
+					 * after a READ at random in them */
 	atomic_ullong ahead;		/* bytes held by windows now */
 	atomic_ullong ahead_max;	/* most ever held at once */
 };

@@ -15,14 +15,14 @@
  * The window of a stream: [pos, to) in shard offsets, where pos is the end
  * of the reader's latest READ and to the end of what the worker was asked
  * to push.  One member in each extension is left out (the trip member):
- * the reader's READ of it is the only sign that it got that far, and
- * moves the window on.  A READ elsewhere with no forward streak (a jump)
- * ends the window; so does a reader that stops for
- * SHARDFS_PUSHAHEAD_IDLE_MS.  Each window is at most
- * SHARDFS_PUSHAHEAD_WINDOW bytes (less where the shard's source says its
- * cache holds less: ahead_max in source.h, a remote shard's chunks), and all of them together at most the
- * bound (-o pushahead=SIZE): bytes are reserved from it before they are
- * asked for, and given back as the reader passes them or the window ends.
+ * the reader's READ of it is the only sign that it got that far, and moves
+ * the window on.  A READ elsewhere with no forward streak (a jump) ends
+ * the window; so does a reader that stops for SHARDFS_PUSHAHEAD_IDLE_MS.
+ * Each window is at most SHARDFS_PUSHAHEAD_WINDOW bytes (less where the
+ * shard's source says its cache holds less: ahead_max in source.h, a
+ * remote shard's chunks), and all of them together at most the bound (-o
+ * pushahead=SIZE): bytes are reserved from it before they are asked for,
+ * and given back as the reader passes them or the window ends.
  *
  * A compressed shard read at random costs the decoding of the span
  * (seek_table.h) before the member, on every READ.  So a READ with no
@@ -36,13 +36,13 @@
  * after SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
- * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and
- * drops (FORGET).  For a member with none the worker asks the glue, once
- * (once more after the kernel forgot it), to have the kernel list its
- * directory from it on (the lister callback: prelist.h), which a reader
- * that never lists needs; a member still unknown after that is skipped.  The bytes pushed are
- * read and checked like a READ's (the fetch callback: shardfs_fetch,
- * fs.h): a shard that changed size is never pushed from.
+ * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and drops
+ * (FORGET).  For a member with none the worker asks the glue, once (once
+ * more after the kernel forgot it), to have the kernel list its directory
+ * from it on (the lister callback: prelist.h), which a reader that never
+ * lists needs; a member still unknown after that is skipped.  The bytes
+ * pushed are read and checked like a READ's (the fetch callback:
+ * shardfs_fetch, fs.h): a shard that changed size is never pushed from.
  *
  * Thread-safety: pushahead_read(), _lookup() and _forget() may be called
  * from any number of threads; they take no global lock and allocate
