@@ -42,6 +42,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import remote_servers as rs  # noqa: E402
 import shardfs_testlib as lib  # noqa: E402
+import system  # noqa: E402
 
 
 def make_shards(root, shards, shard_mb):
@@ -398,10 +399,7 @@ def dataloader_s3fs(work, env, samples, shards):
 
 def daemon_cpu(mnt):
     """CPU seconds of the daemon serving mnt so far."""
-    pid = subprocess.check_output(["pgrep", "-n", "-f", "shardfs.* %s$" % mnt]).split()[0]
-    with open("/proc/%s/stat" % pid.decode()) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return system.process_cpu_seconds(system.daemon_pid(mnt))
 
 
 def warm_ab(www, work, names, builds, rounds, env):
