@@ -216,8 +216,8 @@ static void render_metrics_push(const struct control_source *src,
 		{ "pushahead_listed_total", "counter", "Entries those listings read.",
 		  &p->listed },
 		{ "pushahead_spans_total", "counter",
-		  "Decoded spans of compressed shards whose other files were pushed "
-		  "after a random READ in them.", &p->spans },
+		  "Spans (decoded, or 4 MiB of a plain shard) whose other files "
+		  "were pushed after a random READ in them.", &p->spans },
 		{ "pushahead_ahead_bytes", "gauge", "Bytes the push-ahead windows hold now.",
 		  &p->ahead },
 	};

@@ -258,10 +258,11 @@ static void atomic_max(atomic_ullong *v, unsigned long long x)
  * now and then, and each of those used to prefetch a whole window for
  * nothing (1,551 windows, 6 GB, in one shuffled pass over 4.9 GB).  Racy
  * by design: the fields are hints, a lost update costs one fadvise more
- * or less.  Returns true when the reader is on such a streak (push-ahead
- * starts on it too, with readahead off or on).
+ * or less.  Returns the forward reads in a row, this one included (0: it
+ * jumped); from SHARDFS_READAHEAD_STREAK on, push-ahead follows the
+ * reader too, with readahead off or on.
  */
-static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
+static unsigned shard_readahead(struct shardfs *fs, struct shard_source *src,
 			    struct shard_stream *s, uint64_t off, uint64_t end)
 {
 	uint64_t ra = fs->opt.readahead, ra_end, prev, start;
@@ -276,7 +277,7 @@ static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
 	else
 		atomic_store_explicit(&s->forward, 0, memory_order_relaxed);
 	if (!ra)
-		return streak >= SHARDFS_READAHEAD_STREAK;
+		return streak;
 	ra_end = atomic_load_explicit(&s->ra_end, memory_order_relaxed);
 	inside = off >= atomic_load_explicit(&s->ra_start, memory_order_relaxed) &&
 		 end <= ra_end;
@@ -285,7 +286,7 @@ static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
 					  memory_order_relaxed);
 	if (!forward || (inside && end + ra / 2 <= ra_end) ||
 	    (!inside && streak < SHARDFS_READAHEAD_STREAK))
-		return streak >= SHARDFS_READAHEAD_STREAK;
+		return streak;
 	if (!inside)
 		atomic_fetch_add_explicit(&fs->counters.readahead_misses, 1,
 					  memory_order_relaxed);
@@ -294,7 +295,7 @@ static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
 	atomic_store_explicit(&s->ra_start, start, memory_order_relaxed);
 	atomic_store_explicit(&s->ra_end, start + ra, memory_order_relaxed);
 	shard_source_advise(src, start, ra, SHARD_SOURCE_WILLNEED);
-	return streak >= SHARDFS_READAHEAD_STREAK;
+	return streak;
 }
 
 /*
@@ -306,12 +307,12 @@ static bool shard_readahead(struct shardfs *fs, struct shard_source *src,
  * shard order: 571-685 MB/s keeping both copies, 931-967 MB/s keeping
  * one, with half the daemon's CPU time.
  */
-static bool shard_served(struct shardfs *fs, uint32_t shard, uint64_t off,
-			 uint64_t len)
+static unsigned shard_served(struct shardfs *fs, uint32_t shard, uint64_t off,
+			     uint64_t len)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	struct shard_stream *s = &fs->streams[shard];
-	bool streak;
+	unsigned streak;
 
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, len,
 				  memory_order_relaxed);
@@ -371,15 +372,16 @@ static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 	return n;
 }
 
-/* A reader's read: checked, accounted; *@streak: it moves forward. */
+/* A reader's read: checked, accounted; *@forward: the forward reads of
+ * the shard in a row (shard_readahead). */
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard, char *buf,
-			   size_t size, uint64_t off, bool *streak)
+			   size_t size, uint64_t off, unsigned *forward)
 {
 	ssize_t n = shard_read_checked(fs, shard, buf, size, off);
-	bool forward = n >= 0 && shard_served(fs, shard, off, size);
+	unsigned streak = n >= 0 ? shard_served(fs, shard, off, size) : 0;
 
-	if (streak)
-		*streak = forward;
+	if (forward)
+		*forward = streak;
 	return n;
 }
 
@@ -451,7 +453,7 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 {
 	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	int node = control_node_of(&fs->control, ino);
-	bool streak;
+	unsigned forward;
 	ssize_t rc;
 
 	if (node == CONTROL_DIR)
@@ -473,10 +475,10 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 			shard_source_advise(fs->set.shards[in->shard].src, in->data,
 					    in->size < SHARDFS_WILLREAD_MAX ? in->size :
 					    SHARDFS_WILLREAD_MAX, SHARD_SOURCE_WILLREAD);
-		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &streak);
+		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &forward);
 		if (rc >= 0)
 			pushahead_read(&fs->push, (uint32_t)(ino - 1), in->data + off,
-				       in->data + off + size, streak);
+				       in->data + off + size, forward);
 	}
 	if (rc < 0)
 		atomic_fetch_add_explicit(&fs->counters.errors, 1,

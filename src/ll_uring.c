@@ -626,6 +626,7 @@ static ssize_t answer_init(struct ll_uring *u, int fd, struct iovec *iov,
 	if (ack) {
 		init->flags |= FUSE_INIT_EXT;
 		init->flags2 |= INIT_FLAGS2_OVER_IO_URING;
+		pushahead_cheap_reads(&u->ls->fs->push);
 	}
 	n = writev(fd, iov, count);
 	release_workers(u, ack && n >= 0 ? GO_REGISTER : GO_ABANDON);

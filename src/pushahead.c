@@ -28,8 +28,8 @@
  * In refs[]: a member's bytes were stored; a member's directory was
  * listed from it on, or a directory was queued for listing (once until
  * the kernel forgets the entry); a directory had a LOOKUP in it; a
- * member's decoded span was pushed, or a member was the first READ at
- * random in its span (push_span); the rest counts references.
+ * member's span was pushed (push_span); a member was READ at random
+ * (want_span); the rest counts references.
  */
 #define PUSHAHEAD_STORED 0x80000000u
 #define PUSHAHEAD_LISTED 0x40000000u
@@ -396,11 +396,11 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 }
 
 /*
- * A reader started reading member @e of a compressed shard with no
- * streak: have the worker push the rest of its decoded span (dropped when
- * the slot it takes is still full).  A member whose span was pushed
- * before is READ only when the kernel dropped it, and likely the rest of
- * the span with it.
+ * A reader jumped to the start of member @e: mark it READ at random and
+ * have the worker push the rest of its span (dropped when the slot it
+ * takes is still full).  A member whose span was pushed before is READ
+ * only when the kernel dropped it, and likely the rest of the span with
+ * it.
  */
 static void want_span(struct pushahead *p, uint32_t e)
 {
@@ -408,7 +408,8 @@ static void want_span(struct pushahead *p, uint32_t e)
 
 	if (atomic_load_explicit(&p->spans_off, memory_order_relaxed))
 		return;
-	dropped = atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
+	dropped = atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
+					   memory_order_relaxed) &
 		  PUSHAHEAD_SPANNED ? SPAN_DROPPED : 0;
 	slot = atomic_fetch_add_explicit(&p->span_next, 1, memory_order_relaxed) %
 	       SHARDFS_PUSHAHEAD_SPAN_QUEUE;
@@ -418,9 +419,10 @@ static void want_span(struct pushahead *p, uint32_t e)
 }
 
 void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
-		    uint64_t end, bool streak)
+		    uint64_t end, unsigned forward)
 {
 	const struct shard_inode *in = entry_inode(p, e);
+	bool streak = forward >= SHARDFS_READAHEAD_STREAK;
 	struct pushahead_stream *s;
 
 	if (!p->bound || !p->store)
@@ -433,10 +435,17 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 		window_on_read(p, in->shard, off, end, streak);
 		atomic_flag_clear_explicit(&s->busy, memory_order_release);
 	}
-	/* a READ a window does not cover, at a file's start */
-	if (!streak && off == in->data && p->set->shards[in->shard].src->encoding &&
-	    !atomic_load_explicit(&s->to, memory_order_relaxed))
+	/* a jump to a file's start that no window covers */
+	if (!forward && off == in->data &&
+	    !atomic_load_explicit(&s->to, memory_order_relaxed) &&
+	    (p->set->shards[in->shard].src->encoding ||
+	     !atomic_load_explicit(&p->cheap_reads, memory_order_relaxed)))
 		want_span(p, e);
+}
+
+void pushahead_cheap_reads(struct pushahead *p)
+{
+	atomic_store(&p->cheap_reads, true);
 }
 
 /*
@@ -507,8 +516,12 @@ static void list_wanted_dir(struct pushahead *p)
 }
 
 /*
- * The decoded span of @shard holding offset @off (seek_table.h): true with
- * [*@start, *@end) when the shard has a seek table and the span fits in a
+ * The span of @shard holding offset @off: in a compressed shard, the
+ * decoded span of its seek table (seek_table.h), which a READ there
+ * decodes anyway; in a plain one, the aligned SHARDFS_PUSHAHEAD_REGION
+ * around it, which the worker then reads from the storage as one
+ * sequential piece where a shuffled reader would read each member at
+ * random.  True with [*@start, *@end) when there is one and it fits in a
  * window.
  */
 static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
@@ -519,6 +532,12 @@ static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
 							: NULL;
 	uint64_t j;
 
+	if (!src->encoding) {
+		*start = off & ~(uint64_t)(SHARDFS_PUSHAHEAD_REGION - 1);
+		*end = src->size - *start < SHARDFS_PUSHAHEAD_REGION ?
+		       src->size : *start + SHARDFS_PUSHAHEAD_REGION;
+		return *end - *start <= p->window;
+	}
 	if (!t || !t->nr)
 		return false;
 	j = seek_table_find(t, off);
@@ -538,7 +557,7 @@ static bool spans_wasted(struct pushahead *p)
 		return false;
 	if (!atomic_exchange(&p->spans_off, true))
 		log_info("push-ahead: the kernel drops pushed files before they are "
-			 "read; random reads of compressed shards push no more spans");
+			 "read; random reads push no more spans");
 	return true;
 }
 
@@ -557,11 +576,11 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 }
 
 /*
- * Push the members the kernel holds of the decoded span around entry @e,
+ * Push the members the kernel holds of the span around entry @e,
  * which a READ is reading (it is left out: the READ holds its pages),
  * while the bound has room for all of the span.  Not before a second READ
  * at random came in a span: a reader that reads a span once (a sample of
- * the data set, not an epoch) is not worth decoding spans for; from then
+ * the data set, not an epoch) is not worth pushing spans for; from then
  * on, at the first READ in each span.  Members READ or pushed before
  * are left out (the kernel has them, or a READ raced with their push),
  * unless @dropped: then the kernel dropped them.
@@ -569,17 +588,16 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 {
 	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_source *src = p->set->shards[in->shard].src;
 	uint32_t last = p->order_start[in->shard + 1];
 	uint64_t start, end, got;
 	unsigned long long files = atomic_load(&p->counters.files);
+	bool asked = false;
 
 	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
 		return;
-	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end)) {
-		atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
-					 memory_order_relaxed);
+	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end))
 		return;
-	}
 	p->spans_on = true;
 	got = reserve(p, end - start);
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
@@ -594,6 +612,10 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 		if (m == e || !(r & PUSHAHEAD_REFS) ||
 		    (!dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED))))
 			continue;
+		if (!asked)	/* the storage reads the rest at once */
+			shard_source_advise(src, mi->data, end - mi->data,
+					    SHARD_SOURCE_WILLNEED);
+		asked = true;
 		if (push_member(p, m))
 			break;
 		atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
@@ -611,8 +633,10 @@ static void push_wanted_spans(struct pushahead *p)
 		unsigned w = atomic_load_explicit(&p->spans_wanted[i],
 						  memory_order_relaxed);
 
-		if (w && (w = atomic_exchange(&p->spans_wanted[i], 0)))
+		if (w && (w = atomic_exchange(&p->spans_wanted[i], 0))) {
+			list_wanted_dir(p);	/* a reader waits on it */
 			push_span(p, (w & ~SPAN_DROPPED) - 1, w & SPAN_DROPPED);
+		}
 	}
 }
 

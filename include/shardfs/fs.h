@@ -47,18 +47,11 @@
 /* Read errors logged per shard; later ones are only counted. */
 #define SHARDFS_READ_ERRORS_LOGGED 10
 
-/* A read this far past the previous one still counts as moving forward:
- * a reader that skips the other members of a sample is still sequential. */
-#define SHARDFS_READAHEAD_GAP (1u << 20)
-
 /* A read at the start of a file that does not reach its end announces
  * the rest of the file, up to this many bytes, to the source
  * (SHARD_SOURCE_WILLREAD): a remote shard fetches the chunks of a file
  * that crosses a chunk boundary with one GET, not one per chunk. */
 #define SHARDFS_WILLREAD_MAX (16u << 20)
-
-/* Forward reads in a row before a readahead window opens (see fs.c). */
-#define SHARDFS_READAHEAD_STREAK 3
 
 struct shardfs {
 	struct shard_set set;		/* shards, open for the mount's life */

@@ -66,6 +66,13 @@ struct shardfs_counters {
 	atomic_ullong uring_requests;	/* requests that came over io_uring */
 };
 
+/* A read this far past the previous one still counts as moving forward:
+ * a reader that skips the other members of a sample is still sequential. */
+#define SHARDFS_READAHEAD_GAP (1u << 20)
+
+/* Forward reads in a row before a readahead window opens (see fs.c). */
+#define SHARDFS_READAHEAD_STREAK 3
+
 /*
  * What the read path learns about one shard while mounted: hints for
  * readahead and statistics (relaxed atomics, racy by design: a lost

@@ -25,15 +25,19 @@
  * and given back as the reader passes them or the window ends.
  *
  * A compressed shard read at random costs the decoding of the span
- * (seek_table.h) before the member, on every READ.  So a READ with no
- * streak in a compressed shard has the worker push the other members of
- * that span, which the decoding passes over anyway: a shuffled epoch then
- * decodes each span about once and a half instead of half a span per
- * member read.  This starts once a second READ at random came in one
- * span (a reader that samples a few files is not worth it).  Where the
- * kernel drops what was pushed before it is read (a data set larger than
- * its page cache: a quarter of the files pushed are READ all the same,
- * after SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
+ * (seek_table.h) before the member, on every READ.  So a READ that jumped
+ * to a member of a compressed shard has the worker push the other members
+ * of that span, which the decoding passes over anyway: a shuffled epoch
+ * then decodes each span about once and a half instead of half a span per
+ * member read.  A plain shard read at random over /dev/fuse costs a round
+ * trip and a small random read of the storage per member; its span is
+ * the aligned SHARDFS_PUSHAHEAD_REGION around the READ, which the worker
+ * reads at once (not over io_uring: pushahead_cheap_reads).  This starts
+ * once a second READ at random came in one span (a reader that samples a
+ * few files is not worth it).  Where the kernel drops what was pushed
+ * before it is read (a data set larger than its page cache: a quarter of
+ * the files pushed are READ all the same, after
+ * SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and drops
@@ -71,7 +75,7 @@
 /* Bytes read and stored at a time: the worker's one buffer. */
 #define SHARDFS_PUSHAHEAD_CHUNK (1u << 20)
 /* A READ this far past the window still continues it (a reader that
- * outran the pushes); as SHARDFS_READAHEAD_GAP in fs.h. */
+ * outran the pushes); as SHARDFS_READAHEAD_GAP in mount.h. */
 #define SHARDFS_PUSHAHEAD_SLACK (1u << 20)
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
@@ -79,6 +83,10 @@
 #define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
 /* Files pushed before span pushes are judged by what the kernel kept. */
 #define SHARDFS_PUSHAHEAD_SPAN_PROBE 1024
+/* The span of a plain shard: the aligned region around a READ at random
+ * whose other members are pushed (a compressed shard's span is the one
+ * its seek table gives). */
+#define SHARDFS_PUSHAHEAD_REGION (4u << 20)
 /* READs whose spans wait for the worker at once; more are dropped. */
 #define SHARDFS_PUSHAHEAD_SPAN_QUEUE 16
 
@@ -143,10 +151,12 @@ struct pushahead {
 	atomic_uint list;		/* streams waiting for the worker, + 1 */
 	atomic_uint dir_wanted;		/* directory entry to list, + 1 */
 	atomic_uint spans_wanted[SHARDFS_PUSHAHEAD_SPAN_QUEUE]; /* entries
-					 * whose decoded spans to push, + 1
+					 * whose spans to push, + 1
 					 * (0: a free slot) */
 	atomic_uint span_next;		/* slot the next one takes */
 	atomic_bool spans_off;		/* span pushes were found wasted */
+	atomic_bool cheap_reads;	/* plain shards get no span pushes
+					 * (pushahead_cheap_reads) */
 	bool spans_on;			/* worker only: a span had a second
 					 * READ at random, spans are pushed
 					 * at their first from then on */
@@ -190,6 +200,17 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
 
 /*
+ * Say that a READ costs the daemon little (FUSE over io_uring: a few
+ * microseconds, served on the reader's CPU): plain shards read at random
+ * then get no span pushes, whose reads of the storage would only queue
+ * ahead of the READs (shuffled cold, 4 threads: 0.88-0.99x loose with
+ * them, 0.99-1.02x without; over /dev/fuse 1.0-1.1x with them, 0.81-0.85x
+ * without).  A compressed shard keeps them: its READs decode the span
+ * anyway.  Any thread, any time.
+ */
+void pushahead_cheap_reads(struct pushahead *p);
+
+/*
  * Stop and join the worker; no store or listing is made after it returns.
  * Requests may go on calling _read(), _lookup(), _forget() and
  * _lookup_in() until _release(): they queue work that nobody does.
@@ -204,11 +225,13 @@ void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n);
 void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n);
 
 /*
- * The reader READ [@off, @end) of entry @e in its shard; @streak is true
- * when its reads of the shard move forward (see fs.c).  Moves, starts or
- * ends the shard's window.
+ * The reader READ [@off, @end) of entry @e in its shard; @forward counts
+ * the READs of the shard in a row, this one included, that moved forward
+ * (0: this one jumped; see shard_readahead() in fs.c).  Moves, starts or
+ * ends the shard's window from SHARDFS_READAHEAD_STREAK on; a READ that
+ * jumped to a file's start may have its span pushed.
  */
 void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
-		    uint64_t end, bool streak);
+		    uint64_t end, unsigned forward);
 
 #endif

@@ -255,6 +255,29 @@ def mounted(shards, mountpoint, *options, env=None):
         unmount(mountpoint)
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+@contextlib.contextmanager
+def fuse_io_uring(value):
+    """The fuse module's enable_uring set to VALUE ("Y" or "N") for the
+    block, then put back; a mount keeps the transport it got at its start.
+    Yields False where the kernel has no FUSE over io_uring (and so no
+    such setting)."""
+    if not os.path.exists(ENABLE_URING):
+        yield False
+        return
+    with open(ENABLE_URING) as f:
+        before = f.read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write(value)
+    try:
+        yield True
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(before)
+
+
 @contextlib.contextmanager
 def registered_mount(mountpoint):
     """For mounts made by other means (mount(8), fstab, shardfs -f):

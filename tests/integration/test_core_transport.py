@@ -27,7 +27,6 @@ import pytest
 
 import shardfs_testlib as lib
 
-ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 SCHED_IDLE = 5
 
 
@@ -43,14 +42,10 @@ def possible_cpus():
 @pytest.fixture
 def enable_uring(request):
     """Set the fuse module's enable_uring to the test's parameter."""
-    if not os.path.exists(ENABLE_URING):
-        pytest.skip("this kernel has no FUSE over io_uring")
-    before = open(ENABLE_URING).read().strip()
-    with open(ENABLE_URING, "w") as f:
-        f.write(request.param)
-    yield request.param == "Y"
-    with open(ENABLE_URING, "w") as f:
-        f.write(before)
+    with lib.fuse_io_uring(request.param) as settable:
+        if not settable:
+            pytest.skip("this kernel has no FUSE over io_uring")
+        yield request.param == "Y"
 
 
 def uring_on(request_param="Y"):
@@ -107,18 +102,12 @@ def uring_offered_briefly():
     """enable_uring on for the block only (a mount and its first request),
     then back to what it was; skips when it is on already, as then it
     cannot be switched off under the mount without harm to others."""
-    if not os.path.exists(ENABLE_URING):
+    if not os.path.exists(lib.ENABLE_URING):
         pytest.skip("this kernel has no FUSE over io_uring")
-    before = open(ENABLE_URING).read().strip()
-    if before == "Y":
+    if open(lib.ENABLE_URING).read().strip() == "Y":
         pytest.skip("enable_uring is on already (another test run)")
-    with open(ENABLE_URING, "w") as f:
-        f.write("Y")
-    try:
+    with lib.fuse_io_uring("Y"):
         yield
-    finally:
-        with open(ENABLE_URING, "w") as f:
-            f.write(before)
 
 
 def ring_threads(pid):

@@ -164,6 +164,13 @@ static void read_member(struct tb_env *e, int i)
 			 MEMBER_SIZE);
 }
 
+/* Read member @i as a shuffled reader does: a jump in the shard. */
+static void read_at_random(struct tb_env *e, int i)
+{
+	atomic_store(&e->fs.streams[0].last_end, UINT64_MAX);
+	read_member(e, i);
+}
+
 /* What the worker has done so far. */
 static unsigned long long progress(struct tb_env *e)
 {
@@ -349,21 +356,24 @@ static void test_bound_holds(void **state)
 /* The second READ at random in a span of a compressed shard has the rest
  * of the span pushed, decoded right; a READ of a member pushed so pushes
  * the span again. */
-static void test_random_read_of_compressed_shard_pushes_its_span(void **state)
+/*
+ * The span around READs at random in the shard of @e (all of it: one
+ * decoded span of a gzip shard, one region of a plain one) is pushed
+ * from the second READ in it on.
+ */
+static void check_span_pushes(struct tb_env *e)
 {
-	struct tb_env *e = *state;
 	const struct pushahead_counters *c = &e->fs.push.counters;
 
-	setup_gzip(e);
 	for (int i = 0; i < MEMBERS; i++)	/* all but m40 */
 		if (i != 40)
 			pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
-	/* one READ at random in a span decodes nothing more; the second
-	 * has the others pushed */
-	read_member(e, 20);
+	/* one READ at random in a span pushes nothing; the second has the
+	 * others pushed */
+	read_at_random(e, 20);
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
-	read_member(e, 10);
+	read_at_random(e, 10);
 	settle(e);
 	assert_int_equal(atomic_load(&c->spans), 1);
 	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - 3);
@@ -373,18 +383,50 @@ static void test_random_read_of_compressed_shard_pushes_its_span(void **state)
 	assert_false(atomic_load(&kernel.stored[ino_of(e, 40)]));
 	/* a READ of a member that missed the push: the rest was pushed */
 	pushahead_lookup(&e->fs.push, ino_of(e, 40), 1);
-	read_member(e, 40);
+	read_at_random(e, 40);
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - 3);
 	/* a READ of a member so pushed: the kernel dropped it, and likely
 	 * the rest of the span: all of it is pushed again */
-	read_member(e, 30);
+	read_at_random(e, 30);
 	settle(e);
 	assert_int_equal(atomic_load(&c->read_anyway), 1);
 	assert_int_equal(atomic_load(&c->spans), 2);
 	assert_int_equal(atomic_load(&kernel.stores), 2 * MEMBERS - 4);
 	assert_int_equal(atomic_load(&kernel.bad), 0);
 	assert_int_equal(atomic_load(&c->ahead), 0);
+}
+
+static void test_random_read_of_compressed_shard_pushes_its_span(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup_gzip(e);
+	check_span_pushes(e);
+}
+
+static void test_random_read_of_plain_shard_pushes_its_region(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup(e, 1 << 20);
+	check_span_pushes(e);
+}
+
+/* Over a transport with cheap READs a plain shard gets no span pushes. */
+static void test_cheap_reads_push_no_region(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup(e, 1 << 20);
+	pushahead_cheap_reads(&e->fs.push);
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+	for (int i = 30; i > 0; i -= 10)
+		read_at_random(e, i);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	assert_int_equal(atomic_load(&e->fs.push.counters.spans), 0);
 }
 
 /* Span pushes stop once the kernel dropped a quarter of what was pushed. */
@@ -398,9 +440,9 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
 	atomic_store(&c->files, SHARDFS_PUSHAHEAD_SPAN_PROBE);
 	atomic_store(&c->read_anyway, SHARDFS_PUSHAHEAD_SPAN_PROBE / 4 + 1);
-	read_member(e, 20);
+	read_at_random(e, 20);
 	settle(e);
-	read_member(e, 10);
+	read_at_random(e, 10);
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
 	assert_int_equal(atomic_load(&c->spans), 0);
@@ -431,6 +473,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
 		TB_ENV_TEST(test_random_read_of_compressed_shard_pushes_its_span),
+		TB_ENV_TEST(test_random_read_of_plain_shard_pushes_its_region),
+		TB_ENV_TEST(test_cheap_reads_push_no_region),
 		TB_ENV_TEST(test_span_pushes_stop_when_they_are_wasted),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
