@@ -27,6 +27,13 @@ the most bytes push-ahead held at once against its bound.  Every byte of
 the shard-order reads is checked against the data set's CRC-32s.
 
     tests/bench/training.sh [--samples N] [--docs]
+
+--ab BUILD_DIR,BUILD_DIR compares builds on the two shuffled steps alone
+(shuf4_cold, dl_shuffle), on the first of --transports: in each of
+--rounds rounds the loose tree, then each build on a fresh mount, one
+after the other, so that the machine's drift hits them alike.
+
+    tests/bench/training.sh --ab BUILD_DIR,BUILD_DIR [--rounds N]
 """
 import argparse
 import contextlib
@@ -62,6 +69,9 @@ def parse_args(argv=None):
     p.add_argument("--shardfs", default=os.path.join(REPO, "build", "shardfs"))
     p.add_argument("--transports", default="off,on",
                    help="enable_uring settings to run, in order (default off,on)")
+    p.add_argument("--ab", metavar="BUILD_DIR,BUILD_DIR",
+                   help="alternate builds on the shuffled steps (see above)")
+    p.add_argument("--rounds", type=int, default=3, help="--ab: rounds")
     p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
                    help="add the result section to docs/benchmarks.md (or PATH)")
     return p.parse_args(argv)
@@ -234,6 +244,32 @@ def render(run):
     return "\n".join(lines) + "\n"
 
 
+def shuffled_ab(ds, mp, builds, rounds):
+    """shuf4_cold and dl_shuffle of the loose tree and of each build in
+    turn, ROUNDS times: one table row per measurement."""
+    shuffled = ds.shuffled_order(SEED)
+    steps = (("shuf4_cold", "mb_s", "MB/s",
+              lambda root: wl.read_files(root, shuffled, threads=4)),
+             ("dl_shuffle", "files_s", "smp/s", wl.dataloader_epoch))
+    print("| round | step | tree | rate | ÷ loose | requests per file | "
+          "daemon CPU s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in range(rounds):
+        for key, unit, label, fn in steps:
+            loose = None
+            for name in ["loose"] + builds:
+                testlib.SHARDFS = os.path.join(name, "shardfs")
+                with tree("loose" if name == "loose" else "shardfs", ds, mp) as (
+                        root, daemon):
+                    system.drop_caches()
+                    m = measured(lambda: fn(root), daemon)
+                loose = loose or m[unit]
+                print("| %d | %s | %s | %.0f %s | %.2f | %s | %s |" % (
+                    r, key, name, m[unit], label, m[unit] / loose,
+                    "%.3f" % m["requests_per_file"] if daemon else "-",
+                    "%.2f" % m["daemon_cpu"] if daemon else "-"), flush=True)
+
+
 def main():
     args = parse_args()
     system.check_can_drop_caches()
@@ -244,6 +280,11 @@ def main():
     shard_names = wl.shards_in_order(ds.shards)
     mp = os.path.join(args.workdir, "mnt-training")
     os.makedirs(mp, exist_ok=True)
+    if args.ab:
+        with system.fuse_io_uring(args.transports.split(",")[0]) as got:
+            log("transport: enable_uring %s" % got)
+            shuffled_ab(ds, mp, args.ab.split(","), args.rounds)
+        return
     machine = system.machine_info(args.workdir)
     run = {"date": started.isoformat(timespec="seconds"),
            "command": "tests/bench/training.sh " + " ".join(
