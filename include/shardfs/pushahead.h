@@ -203,10 +203,10 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
  * Say that a READ costs the daemon little (FUSE over io_uring: a few
  * microseconds, served on the reader's CPU): plain shards read at random
  * then get no span pushes, whose reads of the storage would only queue
- * ahead of the READs (shuffled cold, 4 threads: 0.88-0.99x loose with
- * them, 0.99-1.02x without; over /dev/fuse 1.0-1.1x with them, 0.81-0.85x
- * without).  A compressed shard keeps them: its READs decode the span
- * anyway.  Any thread, any time.
+ * ahead of the READs (shuffled cold, 4 threads, side by side: 0.88-0.95x
+ * loose with them, 0.99-1.02x without; over /dev/fuse 0.98-1.16x with
+ * them, 0.89-0.95x without).  A compressed shard keeps them: its READs
+ * decode the span anyway.  Any thread, any time.
  */
 void pushahead_cheap_reads(struct pushahead *p);
 
