@@ -260,8 +260,12 @@ def main():
         if marker not in doc:
             doc += "\n" + marker + "\n"
         head, tail = doc.split(marker, 1)
+        # the newest run first among the runs, below the section's prose
+        end = tail.find("\n## ")
+        at = tail.find("\n### ", 0, len(tail) if end < 0 else end)
+        at = (len(tail) if end < 0 else end) if at < 0 else at + 1
         with open(args.docs, "w") as f:
-            f.write(head + marker + "\n" + text + tail)
+            f.write(head + marker + tail[:at] + text + "\n" + tail[at:])
 
 
 if __name__ == "__main__":
