@@ -34,6 +34,15 @@ the shard-order reads is checked against the data set's CRC-32s.
 after the other, so that the machine's drift hits them alike.
 
     tests/bench/training.sh --ab BUILD_DIR,BUILD_DIR [--rounds N]
+
+--shares N,N,... reads, for each N, what one of N nodes reads of a
+shuffled epoch under DistributedSampler (every N-th JPEG of the shuffled
+order, 2 threads, after a listing, page cache dropped), on a mount with
+push-ahead and on one without, and reports the bytes read from the
+shards against the bytes used: span pushes read whole 4 MiB pieces of
+plain shards, whichever of their files the node wants.
+
+    tests/bench/training.sh --shares 1,2,4,8
 """
 import argparse
 import contextlib
@@ -72,6 +81,8 @@ def parse_args(argv=None):
     p.add_argument("--ab", metavar="BUILD_DIR,BUILD_DIR",
                    help="alternate builds on the shuffled steps (see above)")
     p.add_argument("--rounds", type=int, default=3, help="--ab: rounds")
+    p.add_argument("--shares", metavar="N,N,...",
+                   help="one node's part of a shuffled epoch on N nodes (see above)")
     p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
                    help="add the result section to docs/benchmarks.md (or PATH)")
     return p.parse_args(argv)
@@ -81,13 +92,19 @@ def log(message):
     print("[%s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
 
 
-def listed_shard_order(root, names, expected):
-    """List the tree, drop the page cache only, read in shard order (the
-    clock covers the reads)."""
+def list_then_drop_pages(root):
+    """List the tree (as ImageFolder does), then drop the page cache only
+    (echo 1 > drop_caches keeps dentries and inodes)."""
     wl.walk_stat(root)
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("1\n")
+
+
+def listed_shard_order(root, names, expected):
+    """List the tree, drop the page cache only, read in shard order (the
+    clock covers the reads)."""
+    list_then_drop_pages(root)
     return wl.read_files(root, names, expected=expected)
 
 
@@ -270,6 +287,33 @@ def shuffled_ab(ds, mp, builds, rounds):
                     "%.2f" % m["daemon_cpu"] if daemon else "-"), flush=True)
 
 
+def node_shares(ds, mp, shares):
+    """One node's part of a shuffled epoch when N nodes, each with its own
+    mount, read under DistributedSampler: every N-th JPEG of the shuffled
+    order, 2 threads, after a listing, with push-ahead and without; the
+    bytes read from the shards against the bytes the node used."""
+    jpegs = [n for n in ds.shuffled_order(SEED) if n.endswith(".jpg")]
+    print("| nodes | mount | seconds | MB used | MB read from the shards | "
+          "read ÷ used | READs |")
+    print("|---|---|---|---|---|---|---|")
+    for n in shares:
+        mine = jpegs[::n]
+        used = sum(ds.by_name[name].size for name in mine)
+        for system_name in ("shardfs", "shardfs_nopush"):
+            with tree(system_name, ds, mp) as (root, daemon):
+                list_then_drop_pages(root)
+                before = daemon.stats()
+                r = wl.read_files(root, mine, threads=2)
+                time.sleep(1)   # pushes still under way count too
+                after = daemon.stats()
+            got = after["backing_read_bytes"] - before["backing_read_bytes"]
+            print("| %d | %s | %.2f | %.0f | %.0f | %.1f | %d |" % (
+                n, "default" if system_name == "shardfs" else "pushahead=0",
+                r.seconds, used / 1e6, got / 1e6, got / used,
+                after["ops"]["read"]["count"] - before["ops"]["read"]["count"]),
+                flush=True)
+
+
 def main():
     args = parse_args()
     system.check_can_drop_caches()
@@ -280,10 +324,13 @@ def main():
     shard_names = wl.shards_in_order(ds.shards)
     mp = os.path.join(args.workdir, "mnt-training")
     os.makedirs(mp, exist_ok=True)
-    if args.ab:
+    if args.ab or args.shares:
         with system.fuse_io_uring(args.transports.split(",")[0]) as got:
             log("transport: enable_uring %s" % got)
-            shuffled_ab(ds, mp, args.ab.split(","), args.rounds)
+            if args.ab:
+                shuffled_ab(ds, mp, args.ab.split(","), args.rounds)
+            else:
+                node_shares(ds, mp, [int(n) for n in args.shares.split(",")])
         return
     machine = system.machine_info(args.workdir)
     run = {"date": started.isoformat(timespec="seconds"),
