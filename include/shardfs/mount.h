@@ -108,7 +108,8 @@ struct pushahead_counters {
 					 * mount so that the kernel holds
 					 * the members (prelist.h) */
 	atomic_ullong listed;		/* entries those listings read */
-	atomic_ullong spans;		/* decoded spans of compressed shards
+	atomic_ullong spans;		/* spans (decoded ones of compressed
+					 * shards, 4 MiB pieces of plain ones)
 					 * whose other members were pushed
 					 * after a READ at random in them */
 	atomic_ullong ahead;		/* bytes held by windows now */
