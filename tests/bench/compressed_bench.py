@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                 "integration"))
 import dataset  # noqa: E402
+import report  # noqa: E402
 import shardfs_testlib as testlib  # noqa: E402
 import system  # noqa: E402
 import workloads as wl  # noqa: E402
@@ -48,6 +49,8 @@ TABLE_RE = re.compile(r"debug: (?P<shard>\S+): (?P<codec>\w+) decoded for its se
                       r"(?P<bytes>\d+) bytes, (?P<points>\d+) points, "
                       r"(?P<windows>\d+) bytes of windows")
 POINT_BYTES = 32   # sizeof(struct seek_point)
+# in docs/benchmarks.md, below the prose of "Compressed shards"
+DOCS_MARKER = "<!-- compressed_bench.py adds each run below this line, newest first -->"
 SEED = 1           # the shard order of the shard-order DataLoader epoch
 FORMS = {
     "gzip": (".tar.gz", ["gzip", "-6", "-c", "-n"], ["gzip", "-dc"]),
@@ -254,18 +257,7 @@ def main():
     text = render(results, meta)
     print(text)
     if args.docs:
-        with open(args.docs) as f:
-            doc = f.read()
-        marker = "## Compressed shards\n"
-        if marker not in doc:
-            doc += "\n" + marker + "\n"
-        head, tail = doc.split(marker, 1)
-        # the newest run first among the runs, below the section's prose
-        end = tail.find("\n## ")
-        at = tail.find("\n### ", 0, len(tail) if end < 0 else end)
-        at = (len(tail) if end < 0 else end) if at < 0 else at + 1
-        with open(args.docs, "w") as f:
-            f.write(head + marker + tail[:at] + text + "\n" + tail[at:])
+        report.add_to_docs(args.docs, text, DOCS_MARKER)
 
 
 if __name__ == "__main__":

@@ -333,14 +333,14 @@ def render(run):
     return "\n".join(parts) + "\n"
 
 
-def add_to_docs(path, section):
-    """Insert section right below MARKER in path (adding MARKER if absent)."""
+def add_to_docs(path, section, marker=MARKER):
+    """Insert section right below marker in path (adding marker if absent)."""
     text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if MARKER not in text:
-        text = text.rstrip("\n") + "\n\n" + MARKER + "\n"
-    head, tail = text.split(MARKER, 1)
+    if marker not in text:
+        text = text.rstrip("\n") + "\n\n" + marker + "\n"
+    head, tail = text.split(marker, 1)
     with open(path, "w") as f:
-        f.write(head + MARKER + "\n\n" + section + tail)
+        f.write(head + marker + "\n\n" + section + tail)
 
 
 def main(argv=None):
