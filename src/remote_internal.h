@@ -108,7 +108,8 @@ int remote_locate(struct remote_object *o, const char *url, char *msg,
 int remote_s3_object(struct remote_object *o, const char *bucket,
 		     const char *key, char *msg, size_t msg_len);
 
-/* Split "s3://bucket/key" into @bucket and @key (malloc'ed). */
+/* Split "s3://bucket/key" into @bucket and @key (malloc'ed; both NULL
+ * on failure). */
 int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
 		    size_t msg_len);
 

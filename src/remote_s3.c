@@ -430,6 +430,7 @@ int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
 {
 	const char *b = name + 5, *slash = strchr(b, '/');
 
+	*bucket = *key = NULL;
 	if (!slash || slash == b)
 		return log_format(msg, msg_len, -EINVAL, "%s: not s3://BUCKET/KEY", name);
 	*bucket = strndup(b, slash - b);

@@ -182,7 +182,7 @@ static int reader_fill(struct tar_scan *s, uint64_t off)
 
 /*
  * Point *out at @len (<= TAR_PROBE_SIZE) bytes at archive offset @off.
- * Returns -EINVAL when the archive ends first.
+ * Returns -EINVAL when the archive ends first (*out is then NULL).
  */
 static int reader_get(struct tar_scan *s, uint64_t off, size_t len,
 		      const char **out)
@@ -191,6 +191,7 @@ static int reader_get(struct tar_scan *s, uint64_t off, size_t len,
 	int rc;
 
 	assert(len <= TAR_PROBE_SIZE);
+	*out = NULL;
 	if (off > rd->file_size || rd->file_size - off < len)
 		return scan_fail(s, -EINVAL, off,
 				 "archive truncated: %zu bytes needed, %llu left",

@@ -31,7 +31,8 @@ static char *slurp(const char *dir, const char *name)
 	FILE *f;
 	size_t n;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_true(snprintf(path, sizeof(path), "%s/%s", dir, name) <
+		    (int)sizeof(path));
 	f = fopen(path, "rb");
 	assert_non_null(f);
 	n = fread(buf, 1, CASE_FILE_MAX - 1, f);
