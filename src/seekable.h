@@ -44,6 +44,7 @@ struct seek_builder;
 /* What a compression format supplies. */
 struct seekable_codec {
 	const char *name;		/* "gzip": source->encoding, messages */
+	bool decode_bound;		/* source->decode_bound (source.h) */
 	struct seekable_pool *pool;	/* its decoders */
 	/* Allocate d->state (when the pool is made).  0 or -ENOMEM. */
 	int (*decoder_init)(struct seekable_decoder *d);

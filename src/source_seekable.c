@@ -648,9 +648,12 @@ int seekable_open(struct shard_source *raw, const char *name,
 		free(s);
 		return -ENOMEM;
 	}
-	/* a stream's bytes are no fewer than their compressed bytes */
+	/* a stream's bytes are no fewer than their compressed bytes; with a
+	 * cache that takes its spans, each is decoded once whoever reads it */
 	s->base = (struct shard_source){ .ops = &seekable_ops, .encoding = codec->name,
-					 .ahead_max = raw->ahead_max };
+					 .ahead_max = raw->ahead_max,
+					 .decode_bound = codec->decode_bound &&
+							 !span_cache_fits(SEEK_TABLE_SPAN) };
 	s->raw = raw;
 	s->codec = codec;
 	*src = &s->base;

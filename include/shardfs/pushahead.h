@@ -39,6 +39,11 @@
  * the files pushed are READ all the same, after
  * SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
  *
+ * A reader can outrun the worker where decoding a compressed shard is
+ * slower than the reader (gzip): its READs then decode the span they are
+ * in, and the worker goes on at the next seek span rather than decode the
+ * same bytes behind them.
+ *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and drops
  * (FORGET).  For a member with none the worker asks the glue, once (once
@@ -129,6 +134,8 @@ struct pushahead_stream {
 	uint32_t next;		/* next stream on that list, + 1 */
 	uint32_t done_gen;	/* worker only: the window pushed so far */
 	uint64_t done;		/* worker only: pushed up to this offset */
+	uint64_t pushed;	/* worker only: start of the member it
+				 * pushed last (a READ past it overtook) */
 };
 
 struct pushahead {

@@ -89,6 +89,10 @@ struct shard_source {
 				 * ahead) may read past them without evicting
 				 * what they need from the source's bounded
 				 * cache (a remote shard's chunks); 0: any */
+	bool decode_bound;	/* decoding is slower than a reader's READs
+				 * (gzip): push-ahead overtaken by its reader
+				 * goes on at the next seek span, not behind
+				 * the READs' decoder (pushahead.c) */
 };
 
 /* What opening a source learnt about the stored object. */
