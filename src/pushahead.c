@@ -516,13 +516,32 @@ static void list_wanted_dir(struct pushahead *p)
 }
 
 /*
+ * Where the members that start before @end in @shard end: past @end when
+ * one runs over it.  No other span holds that member (spans take the
+ * members that start in them), and a READ of it decodes the end of one
+ * span and the start of the next: pushed with the span it starts in.
+ */
+static uint64_t members_end(const struct pushahead *p, uint32_t shard,
+			    uint64_t end)
+{
+	uint32_t i = order_at(p, shard, end);
+	const struct shard_inode *in;
+
+	if (i == p->order_start[shard])
+		return end;
+	in = entry_inode(p, p->order[i - 1]);
+	return in->data + in->size > end ? in->data + in->size : end;
+}
+
+/*
  * The span of @shard holding offset @off: in a compressed shard, the
  * decoded span of its seek table (seek_table.h), which a READ there
  * decodes anyway; in a plain one, the aligned SHARDFS_PUSHAHEAD_REGION
  * around it, which the worker then reads from the storage as one
  * sequential piece where a shuffled reader would read each member at
  * random.  True with [*@start, *@end) when there is one and it fits in a
- * window.
+ * window; *@end is then taken past the member that runs over the span's
+ * end (at most half a window more: pushable()).
  */
 static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
 		    uint64_t *start, uint64_t *end)
@@ -536,14 +555,17 @@ static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
 		*start = off & ~(uint64_t)(SHARDFS_PUSHAHEAD_REGION - 1);
 		*end = src->size - *start < SHARDFS_PUSHAHEAD_REGION ?
 		       src->size : *start + SHARDFS_PUSHAHEAD_REGION;
-		return *end - *start <= p->window;
-	}
-	if (!t || !t->nr)
+	} else if (t && t->nr) {
+		j = seek_table_find(t, off);
+		*start = t->points[j].out;
+		*end = seek_table_span_end(t, j);
+	} else {
 		return false;
-	j = seek_table_find(t, off);
-	*start = t->points[j].out;
-	*end = seek_table_span_end(t, j);
-	return *end - *start <= p->window;
+	}
+	if (*end - *start > p->window)
+		return false;
+	*end = members_end(p, shard, *end);
+	return true;
 }
 
 /* Whether the kernel dropped too many of the files pushed before they
@@ -664,6 +686,15 @@ static uint64_t resume_at(const struct pushahead *p, uint32_t shard,
 	return seek_table_span_end(t, seek_table_find(t, pos));
 }
 
+/* The reader, at @pos, took what the worker pushed last or what follows. */
+static void overtaken(struct pushahead *p, uint32_t shard, uint64_t pos)
+{
+	struct pushahead_stream *s = &p->streams[shard];
+	uint64_t at = resume_at(p, shard, pos);
+
+	s->done = s->pushed = at > s->done ? at : s->done;
+}
+
 /* Push what the window of @shard asks for and was not pushed yet. */
 static void push_stream(struct pushahead *p, uint32_t shard)
 {
@@ -676,6 +707,8 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 	if (gen != s->done_gen) {
 		s->done_gen = gen;
 		s->done = s->pushed = pos;
+	} else if (pos > s->pushed) {
+		overtaken(p, shard, pos);
 	}
 	shard_source_advise(p->set->shards[shard].src, s->done,
 			    to > s->done ? to - s->done : 0, SHARD_SOURCE_WILLNEED);
@@ -689,8 +722,7 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 			return;
 		pos = atomic_load_explicit(&s->pos, memory_order_relaxed);
 		if (pos > s->pushed) {
-			/* a READ took what was pushed last, or what follows */
-			s->done = s->pushed = resume_at(p, shard, pos);
+			overtaken(p, shard, pos);
 			i = order_at(p, shard, s->done);
 			continue;
 		}

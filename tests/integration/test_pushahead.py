@@ -272,6 +272,14 @@ def members_below(mnt, limit):
     return [path for path, _, off, size in rows if int(off) + int(size) <= limit]
 
 
+def member_over(mnt, limit):
+    """The member whose bytes run over tar offset LIMIT, or None."""
+    with open(os.path.join(mnt, ".shardfs", "members")) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    return next((path for path, _, off, size in rows
+                 if int(off) < limit < int(off) + int(size)), None)
+
+
 def settled_push(mnt):
     """/.shardfs/stats once the push-ahead counters stop moving (10 s)."""
     last = None
@@ -290,7 +298,8 @@ def settled_push(mnt):
 # decoding (pushahead=0: one each).  One READ alone pushes nothing.  A
 # plain shard's span is the 4 MiB around the READ, read from the shard at
 # once instead of file by file; over io_uring, where a READ is cheap, it
-# is not pushed.
+# is not pushed.  The file that runs over the span's end goes with it (no
+# span holds it whole: it was READ in every epoch, decoding two spans).
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("tool,pushahead,uring", [
     ("gzip", "default", None), ("zstd", "default", None), ("gzip", "0", None),
@@ -314,6 +323,11 @@ def test_a_random_read_pushes_its_span(tmp_path, tool, pushahead, uring):
         rest = span[:-1]
         second = rest.pop(len(rest) // 2)
         random.Random(tool).shuffle(rest)
+        # where the span ends is known but for gzip's window points; that
+        # file is read first, before a run of forward reads can push it
+        over = {"plain": 4 << 20, "zstd": 2 << 20}.get(tool)
+        if over:
+            rest.insert(0, member_over(mnt, over))
         before = lib.read_stats(mnt)
         for name in [span[-1], second]:
             with open(os.path.join(mnt, name), "rb") as f:
