@@ -27,9 +27,10 @@
  * A compressed shard read at random costs the decoding of the span
  * (seek_table.h) before the member, on every READ.  So a READ that jumped
  * to a member of a compressed shard has the worker push the other members
- * of that span, which the decoding passes over anyway: a shuffled epoch
- * then decodes each span about once and a half instead of half a span per
- * member read.  A plain shard read at random over /dev/fuse costs a round
+ * of that span, which the decoding passes over anyway (and the member
+ * running over its end, which no span holds whole): a shuffled epoch
+ * then decodes each span about twice instead of half a span per member
+ * read.  A plain shard read at random over /dev/fuse costs a round
  * trip and a small random read of the storage per member; its span is
  * the aligned SHARDFS_PUSHAHEAD_REGION around the READ, which the worker
  * reads at once (not over io_uring: pushahead_cheap_reads).  This starts
