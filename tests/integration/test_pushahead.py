@@ -265,19 +265,22 @@ def literal_bytes(seed, n):
     return random.Random(repr(seed)).randbytes(n).translate(SEVEN_BITS)
 
 
-def members_below(mnt, limit):
-    """Members whose bytes lie wholly below tar offset LIMIT."""
+def members(mnt):
+    """(path, tar offset, size) of every member, from /.shardfs/members."""
     with open(os.path.join(mnt, ".shardfs", "members")) as f:
         rows = [line.rstrip("\n").split("\t") for line in f]
-    return [path for path, _, off, size in rows if int(off) + int(size) <= limit]
+    return [(path, int(off), int(size)) for path, _, off, size in rows]
+
+
+def members_below(mnt, limit):
+    """Members whose bytes lie wholly below tar offset LIMIT."""
+    return [path for path, off, size in members(mnt) if off + size <= limit]
 
 
 def member_over(mnt, limit):
     """The member whose bytes run over tar offset LIMIT, or None."""
-    with open(os.path.join(mnt, ".shardfs", "members")) as f:
-        rows = [line.rstrip("\n").split("\t") for line in f]
-    return next((path for path, _, off, size in rows
-                 if int(off) < limit < int(off) + int(size)), None)
+    return next((path for path, off, size in members(mnt)
+                 if off < limit < off + size), None)
 
 
 def settled_push(mnt):
