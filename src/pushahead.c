@@ -533,6 +533,23 @@ static uint64_t members_end(const struct pushahead *p, uint32_t shard,
 	return in->data + in->size > end ? in->data + in->size : end;
 }
 
+/* The seek span of @src holding @off (seek_table.h): true with [*@start,
+ * *@end), false when @src has no seek table (a plain shard). */
+static bool seek_span(struct shard_source *src, uint64_t off, uint64_t *start,
+		      uint64_t *end)
+{
+	const struct seek_table *t = src->ops->seek_get ? src->ops->seek_get(src)
+							: NULL;
+	uint64_t j;
+
+	if (!t || !t->nr)
+		return false;
+	j = seek_table_find(t, off);
+	*start = t->points[j].out;
+	*end = seek_table_span_end(t, j);
+	return true;
+}
+
 /*
  * The span of @shard holding offset @off: in a compressed shard, the
  * decoded span of its seek table (seek_table.h), which a READ there
@@ -547,19 +564,12 @@ static bool span_of(const struct pushahead *p, uint32_t shard, uint64_t off,
 		    uint64_t *start, uint64_t *end)
 {
 	struct shard_source *src = p->set->shards[shard].src;
-	const struct seek_table *t = src->ops->seek_get ? src->ops->seek_get(src)
-							: NULL;
-	uint64_t j;
 
 	if (!src->encoding) {
 		*start = off & ~(uint64_t)(SHARDFS_PUSHAHEAD_REGION - 1);
 		*end = src->size - *start < SHARDFS_PUSHAHEAD_REGION ?
 		       src->size : *start + SHARDFS_PUSHAHEAD_REGION;
-	} else if (t && t->nr) {
-		j = seek_table_find(t, off);
-		*start = t->points[j].out;
-		*end = seek_table_span_end(t, j);
-	} else {
+	} else if (!seek_span(src, off, start, end)) {
 		return false;
 	}
 	if (*end - *start > p->window)
@@ -678,12 +688,11 @@ static uint64_t resume_at(const struct pushahead *p, uint32_t shard,
 			  uint64_t pos)
 {
 	struct shard_source *src = p->set->shards[shard].src;
-	const struct seek_table *t = src->ops->seek_get ? src->ops->seek_get(src)
-							: NULL;
+	uint64_t start, end;
 
-	if (!src->decode_bound || !t || !t->nr)
+	if (!src->decode_bound || !seek_span(src, pos, &start, &end))
 		return pos;
-	return seek_table_span_end(t, seek_table_find(t, pos));
+	return end;
 }
 
 /* The reader, at @pos, took what the worker pushed last or what follows. */
