@@ -12,6 +12,7 @@ compare_trees() checks a mount against that directory entry by entry
 symlink targets, hard-link groups).
 """
 import contextlib
+import ctypes
 import hashlib
 import os
 import re
@@ -945,6 +946,51 @@ def drop_caches(what=3):
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("%d\n" % what)
         time.sleep(0.05)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def page_cache_holes(path):
+    """Runs of PATH's pages that are not in the page cache, as (first
+    page, pages) pairs, from mincore(2) on a mapping that is never
+    touched: no page is faulted in, so no request reaches the daemon.
+    A test that counts READs uses it to tell pages the kernel took back
+    (reclaim, which some hosts run on idle page cache with memory free)
+    from pages that were never stored."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return []
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = (size + page - 1) // page
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap %s" % path)
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            if _libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore %s" % path)
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    holes, start = [], None
+    for i, resident in enumerate(vec.raw):
+        if not resident & 1 and start is None:
+            start = i
+        elif resident & 1 and start is not None:
+            holes.append((start, i - start))
+            start = None
+    if start is not None:
+        holes.append((start, pages - start))
+    return holes
 
 
 def read_member(path, chunk=1 << 20):

@@ -303,6 +303,8 @@ def settled_push(mnt):
 # once instead of file by file; over io_uring, where a READ is cheap, it
 # is not pushed.  The file that runs over the span's end goes with it (no
 # span holds it whole: it was READ in every epoch, decoding two spans).
+# Pages the host's reclaim took back before the read (design.md, "Not
+# pinned") may cost one READ each run of them, and no more.
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("tool,pushahead,uring", [
     ("gzip", "default", None), ("zstd", "default", None), ("gzip", "0", None),
@@ -338,7 +340,9 @@ def test_a_random_read_pushes_its_span(tmp_path, tool, pushahead, uring):
             if name == span[-1]:
                 one = settled_push(mnt)
         mid = settled_push(mnt)
+        holes = {}
         for name in rest:
+            holes[name] = lib.page_cache_holes(os.path.join(mnt, name))
             with open(os.path.join(mnt, name), "rb") as f:
                 assert f.read() == content[name], name
         after = lib.read_stats(mnt)
@@ -351,7 +355,13 @@ def test_a_random_read_pushes_its_span(tmp_path, tool, pushahead, uring):
     assert one["pushahead"]["files"] == before["pushahead"]["files"]
     assert mid["pushahead"]["spans"] - before["pushahead"]["spans"] == 1
     assert mid["pushahead"]["files"] - before["pushahead"]["files"] >= len(rest)
-    assert reads == 0, (len(span), reads)
+    # Pushed pages are plain page cache: a host that reclaims idle pages
+    # with memory free (this VM's DAMON pageout) takes a few back before
+    # they are read, and each run of them costs one READ.  Allowed, but
+    # only for pages seen missing, and never for most of the span.
+    lost = {name: h for name, h in holes.items() if h}
+    assert len(lost) <= len(rest) // 2, lost
+    assert reads <= sum(len(h) for h in lost.values()), (len(span), reads, lost)
 
 
 # A reader in shard order that takes its files faster than gzip inflates
