@@ -5,7 +5,8 @@
  * The descriptor stays open for the life of the mount, so that no request
  * after the mount opens a file on the shard storage.  Hints go straight
  * to the kernel: WILLNEED starts its readahead of the range, DONTNEED
- * drops pages a reader consumed (fs.c says why that pays).
+ * drops pages a reader consumed (fs.c says why that pays), which is why
+ * a file is written back when it is opened (write_back()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,27 @@ static const struct shard_source_ops file_ops = {
 	.close = file_close,
 };
 
+/*
+ * Have the kernel write back the pages of @fd still dirty (a shard
+ * written moments before the mount: packed, copied to local disk), and
+ * wait for it.  DONTNEED cannot drop a dirty page: for each one the reads
+ * met, the kernel started its writeback and then drained the page lists
+ * of every CPU, in the reading thread.  Measured on shards copied just
+ * before the mount, every file in shard order over /dev/fuse
+ * (tests/bench/fresh_compare.py --just-written): 485 MB at 573-611 MB/s
+ * and 0.68-0.73 daemon CPU-s before, 771-803 MB/s and 0.44-0.51 s after,
+ * the mount taking 0.32 s instead of 0.05; one shard of 600 files over
+ * io_uring: 34-58 ms and up to 558 READs (push-ahead fell behind the
+ * reader and stayed there), 17-26 ms and at most 47 READs.  A clean file
+ * costs one walk of its dirty tags.  A hint, as DONTNEED is: a failure
+ * changes nothing that is read.
+ */
+static void write_back(int fd)
+{
+	(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE |
+			      SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+}
+
 /* Wrap @fd, a regular file described by @st. */
 static int file_wrap(int fd, const struct stat *st, struct shard_source **src)
 {
@@ -140,6 +162,7 @@ int shard_source_open_file(const char *path, struct shard_source **src,
 		rc = log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
 		goto out_close_fd;
 	}
+	write_back(fd);
 	info->stored_size = (uint64_t)st.st_size;
 	info->mtime = st.st_mtim;
 	info->ctime = st.st_ctim;

@@ -147,7 +147,12 @@ int shard_source_wrap(struct shard_source **src, const char *name,
  * the decoding source is freed.  Undoes shard_source_wrap(). */
 struct shard_source *shard_source_unwrap(struct shard_source *src);
 
-/* Open a local file as a source (what shard_source_open does for paths). */
+/*
+ * Open a local file as a source (what shard_source_open does for paths).
+ * Pages of the file still dirty in the page cache (a shard written
+ * moments before) are written back before it returns, so that the
+ * DONTNEED advice after each read can drop what it names.
+ */
 int shard_source_open_file(const char *path, struct shard_source **src,
 			   struct shard_source_info *info, char *msg,
 			   size_t msg_len);

@@ -117,10 +117,12 @@ def test_a_reader_that_never_lists_is_pushed_ahead_of_too(tmp_path, pushahead):
     # the first unknown member on; the reader looks up the first few
     assert 1 <= push["listings"] <= 8 and push["listed"] >= 400, push
     assert lookups <= len(content) // 4, (lookups, push)
-    # about 0.1 READs per file on /dev/fuse; over io_uring the reader
-    # overtakes the worker more often (315 READs once, every file stored)
+    # 10-47 READs on either transport.  The shard was written just now:
+    # unless the mount writes it back (source_file.c), every DONTNEED
+    # after a read meets dirty pages, and the worker, slowed, falls
+    # behind the reader for good (up to 558 READs, every file stored)
     assert push["files"] >= len(content) // 2, push
-    assert reads <= len(content) * 3 // 4, (reads, push)
+    assert reads <= len(content) // 4, (reads, push)
     assert push["refused"] <= push["files"] // 10 + 2, push
 
 
