@@ -5,7 +5,8 @@
  * write_back()), and reads back as written.
  *
  * The page cache is asked with cachestat(2) (Linux 6.5); the test skips
- * on an older kernel, on a file system without writeback (tmpfs), and
+ * on an older kernel, on a file system without writeback (a tmpfs $TMPDIR
+ * or /tmp), and
  * when the kernel had written the file back before the open (nothing
  * left to see).
  */
@@ -23,6 +24,7 @@
 #include <cmocka.h>
 
 #include "shardfs/source.h"
+#include "tarbuild.h"
 
 #ifndef __NR_cachestat
 #define __NR_cachestat 451	/* the same on every architecture */
@@ -61,11 +63,10 @@ static long dirty_pages(const char *path)
 	return rc;
 }
 
-/* A new file of FILE_BYTES in the working directory (the build tree, on
- * disk); its bytes in *@data. */
-static void write_file(char *path, unsigned char **data)
+/* A new file of FILE_BYTES at @path; its bytes in *@data. */
+static void write_file(const char *path, unsigned char **data)
 {
-	int fd = mkstemp(path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 
 	assert_true(fd >= 0);
 	*data = malloc(FILE_BYTES);
@@ -78,17 +79,16 @@ static void write_file(char *path, unsigned char **data)
 
 static void test_a_file_written_just_before_is_clean_once_open(void **state)
 {
-	char path[] = "test_source_file.XXXXXX", msg[256];
+	char *dir = tb_tmpdir(), path[4096], msg[256];
 	struct shard_source_info info = { 0 };
 	struct shard_source *src;
 	unsigned char *data, *back;
-	long before;
 
 	(void)state;
+	snprintf(path, sizeof(path), "%s/shard.tar", dir);
 	write_file(path, &data);
-	before = dirty_pages(path);
-	if (before <= 0) {
-		unlink(path);
+	if (dirty_pages(path) <= 0) {
+		tb_rmtree(dir);
 		free(data);
 		skip();	/* no cachestat, no writeback, or nothing left dirty */
 	}
@@ -104,7 +104,7 @@ static void test_a_file_written_just_before_is_clean_once_open(void **state)
 	free(info.name);
 	free(back);
 	free(data);
-	unlink(path);
+	tb_rmtree(dir);
 }
 
 int main(void)
