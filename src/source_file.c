@@ -92,13 +92,13 @@ static const struct shard_source_ops file_ops = {
  * met, the kernel started its writeback and then drained the page lists
  * of every CPU, in the reading thread.  Measured on shards copied just
  * before the mount, every file in shard order over /dev/fuse
- * (tests/bench/fresh_compare.py --just-written): 485 MB at 573-611 MB/s
- * and 0.68-0.73 daemon CPU-s before, 771-803 MB/s and 0.44-0.51 s after,
- * the mount taking 0.32 s instead of 0.05; one shard of 600 files over
- * io_uring: 34-58 ms and up to 558 READs (push-ahead fell behind the
- * reader and stayed there), 17-26 ms and at most 47 READs.  A clean file
- * costs one walk of its dirty tags.  A hint, as DONTNEED is: a failure
- * changes nothing that is read.
+ * (tests/bench/fresh_compare.py --just-written, docs/benchmarks.md):
+ * 485 MB at 648-757 MB/s and 0.50-0.68 daemon CPU-s before, 673-926 MB/s
+ * and 0.43-0.62 s after, the mount taking 0.27-0.32 s instead of
+ * 0.12-0.17; one shard of 600 files over io_uring: 34-58 ms and up to 558
+ * READs (push-ahead fell behind the reader and stayed there), 17-26 ms
+ * and at most 47 READs.  A clean file costs one walk of its dirty tags.
+ * A hint, as DONTNEED is: a failure changes nothing that is read.
  */
 static void write_back(int fd)
 {
