@@ -7,7 +7,9 @@
  * shardfs (a loose-file tree costs several metadata round trips per
  * sample on network storage).
  *
- * Reads pread(2) the member's bytes at their offset in the shard.  A short
+ * Reads ask the shard's source (source.h) for the member's bytes at their
+ * offset in the shard: a pread(2) for a local tar shard, a decoder or the
+ * chunk cache, under their locks, for a compressed or remote one.  A short
  * read, or a size other than the indexed one (one fstat after each read:
  * a truncate and a rewrite to another size between two reads leave no
  * short read to see), means the shard is no longer what was indexed; the

@@ -31,8 +31,8 @@ struct ll_session {
  * Stop push-ahead and its listings: no store or listing is made after
  * this returns.  A store may wait for a page that a READ in flight keeps
  * locked, so while the connection lives this must be called with the
- * session loop still answering (lifecycle_stop_start() does so on a
- * signal).  Called again once the loop has ended, before the transport is
+ * session loop still answering (the thread that lifecycle_signals_start()
+ * starts does so on a signal).  Called again once the loop has ended, before the transport is
  * freed; idempotent, not thread-safe.
  */
 void ll_push_stop(struct ll_session *ls);

@@ -3,8 +3,8 @@
  * source_seekable.c - a compressed shard served at random offsets, for
  * any codec (seekable.h).
  *
- * The source wraps the source of the stored bytes (a local file today, a
- * remote object later) and serves the decompressed tar stream.  A read
+ * The source wraps the source of the stored bytes (a local file or a
+ * remote object, source_remote.c) and serves the decompressed tar stream.  A read
  * starts decoding at the last seek point before it, so it decodes at
  * most one span (SEEK_TABLE_SPAN of output) and reads about that span's
  * compressed bytes: input is read up to the next point's offset only.

@@ -15,9 +15,13 @@
  * all.  The files of /.shardfs/ are built for that (control.h).
  *
  * Thread-safety: after shardfs_init() every function may be called from
- * any number of threads.  Reads of members take no lock and allocate
- * nothing: they pread(2) from the shard descriptors straight into the
- * caller's buffer.  Counters are updated with relaxed atomics.
+ * any number of threads.  Reads of members allocate nothing and go
+ * through the shard's source (source.h) into the caller's buffer: for a
+ * local tar shard that is one pread(2) and takes no lock; a compressed
+ * shard's read holds one of its decoders' mutexes while it decodes
+ * (source_seekable.c), and a remote shard's read takes the chunk cache's
+ * mutex and may wait for a GET in flight (chunk_cache.c).  Counters are
+ * updated with relaxed atomics.
  */
 #ifndef SHARDFS_FS_H
 #define SHARDFS_FS_H

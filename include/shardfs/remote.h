@@ -18,7 +18,8 @@
  * never mixed bytes.
  *
  * Data is fetched in aligned chunks (chunk_size) into a bounded memory
- * cache (cache_mem); see chunk_cache.h.
+ * cache (cache_mem); see chunk_cache.c (its functions are declared in
+ * src/remote_internal.h).
  *
  * Configuration is process-wide: remote_init() once, before any shard is
  * opened, single-threaded; remote_release() after every remote source

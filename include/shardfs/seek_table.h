@@ -2,7 +2,7 @@
 /*
  * seek_table.h - where decoding of a compressed shard can start.
  *
- * A compressed shard (gzip today) cannot be read at a random offset of
+ * A compressed shard (gzip or zstd) cannot be read at a random offset of
  * its tar stream without decoding from somewhere before it.  Its seek
  * table lists the places decoding can start, about every
  * SEEK_TABLE_SPAN bytes of output, so that a random read decodes at most
