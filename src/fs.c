@@ -32,16 +32,16 @@
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
+#include "shardfs/util.h"
 
 int shardfs_init(struct shardfs *fs, const char *spec,
 		 const struct shard_index_build_options *opt,
 		 const struct index_store_options *so)
 {
-	struct timespec t0, t1;
+	uint64_t t0 = monotonic_ns();
 	char msg[512];
 	int rc;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
 	fs->set.skip_bad = opt->skip_bad_shards;
 	if (!rc)
@@ -56,8 +56,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	rc = shardfs_init_built(fs);
 	if (rc)
 		goto out_release_index;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	fs->build_seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	fs->build_seconds = (monotonic_ns() - t0) / 1e9;
 	return 0;
 
 out_release_index:
@@ -593,20 +592,12 @@ ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
 	return (ssize_t)len;
 }
 
-uint64_t shardfs_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns)
 {
 	struct shardfs_op_counter *c = &fs->counters.ops[op];
 
 	atomic_fetch_add_explicit(&c->count, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&c->nsec, shardfs_now_ns() - start_ns,
+	atomic_fetch_add_explicit(&c->nsec, monotonic_ns() - start_ns,
 				  memory_order_relaxed);
 }
 

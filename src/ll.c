@@ -39,6 +39,7 @@
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
 #include "shardfs/prelist.h"
+#include "shardfs/util.h"
 
 /* Seconds the kernel may cache entries and attributes: nothing changes. */
 #define CACHE_TIMEOUT (365.0 * 24 * 3600)
@@ -192,7 +193,7 @@ static char *read_buf(size_t *size)
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns(), ino;
+	uint64_t t0 = monotonic_ns(), ino;
 	struct fuse_entry_param e;
 	int rc = shardfs_lookup(fs, parent, name, &ino);
 
@@ -237,7 +238,7 @@ static void ll_forget_multi(fuse_req_t req, size_t count,
 static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	struct stat st;
 	int rc = shardfs_getattr(fs, ino, &st);
 
@@ -251,7 +252,7 @@ static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	const char *target;
 	int rc = shardfs_readlink(fs, ino, &target);
 
@@ -333,7 +334,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       bool plus)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	size_t room, used = 0;
 	char *buf = read_buf(&room);
 	ssize_t n = -ENOMEM;
@@ -374,7 +375,7 @@ static void ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	const struct ll_session *ls = fuse_req_userdata(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 
 	shardfs_op_done(ls->fs, SHARDFS_OP_OPEN, t0);
 	if (ls->no_open) {
@@ -390,7 +391,7 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	size_t room;
 	char *buf = read_buf(&room);
 	ssize_t n = -ENOMEM;
@@ -417,7 +418,7 @@ static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		     size_t size)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	char buf[XATTR_BUF_SIZE];
 	size_t room = size < sizeof(buf) ? size : sizeof(buf);
 	ssize_t n = name ? shardfs_getxattr(fs, ino, name, buf, room)
@@ -446,7 +447,7 @@ static void ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct shardfs *fs = fs_of(req);
-	uint64_t t0 = shardfs_now_ns();
+	uint64_t t0 = monotonic_ns();
 	struct statvfs sv;
 
 	shardfs_statfs(fs, &sv);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "shardfs/util.h"
 
 /* Longest ETag kept (S3's are 34 bytes, quotes included). */
 #define REMOTE_ETAG_MAX 256
@@ -71,10 +72,7 @@ extern struct remote_config remote_cfg;
 /* Milliseconds of CLOCK_MONOTONIC, for timeouts and ages. */
 static inline uint64_t remote_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return monotonic_ns() / 1000000;
 }
 
 /* One remote object (a shard), as opened. */

@@ -155,10 +155,7 @@ ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
 ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
 		      uint64_t off);
 
-/* Monotonic nanoseconds, for shardfs_op_done(). */
-uint64_t shardfs_now_ns(void);
-
-/* Count one @op that started at @start_ns (from shardfs_now_ns()). */
+/* Count one @op that started at @start_ns (from monotonic_ns(), util.h). */
 void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns);
 
 /* Requests answered so far, over every operation (the idle timer). */

@@ -2,7 +2,8 @@
 /*
  * util.h - small rules every part of shardfs shares: growing an array,
  * finding a name in a table of option values, reading a byte count,
- * reading a little-endian number of a compressed format's header.
+ * reading a little-endian number of a compressed format's header,
+ * reading the monotonic clock.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
@@ -53,5 +54,8 @@ int name_table_find(const char *const *names, size_t nr, const char *s);
  * for anything else or a value past UINT64_MAX.
  */
 int parse_size(const char *s, uint64_t *out);
+
+/* Nanoseconds of CLOCK_MONOTONIC: for timeouts, ages and op timings. */
+uint64_t monotonic_ns(void);
 
 #endif

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
- * parses and what is refused), name tables and array growth.
+ * parses and what is refused), name tables, array growth and the clock.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shardfs/log.h"
 #include "shardfs/util.h"
@@ -83,12 +84,26 @@ static void test_array_grow(void **state)
 	free(a);
 }
 
+/* monotonic_ns() never goes back and counts a 10 ms sleep as >= 10 ms. */
+static void test_monotonic_ns(void **state)
+{
+	const struct timespec ten_ms = { 0, 10 * 1000000 };
+	uint64_t t0, t1;
+
+	(void)state;
+	t0 = monotonic_ns();
+	nanosleep(&ten_ms, NULL);
+	t1 = monotonic_ns();
+	assert_true(t0 > 0 && t1 >= t0 + 10 * 1000000ull);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_name_table),
 		cmocka_unit_test(test_array_grow),
+		cmocka_unit_test(test_monotonic_ns),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
