@@ -23,6 +23,7 @@
 #include "shardfs/pushahead.h"
 #include "shardfs/seek_table.h"
 #include "shardfs/source.h"
+#include "shardfs/util.h"
 
 /*
  * In refs[]: a member's bytes were stored; a member's directory was
@@ -46,14 +47,6 @@
 #define SPAN_DROPPED 0x80000000u
 _Static_assert(SHARD_INDEX_MAX_ENTRIES < SPAN_DROPPED,
 	       "an entry + 1 leaves SPAN_DROPPED free");
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static unsigned long long relaxed_add(atomic_ullong *v, unsigned long long n)
 {
@@ -380,7 +373,7 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 	/* a reader that outran the pushes lands just past the window */
 	bool inside = to && off >= s->from && off < to + SHARDFS_PUSHAHEAD_SLACK;
 
-	atomic_store_explicit(&s->active_ns, now_ns(), memory_order_relaxed);
+	atomic_store_explicit(&s->active_ns, monotonic_ns(), memory_order_relaxed);
 	if (!inside && !streak) {
 		end_window(p, shard);
 		return;
@@ -753,7 +746,7 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 /* Windows whose reader went quiet give their bytes back. */
 static void reclaim_idle(struct pushahead *p)
 {
-	uint64_t now = now_ns();
+	uint64_t now = monotonic_ns();
 
 	for (uint32_t i = 0; i < p->set->nr; i++) {
 		struct pushahead_stream *s = &p->streams[i];
@@ -787,7 +780,7 @@ static void drain(struct pushahead *p)
 static void *worker_main(void *arg)
 {
 	struct pushahead *p = arg;
-	uint64_t reclaimed = now_ns();
+	uint64_t reclaimed = monotonic_ns();
 	struct timespec ts;
 
 	pthread_setname_np(pthread_self(), "shardfs-push");
@@ -802,9 +795,9 @@ static void *worker_main(void *arg)
 		list_wanted_dir(p);
 		push_wanted_spans(p);
 		drain(p);
-		if (now_ns() - reclaimed >= SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ull / 4) {
+		if (monotonic_ns() - reclaimed >= SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ull / 4) {
 			reclaim_idle(p);
-			reclaimed = now_ns();
+			reclaimed = monotonic_ns();
 		}
 	}
 	return NULL;
