@@ -138,13 +138,12 @@ static void print_progress(void *arg, const struct shard_index_progress *p)
 /* -o cache_dir, -o cache_size: the decoded-span cache (span_cache.h). */
 static int cache_init(const struct cli_index *cli)
 {
-	const char *dir = cli->remote.cache_dir, *size_arg = cli->remote.cache_size;
-	uint64_t size = 0;
+	const char *dir = cli->remote.cache_dir;
+	uint64_t size;
 	char msg[512];
 
-	if (size_arg && (!dir || parse_size(size_arg, &size) || !size))
-		return log_error("bad cache_size '%s' (a size like 20G, with cache_dir)",
-				 size_arg), -EINVAL;
+	if (remote_cache_size(&cli->remote, &size))
+		return -EINVAL;
 	if (dir && span_cache_init(dir, size, msg, sizeof(msg)))
 		return log_error("%s", msg), -EINVAL;
 	return 0;

@@ -55,6 +55,16 @@ static int option_number(const char *what, const char *s, uint64_t min,
 	return 0;
 }
 
+int remote_cache_size(const struct remote_options *ro, uint64_t *out)
+{
+	*out = REMOTE_CACHE_SIZE_DEFAULT;
+	if (ro->cache_size &&
+	    (!ro->cache_dir || parse_size(ro->cache_size, out) || !*out))
+		return log_error("bad cache_size '%s' (a size like 20G, with cache_dir)",
+				 ro->cache_size), -EINVAL;
+	return 0;
+}
+
 static int parse_numbers(const struct remote_options *ro)
 {
 	uint64_t timeout, attempts;
@@ -68,8 +78,7 @@ static int parse_numbers(const struct remote_options *ro)
 			  REMOTE_TIMEOUT_DEFAULT, false, &timeout) ||
 	    option_number("remote_attempts", ro->attempts, 1, 100,
 			  REMOTE_ATTEMPTS_DEFAULT, false, &attempts) ||
-	    option_number("cache_size", ro->cache_size, 0, UINT64_MAX,
-			  REMOTE_CACHE_SIZE_DEFAULT, true, &remote_cfg.cache_size))
+	    remote_cache_size(ro, &remote_cfg.cache_size))
 		return -EINVAL;
 	remote_cfg.timeout = (uint32_t)timeout;
 	remote_cfg.attempts = (uint32_t)attempts;

@@ -8,6 +8,7 @@
  * span filled, never on a hit).  Each shard's file is unnamed (O_TMPFILE):
  * nothing is left behind, and two mounts never share one.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,8 +22,6 @@
 #include "shardfs/log.h"
 #include "span_cache.h"
 
-/* Budget when -o cache_size is not given (and free space allows). */
-#define SPAN_CACHE_DEFAULT (8ull << 30)
 /* Entries of the ring: spans cached at once, at most. */
 #define SPAN_CACHE_RING (1u << 16)
 
@@ -66,11 +65,9 @@ int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
 		return log_format(msg, msg_len, -errno, "cache_dir %s: cannot create "
 				  "files there: %s", dir, strerror(errno));
 	close(fd);
-	if (!max_bytes) {
-		max_bytes = SPAN_CACHE_DEFAULT;
-		if (!statvfs(dir, &sv) && (uint64_t)sv.f_bavail * sv.f_frsize / 2 < max_bytes)
-			max_bytes = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
-	}
+	assert(max_bytes > 0);
+	if (!statvfs(dir, &sv) && (uint64_t)sv.f_bavail * sv.f_frsize / 2 < max_bytes)
+		max_bytes = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
 	cache.ring = calloc(SPAN_CACHE_RING, sizeof(*cache.ring));
 	cache.dir = strdup(dir);
 	if (!cache.ring || !cache.dir)

@@ -28,9 +28,10 @@
 struct span_file;
 
 /*
- * Use @dir for decoded spans, at most @max_bytes of them (0: the smaller
- * of SPAN_CACHE_DEFAULT and half the free space of @dir).  Called once,
- * before shards are opened.  0, or -errno with @msg.
+ * Use @dir for decoded spans, at most @max_bytes of them (-o cache_size,
+ * remote_cache_size()), and never more than half the free space of @dir
+ * at mount.  Called once, before shards are opened.  0, or -errno with
+ * @msg.
  */
 int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
 		    size_t msg_len);

@@ -51,7 +51,7 @@
 #define REMOTE_TIMEOUT_DEFAULT 30
 /* Default attempts per request (the first plus retries). */
 #define REMOTE_ATTEMPTS_DEFAULT 6
-/* Default size of the disk cache (-o cache_dir=): 10 GiB. */
+/* Default -o cache_size: 10 GiB of chunks, and as much of decoded spans. */
 #define REMOTE_CACHE_SIZE_DEFAULT (10ull << 30)
 /* Threads fetching chunks, and how many of them may fetch ahead of
  * readers at once (the others stay free for reads that miss). */
@@ -103,6 +103,15 @@ struct remote_options {
 
 /* Free the option strings (cli.c parses them with fuse_opt). */
 void remote_options_free(struct remote_options *ro);
+
+/*
+ * -o cache_size of @ro, the one rule for both caches in cache_dir (the
+ * fetched chunks, disk_cache.c, and the decoded spans of compressed
+ * shards, span_cache.h, each within it): a size (parse_size) above 0,
+ * given only with cache_dir; REMOTE_CACHE_SIZE_DEFAULT when not given.
+ * Returns 0, or -EINVAL (logged).
+ */
+int remote_cache_size(const struct remote_options *ro, uint64_t *out);
 
 /*
  * Resolve the configuration (options, environment, AWS files) and set up
