@@ -91,7 +91,8 @@ add_custom_target(man ALL DEPENDS ${man_pages})
 # postinst byte-compiles them as dh_python3 would.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/shardfs
         DESTINATION ${SHARDFS_PYTHON_DIR}
-        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"
+        PATTERN "__pycache__" EXCLUDE)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/packaging/deb/shardfs-pace
         DESTINATION ${CMAKE_INSTALL_BINDIR})
 

@@ -26,7 +26,8 @@ without torch.  `shardfs.torch` builds the shard-aware sampler on it.
 """
 import os
 import re
-from typing import NamedTuple
+from typing import (Dict, Iterable, List, NamedTuple, Optional, Set, Tuple,
+                    Union)
 
 __all__ = ["CONTROL_DIR", "Member", "Shard", "NotOnShardfs", "find_mount_root",
            "read_members", "read_shards", "locate", "unescape"]
@@ -66,8 +67,11 @@ class NotOnShardfs(ValueError):
 _ESCAPE = re.compile(rb"\\(.)", re.S)
 _UNESCAPED = {b"t": b"\t", b"n": b"\n", b"\\": b"\\"}
 
+# A path as callers give one: str or bytes, or an os.PathLike of either.
+Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
-def unescape(field):
+
+def unescape(field: bytes) -> bytes:
     """Undo the control files' escaping of one field (bytes): `\\t`, `\\n`
     and `\\\\` become a tab, a newline and a backslash."""
     if b"\\" not in field:
@@ -75,19 +79,19 @@ def unescape(field):
     return _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), m.group(0)), field)
 
 
-def _control_file(mountpoint, name):
+def _control_file(mountpoint: Path, name: str) -> bytes:
     return os.path.join(os.fsencode(mountpoint), os.fsencode(CONTROL_DIR),
                         os.fsencode(name))
 
 
-def _has_control_files(directory):
+def _has_control_files(directory: Path) -> bool:
     return os.path.exists(_control_file(directory, MEMBERS_FILE))
 
 
-def find_mount_root(path):
+def find_mount_root(path: Path) -> str:
     """The shardfs mount root at or above PATH: the nearest directory that
     has `.shardfs/members`.  Raises NotOnShardfs when there is none."""
-    start = os.path.abspath(path)
+    start = os.path.abspath(os.fsdecode(path))
     directory = start
     while True:
         if _has_control_files(directory):
@@ -101,14 +105,14 @@ def find_mount_root(path):
         directory = parent
 
 
-def _lines(mountpoint, name):
+def _lines(mountpoint: Path, name: str) -> List[bytes]:
     """The lines (bytes) of a control file, read in one pass."""
     with open(_control_file(mountpoint, name), "rb") as f:
         data = f.read()
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
 
 
-def _fields(line, count):
+def _fields(line: bytes, count: int) -> List[bytes]:
     """The first COUNT tab-separated fields of LINE (later fields, which
     newer shardfs versions may add, are ignored)."""
     fields = line.split(b"\t", count)
@@ -117,11 +121,12 @@ def _fields(line, count):
     return fields[:count]
 
 
-def _member_table(mountpoint, wanted=None):
+def _member_table(mountpoint: Path, wanted: Optional[Set[bytes]] = None
+                  ) -> Dict[bytes, Tuple[int, int, int]]:
     """{path: (shard, offset, size)} from one read of the members file,
     kept to WANTED when given: the fast core of read_members() (plain
     tuples; millions of lines go through this loop)."""
-    out = {}
+    out: Dict[bytes, Tuple[int, int, int]] = {}
     for line in _lines(mountpoint, MEMBERS_FILE):
         path, _, rest = line.partition(b"\t")
         if b"\\" in path:
@@ -135,7 +140,8 @@ def _member_table(mountpoint, wanted=None):
     return out
 
 
-def read_members(mountpoint, wanted=None):
+def read_members(mountpoint: Path, wanted: Optional[Set[bytes]] = None
+                 ) -> Dict[bytes, Member]:
     """{path relative to the mount root (bytes): Member} from one read of
     `/.shardfs/members`.  With WANTED (a set of such paths) only those are
     kept, which saves time and memory on mounts with millions of files."""
@@ -143,7 +149,7 @@ def read_members(mountpoint, wanted=None):
             for path, fields in _member_table(mountpoint, wanted).items()}
 
 
-def read_shards(mountpoint):
+def read_shards(mountpoint: Path) -> List[Shard]:
     """[Shard] in shard order, from `/.shardfs/shards`."""
     shards = []
     for line in _lines(mountpoint, SHARDS_FILE):
@@ -152,11 +158,11 @@ def read_shards(mountpoint):
     return shards
 
 
-def _relative(path, mountpoint):
+def _relative(path: str, mountpoint: str) -> bytes:
     return os.fsencode(os.path.relpath(os.path.abspath(path), mountpoint))
 
 
-def _relatives(paths, mountpoint):
+def _relatives(paths: List[str], mountpoint: str) -> List[bytes]:
     """_relative() of every path; normalised absolute paths below
     MOUNTPOINT (ImageFolder's, usually) take a fast path."""
     prefix = mountpoint.rstrip("/") + "/"
@@ -166,31 +172,32 @@ def _relatives(paths, mountpoint):
             else _relative(p, mountpoint) for p in paths]
 
 
-def locate(paths, mountpoint=None):
+def locate(paths: Iterable[Path], mountpoint: Optional[Path] = None
+           ) -> List[Tuple[int, int]]:
     """[(shard, offset)] for each of PATHS (files inside the mount; str or
     bytes, absolute or relative to the working directory), in order, from
     one read of the members file.  MOUNTPOINT defaults to the mount above
     the first path.  Paths that name a file through a symlink are resolved
     (at the cost of a second read); a path that is still unknown raises
     KeyError."""
-    paths = [os.fsdecode(p) for p in paths]
-    if not paths:
+    names = [os.fsdecode(p) for p in paths]
+    if not names:
         return []
     if mountpoint is None:
-        mountpoint = find_mount_root(os.path.dirname(os.path.abspath(paths[0])))
-    mountpoint = os.path.abspath(os.fsdecode(mountpoint))
-    relative = _relatives(paths, mountpoint)
-    members = _member_table(mountpoint, wanted=set(relative))
+        mountpoint = find_mount_root(os.path.dirname(os.path.abspath(names[0])))
+    root = os.path.abspath(os.fsdecode(mountpoint))
+    relative = _relatives(names, root)
+    members = _member_table(root, wanted=set(relative))
     missing = [i for i, rel in enumerate(relative) if rel not in members]
     if missing:
-        real_mount = os.path.realpath(mountpoint)
+        real_mount = os.path.realpath(root)
         for i in missing:
-            relative[i] = _relative(os.path.realpath(paths[i]), real_mount)
-        members.update(_member_table(mountpoint,
+            relative[i] = _relative(os.path.realpath(names[i]), real_mount)
+        members.update(_member_table(root,
                                      wanted={relative[i] for i in missing}))
-    unknown = [paths[i] for i in missing if relative[i] not in members]
+    unknown = [names[i] for i in missing if relative[i] not in members]
     if unknown:
         raise KeyError("%d paths are not regular files listed in %s/%s/%s, "
-                       "e.g. %s" % (len(unknown), mountpoint, CONTROL_DIR,
+                       "e.g. %s" % (len(unknown), root, CONTROL_DIR,
                                     MEMBERS_FILE, unknown[0]))
     return [members[rel][:2] for rel in relative]

@@ -41,19 +41,23 @@ yielded exactly once per epoch across all ranks.
 """
 import math
 import random
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from . import find_mount_root, locate
+from . import Path, find_mount_root, locate
 
 __all__ = ["ShardAwareSampler", "epoch_order", "sample_locations",
            "read_pattern"]
 
 DEFAULT_WINDOW = 4
 
+# (shard, offset) of one sample
+Location = Tuple[int, int]
 
-def sample_locations(dataset, mountpoint=None):
+
+def sample_locations(dataset: Any, mountpoint: Optional[Path] = None) -> List[Location]:
     """[(shard, offset)] of every sample of DATASET (which must have
     `.samples`, a list of (path, target) as ImageFolder has), from one read
     of the mount's `/.shardfs/members`.  The mount is found by walking up
@@ -69,16 +73,17 @@ def sample_locations(dataset, mountpoint=None):
     return locate(paths, mountpoint)
 
 
-def _shard_runs(locations):
+def _shard_runs(locations: Sequence[Location]) -> List[List[int]]:
     """[[index...]] per shard, in shard number order, each in offset
     order."""
-    by_shard = {}
+    by_shard: Dict[int, List[Tuple[int, int]]] = {}
     for index, (shard, offset) in enumerate(locations):
         by_shard.setdefault(shard, []).append((offset, index))
     return [[index for _, index in sorted(by_shard[s])] for s in sorted(by_shard)]
 
 
-def _rank_part(order, num_replicas, rank, drop_last):
+def _rank_part(order: List[int], num_replicas: int, rank: int,
+               drop_last: bool) -> List[int]:
     """Rank's contiguous part of ORDER, padded or truncated to equal
     sizes as DistributedSampler does."""
     if drop_last:
@@ -91,9 +96,9 @@ def _rank_part(order, num_replicas, rank, drop_last):
     return order[rank * per_rank:(rank + 1) * per_rank]
 
 
-def _pieces(indices, shard_of):
+def _pieces(indices: List[int], shard_of: List[int]) -> List[List[int]]:
     """INDICES cut into maximal runs from one shard."""
-    pieces = []
+    pieces: List[List[int]] = []
     for index in indices:
         if pieces and shard_of[pieces[-1][-1]] == shard_of[index]:
             pieces[-1].append(index)
@@ -102,7 +107,7 @@ def _pieces(indices, shard_of):
     return pieces
 
 
-def _interleave(pieces, rng):
+def _interleave(pieces: List[List[int]], rng: random.Random) -> List[int]:
     """A uniformly random interleaving of PIECES that keeps the order
     inside each piece."""
     which = [k for k, piece in enumerate(pieces) for _ in piece]
@@ -111,9 +116,10 @@ def _interleave(pieces, rng):
     return [next(streams[k]) for k in which]
 
 
-def epoch_order(locations, *, epoch=0, seed=0, shuffle=True,
-                window=DEFAULT_WINDOW, num_replicas=1, rank=0,
-                drop_last=False, runs=None):
+def epoch_order(locations: Sequence[Location], *, epoch: int = 0, seed: int = 0,
+                shuffle: bool = True, window: int = DEFAULT_WINDOW,
+                num_replicas: int = 1, rank: int = 0, drop_last: bool = False,
+                runs: Optional[List[List[int]]] = None) -> List[int]:
     """The indices one rank visits in one epoch (see the module
     docstring), given LOCATIONS, the (shard, offset) of every index.  RUNS
     may pass a cached _shard_runs(LOCATIONS)."""
@@ -127,13 +133,14 @@ def epoch_order(locations, *, epoch=0, seed=0, shuffle=True,
     shard_of = [shard for shard, _ in locations]
     pieces = _pieces(mine, shard_of)
     rng = random.Random("shardfs window %d %d %d" % (seed, epoch, rank))
-    out = []
+    out: List[int] = []
     for first in range(0, len(pieces), window):
         out.extend(_interleave(pieces[first:first + window], rng))
     return out
 
 
-def _distributed_default(value, getter):
+def _distributed_default(value: Optional[int],
+                         getter: Callable[[], int]) -> Optional[int]:
     if value is not None:
         return value
     if dist.is_available() and dist.is_initialized():
@@ -160,9 +167,11 @@ class ShardAwareSampler(Sampler):
                   mount (for tests and for datasets not on a mount)
     """
 
-    def __init__(self, dataset, shuffle=True, seed=0, window=DEFAULT_WINDOW,
-                 num_replicas=None, rank=None, mountpoint=None,
-                 drop_last=False, locations=None):
+    def __init__(self, dataset: Any, shuffle: bool = True, seed: int = 0,
+                 window: int = DEFAULT_WINDOW, num_replicas: Optional[int] = None,
+                 rank: Optional[int] = None, mountpoint: Optional[Path] = None,
+                 drop_last: bool = False,
+                 locations: Optional[Sequence[Location]] = None) -> None:
         num_replicas = _distributed_default(num_replicas, dist.get_world_size) or 1
         rank = _distributed_default(rank, dist.get_rank) or 0
         if window < 1:
@@ -180,18 +189,18 @@ class ShardAwareSampler(Sampler):
         self.epoch = 0
         self._runs = _shard_runs(self.locations)
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Make the next iteration use EPOCH's order (call it every epoch,
         on every rank, as with DistributedSampler)."""
         self.epoch = epoch
 
-    def __len__(self):
+    def __len__(self) -> int:
         n = len(self.locations)
         if self.drop_last:
             return n // self.num_replicas
         return math.ceil(n / self.num_replicas)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(epoch_order(
             self.locations, epoch=self.epoch, seed=self.seed,
             shuffle=self.shuffle, window=self.window,
@@ -199,7 +208,7 @@ class ShardAwareSampler(Sampler):
             drop_last=self.drop_last, runs=self._runs))
 
 
-def read_pattern(order, locations):
+def read_pattern(order: Sequence[int], locations: Sequence[Location]) -> Dict[str, float]:
     """How sequential visiting ORDER is for the storage, as two fractions:
 
     same_shard_forward  consecutive reads in the same shard, the second at
@@ -209,7 +218,7 @@ def read_pattern(order, locations):
                         back, however the shards are interleaved)
     """
     same = forward = revisits = 0
-    last_offset = {}
+    last_offset: Dict[int, int] = {}
     for i, index in enumerate(order):
         shard, offset = locations[index]
         if i:

@@ -52,7 +52,7 @@ DOC = PREFIX + "/share/doc/shardfs"
 # rest of Depends is exactly the packages of the libraries loaded.
 NON_LIBRARY_DEPENDS = {"fuse3", "python3"}
 PYTHON_DIR = PREFIX + "/lib/python3/dist-packages/shardfs"
-PYTHON_MODULES = ("__init__.py", "torch.py", "pace.py")
+PYTHON_MODULES = ("__init__.py", "torch.py", "pace.py", "py.typed")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0,
