@@ -19,6 +19,8 @@ import threading
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# the fixtures of the http:// suites, a plugin of theirs (pytest_plugins)
+pytest.register_assert_rewrite("remote_site")
 import shardfs_testlib as lib  # noqa: E402
 
 DEFAULT_TIMEOUT = 240

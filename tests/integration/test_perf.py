@@ -1,0 +1,276 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The perf group: what reads cost, in requests, bytes, connections and
+READs, counted on real mounts (docs/benchmarks.md measures speed; these
+count work).  The counts are exact or bounded by design, but another
+suite's load can shift them (a GET timed out and retried, a chunk
+evicted before its reader came), so this suite runs alone
+(tests/CMakeLists.txt: RUN_SERIAL); every test also checks the bytes it
+reads against `tar -x`, so nothing here is only a count.
+
+Remote shards on nginx (remote_site.py):
+- Requests: a full read of a shard takes at most ceil(size / chunk) + 1
+  GETs and fetches no byte twice; a random read of one file is one GET,
+  also of a file across a chunk boundary (both chunks in one GET);
+  a second mount of an unchanged set reads its cached index (one probe
+  per shard, nothing else); index_fetch=stream reads every chunk once,
+  index_fetch=ranged a GET per header at most.
+- A published index (written by shardfs-index, uploaded next to the
+  shards) lets a fresh node mount with one probe per shard and one GET.
+- The chunk cache on disk serves a later mount: only the probes and the
+  chunks found damaged go to the server.
+- Connections: an HTTPS server offering HTTP/2 carries every request as a
+  stream of one connection; many concurrent readers of an HTTP/1.1
+  server reuse a bounded pool of keep-alive connections.
+"""
+import math
+import os
+import re
+import shutil
+
+import pytest
+
+import remote_servers as rs
+import shardfs_testlib as lib
+
+from remote_servers import (CHUNK, digests, one_chunk_member, remote_stats,
+                            straddling_member)
+from remote_site import requests, settled_stats, spec
+
+# the fixtures site, url and cache_env
+pytest_plugins = ("remote_site",)
+
+
+def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=64M",
+                     env=cache_env):
+        # one probe per shard, one GET for a published index (none
+        # here), then the index build reads each chunk once
+        assert requests(mnt) == len(names) + 1 + sum(
+            math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
+        assert digests(mnt) == digests(ref)
+        st = remote_stats(mnt)
+        assert st["errors"] == 0 and st["retries"] == 0
+    # a second mount reads the cached index: one probe per shard
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                     env=cache_env):
+        assert requests(mnt) == len(names)
+        # one file at random (inside one chunk): one GET of one chunk
+        victim = one_chunk_member(www / names[2])
+        with open(mnt / victim, "rb") as f:
+            data = f.read()
+        with open(ref / victim, "rb") as f:
+            assert data == f.read()
+        assert requests(mnt) == len(names) + 1
+        # a full read of one shard: at most ceil(size/chunk) + 1 GETs
+        before = settled_stats(mnt)
+        first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
+        for p in first:
+            lib.read_member(mnt / p)
+        after = remote_stats(mnt)
+        size = os.path.getsize(www / names[0])
+        assert (after["requests"] - after["retries"]) - (before["requests"] - before["retries"]) <= math.ceil(size / CHUNK) + 1
+        assert after["bytes"] - before["bytes"] <= size
+
+
+def build_index(url, names, mnt, fetch, env):
+    """Mount with -o index_fetch=FETCH and a fresh index cache: the GETs
+    and bytes of the index build, /.shardfs/members and every file's
+    digest."""
+    with lib.mounted(spec(url, names), mnt, "-o",
+                     "chunk_size=1M,cache_mem=64M,index_fetch=" + fetch, env=env):
+        st = remote_stats(mnt)
+        with open(mnt / ".shardfs" / "members") as f:
+            members = f.read()
+        # the build's GETs: all but one probe per shard and one GET for a
+        # published index (none here)
+        build = (st["requests"] - st["retries"] - len(names) - 1, st["bytes"])
+        return build, members, digests(mnt)
+
+
+def test_index_fetch_stream_and_ranged_build_the_same_index(site, url, tmp_path):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    sizes = [os.path.getsize(www / n) for n in names]
+    stream, ranged = (build_index(url, names, mnt, fetch,
+                                  dict(os.environ, XDG_CACHE_HOME=str(tmp_path / fetch)))
+                      for fetch in ("stream", "ranged"))
+    assert stream[1] == ranged[1] and stream[1].count("\n") >= 3 * 60
+    assert stream[2] == ranged[2] == digests(ref)
+    # stream: every chunk of every shard, once
+    assert stream[0][0] == sum(math.ceil(s / CHUNK) for s in sizes)
+    assert sum(sizes) <= stream[0][1] <= sum(sizes) + len(names)
+    # ranged: at most a GET per header (each names the next), at least
+    # one per shard, and a small part of the bytes; no chunk was fetched
+    headers = sum(len(lib.member_offsets(www / n)) + 1 for n in names)
+    assert len(names) <= ranged[0][0] <= headers
+    assert ranged[0][1] <= ranged[0][0] * 64 * 1024
+    assert ranged[0][1] < sum(sizes) // 2
+
+
+def read_page_by_page(path):
+    """Read PATH 4 KiB at a time with readahead off (POSIX_FADV_RANDOM): the
+    kernel sends one READ per page."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        parts = []
+        while True:
+            b = os.read(fd, 4096)
+            if not b:
+                return b"".join(parts)
+            parts.append(b)
+    finally:
+        os.close(fd)
+
+
+# A file across chunk boundaries is fetched with one GET of its chunks,
+# whether the kernel asks for it in one READ (a whole-file read of a file
+# across two 1 MiB chunks) or in many (page by page, a file across four
+# or more 64 KiB chunks: the first READ announces the rest of the file;
+# the shard readahead and push-ahead that a run of forward READs starts
+# are turned off, as they would rightly fetch past the file).
+@pytest.mark.parametrize("chunk,spans,page_by_page", [(CHUNK, 2, False),
+                                                      (64 << 10, 4, True)])
+def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cache_env,
+                                                         chunk, spans, page_by_page):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    opts = ("-o", "chunk_size=%d,cache_mem=4M%s" % (
+        chunk, ",readahead=0,pushahead=0" if page_by_page else ""))
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        pass    # builds the index and keeps it in the index cache
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        victim, first, last = straddling_member(www / names[1], chunk, spans)
+        before = remote_stats(mnt)
+        data = read_page_by_page(mnt / victim) if page_by_page else \
+            (mnt / victim).read_bytes()
+        assert data == (ref / victim).read_bytes()
+        after = settled_stats(mnt)
+        size = os.path.getsize(www / names[1])
+        assert after["requests"] - before["requests"] == 1, (before, after)
+        assert after["bytes"] - before["bytes"] == \
+            min(size, (last + 1) * chunk) - first * chunk
+
+
+# A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
+# (8 MiB). On a remote shard push-ahead reads at most half the stream's
+# prefetch window ahead (ahead_max in source.h), which brought this case
+# from 3-5 chunks fetched twice to none in most runs; about 1 run in 10
+# then still fetched one chunk twice, and this case ran without
+# push-ahead.  On 2026-12-04 it fetched no chunk twice in 53 runs (15 of
+# them beside two CPU hogs), 12 runs of the ASan build and 25 runs of the
+# build before push-ahead stored from lent chunks: whatever did it is
+# gone, so it is tested with and without push-ahead.
+@pytest.mark.parametrize("options", [
+    "chunk_size=256K,cache_mem=2M,pushahead=0",
+    "chunk_size=256K,cache_mem=2M",
+    "chunk_size=256K,cache_mem=32M",
+])
+def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_env,
+                                                     options):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", options, env=cache_env):
+        before = remote_stats(mnt)
+        assert digests(mnt) == digests(ref)
+        after = remote_stats(mnt)
+    total = sum(os.path.getsize(www / n) for n in names)
+    chunk = 256 << 10
+    # the index was built in this mount: it read every byte once; the
+    # full read of the tree then (with 2 MiB of cache) at most once more,
+    # but for one GET per shard (the issue's ceil(size / chunk) + 1): after
+    # the build the mount reads the start of every shard once more (chunk
+    # 0 in nginx's log), and 8 slots may evict that chunk as idle before
+    # the reader reaches the shard (seen under ASan, timing-dependent)
+    assert after["bytes"] <= 2 * total + len(names) * (chunk + 1)
+    assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
+
+
+def test_https_http2_carries_every_request_on_one_connection(site, tmp_path,
+                                                            cache_env):
+    www, names, ref = site
+    cert, key = rs.self_signed_cert(str(tmp_path))
+    ng = str(tmp_path / "ng")
+    with rs.nginx(www, ng, cert=(cert, key), http2=True) as url:
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o",
+                         "cacert=%s,chunk_size=256K,cache_mem=4M" % cert,
+                         env=cache_env):
+            assert rs.parallel_digests(mnt, 16) == digests(ref)
+        log = rs.access_log(ng)
+    assert len(log) > 3 * len(names), "the files were read over the network"
+    assert {r[1] for r in log} == {"HTTP/2.0"}, log[:5]
+    # 16 readers, 8 fetch threads: one connection, streams multiplexed
+    # (a second only if nginx closed the first)
+    assert len({r[0] for r in log}) <= 2, sorted({r[0] for r in log})
+
+
+def test_concurrent_readers_share_a_bounded_connection_pool(site, url, tmp_path,
+                                                            cache_env):
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=4M",
+                     env=cache_env):
+        for _ in range(2):
+            assert rs.parallel_digests(mnt, 32) == digests(ref)
+    log = rs.access_log(str(tmp_path / "ng"))
+    connections = {r[0] for r in log}
+    assert {r[1] for r in log} == {"HTTP/1.1"}
+    # at most REMOTE_FETCH_THREADS + 8 per host (HTTP_HOST_CONNECTIONS),
+    # each kept alive for many requests
+    assert len(connections) <= 16, sorted(connections)
+    assert len(log) >= 4 * len(connections), (len(log), len(connections))
+
+
+def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_path,
+                                                                  cache_env):
+    www, names, ref = site
+    cache = tmp_path / "chunks"
+    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert digests(mnt) == digests(ref)
+    files = sorted(cache.glob("*/*.chunk"))
+    total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
+    assert len(files) == total
+    # a torn file and a flipped byte: deleted and fetched again
+    with open(files[0], "r+b") as f:
+        f.truncate(os.path.getsize(files[0]) // 2)
+    with open(files[1], "r+b") as f:
+        f.seek(5000)
+        b = f.read(1)
+        f.seek(5000)
+        f.write(bytes([b[0] ^ 1]))
+    # a second epoch in a later mount: only the probes and the two
+    # chunks that were damaged go to the server
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert digests(mnt) == digests(ref)
+        st = remote_stats(mnt)
+    assert st["disk_corrupt"] == 2
+    assert st["requests"] - st["retries"] == len(names) + 2, st
+    assert st["disk_hits"] >= total - 2
+
+
+def test_published_index(site, tmp_path, cache_env):
+    www, names, ref = site
+    mine = tmp_path / "mine"
+    shutil.copytree(www, mine)
+    with rs.nginx(mine, str(tmp_path / "ng")) as url:
+        r = lib.run_cmd([lib.binary("shardfs-index"), spec(url, names)], env=cache_env)
+        assert r.returncode == 0, r
+        m = re.search(r"(\S+): to let other nodes mount with one request, upload "
+                      r"this index as (\S+)", r.stderr)
+        assert m, r.stderr
+        local, published = m.groups()
+        assert published == "%s/.%s.shardfs-index" % (url, names[0])
+        shutil.copy(local, mine / published.rsplit("/", 1)[1])
+        fresh = dict(cache_env, XDG_CACHE_HOME=str(tmp_path / "fresh"))
+        mnt = tmp_path / "mnt"
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=fresh):
+            assert requests(mnt) == len(names) + 1
+            assert digests(mnt) == digests(ref)
+        # kept in the local cache: the next mount does not fetch it again
+        with lib.mounted(spec(url, names), mnt, env=fresh):
+            assert requests(mnt) == len(names)
