@@ -59,4 +59,4 @@ def test_pip_install_offline_into_a_venv(tmp_path):
     assert r.returncode == 0 and "--global-batch N" in r.stdout, r
     # nothing was built inside the source tree
     assert sorted(os.listdir(os.path.join(REPO, "python"))) == \
-        ["README.md", "pyproject.toml", "shardfs"], os.listdir(os.path.join(REPO, "python"))
+        ["README.md", "pyproject.toml", "shardfs", "tests"], os.listdir(os.path.join(REPO, "python"))
