@@ -3,14 +3,18 @@
 # Set-up command 2 (and CI's): install the test toolchain (scripts/install-deps.sh
 # test: the demo's packages and the rest), build, run every test.
 #
-#   1. the release build: unit tests and every integration test (these
-#      mount real FUSE filesystems, so they need root and /dev/fuse);
+#   1. the release build: unit tests, the Python package's tests and every
+#      integration test (these mount real FUSE filesystems, so they need
+#      root and /dev/fuse), in parallel but for the suites that share host
+#      state, which run alone (tests/CMakeLists.txt), among them the perf
+#      group (test_perf: request and byte counts);
 #   2. an AddressSanitizer + UBSan build (clang): unit tests, and the
 #      integration tests of the core with the sanitized daemon, whose
 #      reports go to log files that must stay empty;
-#   3. valgrind memcheck over the unit tests;
+#   3. valgrind memcheck over the unit tests, one program per CPU;
 #   4. a short run of each libFuzzer target over its seeds and the saved
-#      regression inputs (long campaigns: docs/fuzzing.md).
+#      regression inputs, the targets side by side (long campaigns:
+#      docs/fuzzing.md).
 #
 # SHARDFS_TEST_QUICK=1 runs step 1 only.
 #
@@ -37,7 +41,7 @@ echo "== release build: unit and integration tests (FUSE over io_uring on)"
 fuse_io_uring Y
 cmake -S "$top" -B "$top/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=ON >/dev/null
 cmake --build "$top/build" -j"$jobs"
-ctest --test-dir "$top/build" --output-on-failure -j2
+ctest --test-dir "$top/build" --output-on-failure -j"$jobs"
 [ "${SHARDFS_TEST_QUICK:-0}" = 1 ] && exit 0
 
 echo "== AddressSanitizer + UBSan build: unit tests and core integration tests (/dev/fuse)"
@@ -52,8 +56,8 @@ mkdir -p "$reports"
 ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
 UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
 SHARDFS_STRESS_SECONDS=10 \
-	ctest --test-dir "$asan" --output-on-failure \
-	-R 'unit\.|core_|layouts|reliability|access_control|index_persist|remote_http|remote_s3'
+	ctest --test-dir "$asan" --output-on-failure -j"$jobs" \
+	-R 'unit\.|core_|layouts|reliability|access_control|index_persist|remote_http|remote_s3|perf'
 if [ -n "$(ls -A "$reports")" ]; then
 	echo "sanitizer reports (from daemons or tests):" >&2
 	head -n 40 "$reports"/* >&2
@@ -61,10 +65,17 @@ if [ -n "$(ls -A "$reports")" ]; then
 fi
 
 echo "== valgrind memcheck: unit tests"
-for t in "$top"/build/tests/test_*; do
-	valgrind -q --error-exitcode=1 --leak-check=full \
-		--errors-for-leak-kinds=definite "$t" >/dev/null
-done
+vglogs="$top/build/valgrind"
+rm -rf "$vglogs"
+mkdir -p "$vglogs"
+if ! ls "$top"/build/tests/test_* | xargs -P "$jobs" -n 1 sh -c \
+	'valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		--log-file="$1/$(basename "$2").log" "$2" >/dev/null' sh "$vglogs"; then
+	for log in "$vglogs"/*.log; do
+		[ -s "$log" ] && { echo "== $log" >&2; cat "$log" >&2; }
+	done
+	exit 1
+fi
 echo "valgrind: $(ls "$top"/build/tests/test_* | wc -l) unit test programs clean"
 
 echo "== fuzz smoke"
