@@ -6,11 +6,13 @@
 #
 # Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
 # fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table,
-# then for each target:
+# then for each target, the five side by side (one libFuzzer process
+# each; the machine's CPUs are shared among them):
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
-#      tests/fuzz/make-corpus.sh.
+#      tests/fuzz/make-corpus.sh (every seed is run first, however short
+#      SECONDS is).
 # Exits non-zero if any run crashes, leaks, trips a sanitizer or breaks an
 # invariant of the harness.  Work files, crash inputs and logs are kept in
 # BUILD_DIR/fuzz-smoke/.  Long campaigns: see docs/fuzzing.md.
@@ -93,13 +95,28 @@ run_fuzzer() {
 	return 1
 }
 
-status=0
-for target in fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table \
-	fuzz_zstd_seek_table; do
+# The regression inputs, then the fuzzing, of @1; returns non-zero if any
+# failed.
+run_target() {
+	local target=$1 input status=0
+
 	for input in "$repo"/tests/data/fuzz-regressions/"$target"-*; do
 		[ -e "$input" ] || continue
 		run_regression "$target" "$input" || status=1
 	done
 	run_fuzzer "$target" || status=1
+	return $status
+}
+
+targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table)
+pids=()
+for target in "${targets[@]}"; do
+	run_target "$target" >"$work/$target.out" 2>&1 &
+	pids+=($!)
+done
+status=0
+for i in "${!targets[@]}"; do
+	wait "${pids[$i]}" || status=1
+	cat "$work/${targets[$i]}.out"
 done
 exit $status
