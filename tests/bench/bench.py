@@ -21,7 +21,8 @@ read pass on each tree is checked against the CRC-32 recorded when the
 data set was generated.
 
 The results go to WORKDIR/results/<date>.{json,md}; with --docs, the
-markdown section is also added to docs/benchmarks.md (newest first).
+markdown section is also added to docs/bench-runs/runs.md (newest first;
+docs/benchmarks.md shows the newest).
 
 Run as root with Debian's /usr/bin/python3 (it sees python3-torch):
     tests/bench/run.sh [--quick] [--samples N] [--docs]
@@ -91,8 +92,8 @@ def parse_args(argv=None):
     p.add_argument("--io-uring", choices=("on", "off", "keep"), default="on",
                    help="set the fuse module's enable_uring for the run (default "
                    "on: shardfs then serves requests over io_uring), put back after")
-    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
-                   help="add the result section to docs/benchmarks.md (or PATH)")
+    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "bench-runs", "runs.md"),
+                   help="add the result section to docs/bench-runs/runs.md (or PATH)")
     args = p.parse_args(argv)
     if args.quick:
         args.samples, args.classes = 3_000, 100

@@ -49,7 +49,7 @@ TABLE_RE = re.compile(r"debug: (?P<shard>\S+): (?P<codec>\w+) decoded for its se
                       r"(?P<bytes>\d+) bytes, (?P<points>\d+) points, "
                       r"(?P<windows>\d+) bytes of windows")
 POINT_BYTES = 32   # sizeof(struct seek_point)
-# in docs/benchmarks.md, below the prose of "Compressed shards"
+# where --docs adds each run: docs/bench-runs/compressed-runs.md (docs/benchmarks.md shows the newest)
 DOCS_MARKER = "<!-- compressed_bench.py adds each run below this line, newest first -->"
 SEED = 1           # the shard order of the shard-order DataLoader epoch
 FORMS = {
@@ -237,7 +237,7 @@ def main():
     p.add_argument("--shardfs", default=os.path.join(REPO, "build", "shardfs"))
     p.add_argument("-o", dest="mount_opts", action="append", default=[],
                    help="extra shardfs mount option, for every mount (repeatable)")
-    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"))
+    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "bench-runs", "compressed-runs.md"))
     args = p.parse_args()
     MOUNT_OPTS.extend(a for o in args.mount_opts for a in ("-o", o))
     system.check_can_drop_caches()

@@ -350,8 +350,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("results", help="a WORKDIR/results/*.json file")
     p.add_argument("--docs", nargs="?", const=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "benchmarks.md"),
-        help="add the section to docs/benchmarks.md (or PATH)")
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "bench-runs", "runs.md"),
+        help="add the section to docs/bench-runs/runs.md (or PATH)")
     args = p.parse_args(argv)
     with open(args.results) as f:
         markdown = render(json.load(f))

@@ -83,8 +83,8 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="--ab: rounds")
     p.add_argument("--shares", metavar="N,N,...",
                    help="one node's part of a shuffled epoch on N nodes (see above)")
-    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "benchmarks.md"),
-                   help="add the result section to docs/benchmarks.md (or PATH)")
+    p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "bench-runs", "runs.md"),
+                   help="add the result section to docs/bench-runs/runs.md (or PATH)")
     return p.parse_args(argv)
 
 
