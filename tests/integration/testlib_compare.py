@@ -298,11 +298,10 @@ def compare_trees(mnt, ref, ref_start_ns, *, check_owner=True,
     return mnt_s, ref_s
 
 
-def check_mount_against_tar(shards, mnt, ref, *options, allow_tar_errors=False,
-                            **compare_kw):
-    """Extract SHARDS (list of paths) with tar into REF, mount SHARDS_ARG
-    (shards joined with ',') on MNT and compare.  Returns (Result, mnt
-    snapshot, ref snapshot, tar results)."""
+@contextlib.contextmanager
+def _compared_mount(shards, mnt, ref, options, allow_tar_errors, compare_kw):
+    """Extract SHARDS with tar into REF, mount them on MNT, compare; yields
+    (Result, mnt snapshot, ref snapshot, tar results) with the mount kept."""
     start_ns, results = extract_reference(shards, ref)
     if not allow_tar_errors:
         for r in results:
@@ -310,7 +309,18 @@ def check_mount_against_tar(shards, mnt, ref, *options, allow_tar_errors=False,
     arg = ",".join(os.fspath(s) for s in shards)
     with mounted(arg, mnt, *options) as proc:
         mnt_s, ref_s = compare_trees(mnt, ref, start_ns, **compare_kw)
-    return proc, mnt_s, ref_s, results
+        yield proc, mnt_s, ref_s, results
+
+
+def check_mount_against_tar(shards, mnt, ref, *options, allow_tar_errors=False,
+                            **compare_kw):
+    """Extract SHARDS (list of paths) with tar into REF, mount SHARDS_ARG
+    (shards joined with ',') on MNT and compare.  Returns (Result, mnt
+    snapshot, ref snapshot, tar results)."""
+    with _compared_mount(shards, mnt, ref, options, allow_tar_errors,
+                         compare_kw) as found:
+        pass
+    return found
 
 
 @contextlib.contextmanager
@@ -318,13 +328,8 @@ def mount_and_compare(shards, mnt, ref, *options, allow_tar_errors=False,
                       **compare_kw):
     """Like check_mount_against_tar, but keeps the mount for the block:
     yields (Result, mnt snapshot, ref snapshot)."""
-    start_ns, results = extract_reference(shards, ref)
-    if not allow_tar_errors:
-        for r in results:
-            assert r.returncode == 0, "reference tar -x failed: %r" % (r,)
-    arg = ",".join(os.fspath(s) for s in shards)
-    with mounted(arg, mnt, *options) as proc:
-        mnt_s, ref_s = compare_trees(mnt, ref, start_ns, **compare_kw)
+    with _compared_mount(shards, mnt, ref, options, allow_tar_errors,
+                         compare_kw) as (proc, mnt_s, ref_s, _):
         yield proc, mnt_s, ref_s
 
 

@@ -104,24 +104,20 @@ def kill_daemons_for(mountpoint):
 
 
 def unmount(mountpoint):
-    """Unmount and wait until the kernel no longer lists the mount."""
+    """Unmount and wait until the kernel no longer lists the mount: a plain
+    fusermount3 -u (waiting up to 5 s), then a lazy one (2 s), then
+    umount -l."""
     _unregister(mountpoint)
-    if not is_mounted(mountpoint):
-        return
-    subprocess.run(["fusermount3", "-u", mountpoint],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
+    for argv, polls in ((["fusermount3", "-u"], 100), (["fusermount3", "-uz"], 40),
+                        (["umount", "-l"], 0)):
         if not is_mounted(mountpoint):
             return
-        time.sleep(0.05)
-    subprocess.run(["fusermount3", "-uz", mountpoint],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(40):
-        if not is_mounted(mountpoint):
-            return
-        time.sleep(0.05)
-    subprocess.run(["umount", "-l", mountpoint],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(argv + [mountpoint],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(polls):
+            if not is_mounted(mountpoint):
+                return
+            time.sleep(0.05)
 
 
 def abort_all_mounts():
