@@ -29,6 +29,7 @@
 
 #include "shardfs/index_file.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 /* A temporary index file untouched this long belongs to no live writer. */
 #define INDEX_TMP_STALE_SECONDS (15 * 60)
@@ -612,23 +613,6 @@ static int check_seek(const struct index_file_header *h,
 	return 0;
 }
 
-/*
- * Only we (or root) may be able to write the file: another user could
- * otherwise choose the tree we serve.  Says which rule the file breaks.
- */
-static int check_owner(const struct stat *st, char *msg, size_t msg_len)
-{
-	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return log_format(msg, msg_len, -EPERM, "not trusted: owned by uid %u, "
-				  "neither us (uid %u) nor root", (unsigned)st->st_uid,
-				  (unsigned)geteuid());
-	if (st->st_mode & 022)
-		return log_format(msg, msg_len, -EPERM, "not trusted: writable by %s "
-				  "(mode %04o)", st->st_mode & 002 ? "others" : "its group",
-				  (unsigned)(st->st_mode & 07777));
-	return 0;
-}
-
 /* Read all @size bytes of @fd into @buf; a shorter file changed under us. */
 static int read_all(int fd, char *buf, uint64_t size, char *msg, size_t msg_len)
 {
@@ -666,7 +650,8 @@ static int copy_file(const char *path, char **map, uint64_t *size, char *msg,
 		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));
 	rc = fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)
 	     ? log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header")
-	     : check_owner(&st, msg, msg_len);
+	     /* only we (or root) may write it: others could choose the tree */
+	     : stat_trusted(&st, false, msg, msg_len);
 	if (rc)
 		goto out_close;
 	*size = (uint64_t)st.st_size;
