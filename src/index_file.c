@@ -29,6 +29,7 @@
 
 #include "shardfs/index_file.h"
 #include "shardfs/log.h"
+#include "shardfs/source.h"
 #include "shardfs/util.h"
 
 /* A temporary index file untouched this long belongs to no live writer. */
@@ -312,6 +313,26 @@ static void remove_stale_tmps(const char *path)
 	closedir(d);
 }
 
+/*
+ * The mode of the index of @set: it holds the shards' member names, so
+ * no one may read it who cannot read every shard (0644 at most, 0600
+ * when a shard's readers are not known: a remote one).
+ */
+static mode_t index_mode(const struct shard_set *set)
+{
+	mode_t mode = 0644;
+
+	for (uint32_t i = 0; i < set->nr; i++) {
+		struct stat st;
+
+		if (shard_source_is_remote(set->shards[i].path) ||
+		    stat(set->shards[i].path, &st))
+			return 0600;
+		mode &= (st.st_mode & 0044) | 0600;
+	}
+	return mode;
+}
+
 int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len)
@@ -327,7 +348,7 @@ int index_file_write(const char *path, const struct shard_index *idx,
 		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
 				  path, strerror(errno));
 	rc = write_file(fd, path, idx, set, options_hash);
-	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
+	if (!rc && (fchmod(fd, index_mode(set)) || fsync(fd)))
 		rc = -errno;
 	close(fd);
 	if (!rc && rename(tmp, path))
