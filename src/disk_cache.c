@@ -399,9 +399,10 @@ int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
 	k = chunk_key(o, index);
 	i = chunk_name(k, name);
 	sub = open_sub(i, false);
-	/* never blocks (a FIFO), never follows a link */
+	/* never blocks (a FIFO), never follows a link (ELOOP: one is there,
+	 * removed below); any other failure is a miss */
 	fd = sub < 0 ? -1 : openat(sub, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && (sub < 0 || errno == ENOENT)) {
+	if (fd < 0 && (sub < 0 || errno != ELOOP)) {
 		if (sub >= 0)
 			close(sub);
 		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);

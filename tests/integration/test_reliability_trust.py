@@ -40,6 +40,7 @@ import gzip
 import http.server
 import os
 import re
+import shutil
 import stat
 import struct
 import subprocess
@@ -385,6 +386,31 @@ def test_fifo_at_a_chunk_name_never_hangs(site, tmp_path, env):
                 pytest.fail("a read blocked on a FIFO in cache_dir")
             assert reader.returncode == 0
             assert out == b"".join(truth.values())
+
+
+def test_link_at_a_chunk_name_is_not_followed(site, tmp_path, env):
+    """Each chunk moved out of the tree and a symbolic link to it left at
+    its name: nothing is read through the links, nothing they point to is
+    touched, the bytes come from the server."""
+    www, truth, names = site
+    cache = tmp_path / "cache"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    mnt = tmp_path / "mnt"
+    with object_server(www) as (_, url):
+        populate(url, names, truth, cache, tmp_path, env)
+        moved = {}
+        for i, f in enumerate(chunk_files(cache)):
+            target = outside / ("%d" % i)
+            shutil.move(f, target)
+            f.symlink_to(target)
+            moved[target] = target.read_bytes()
+        with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_dir=%s"
+                         % cache, env=env):
+            assert read_all(mnt, truth) == truth
+            assert rs.remote_stats(mnt)["disk_hits"] == 0
+    for target, data in moved.items():
+        assert target.read_bytes() == data
 
 
 @pytest.fixture
