@@ -386,6 +386,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
 	if (n > 5 && !strncmp(line, "HTTP/", 5)) {
 		/* a new response (after a redirect or 100): start over */
 		memset(&t->resp, 0, sizeof(t->resp));
+		t->headers_done = false;
 		sscanf(line, "HTTP/%*s %ld", &t->resp.status);
 		return n;
 	}
@@ -850,15 +851,15 @@ static int run(struct transfer *t,
 			progress = remote_now_ms();
 		if (out == OUTCOME_DONE)
 			return 0;
-		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
-		    remote_now_ms() - progress >= limit)
-			break;
-		if (t->deadline_ms && remote_now_ms() >= t->deadline_ms) {
+		if (out != OUTCOME_FAIL && t->deadline_ms && remote_now_ms() >= t->deadline_ms) {
 			snprintf(why + strlen(why), why_len - strlen(why), "; gave up after "
 				 "%" PRIu64 " s in all (remote_timeout x remote_attempts)",
 				 (uint64_t)remote_cfg.timeout * remote_cfg.attempts);
 			break;
 		}
+		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
+		    remote_now_ms() - progress >= limit)
+			break;
 		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
 					  memory_order_relaxed);
 		log_debug("%s: %s; retry %u", t->o->name, why, attempt);

@@ -575,12 +575,13 @@ def test_trickling_server_gives_eio_within_the_stated_bound(site, tmp_path, env)
     read ends it."""
     www, truth, names = site
     mnt = tmp_path / "mnt"
+    log = tmp_path / "shardfs.log"
     timeout, attempts = 2, 2
     bound = timeout * attempts
     with object_server(www) as (b, url):
         with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=256K,cache_mem=1M,"
-                         "remote_timeout=%d,remote_attempts=%d" % (timeout, attempts),
-                         env=env):
+                         "remote_timeout=%d,remote_attempts=%d,log=%s"
+                         % (timeout, attempts, log), env=env):
             lib.drop_caches()
             b.trickle = True
             # every file in turn: the first one whose chunk is not in
@@ -603,6 +604,8 @@ def test_trickling_server_gives_eio_within_the_stated_bound(site, tmp_path, env)
             # the bound, plus slack for a loaded machine and the sanitizers
             assert float(elapsed) < bound + 8, elapsed
             assert rs.remote_stats(mnt)["errors"] >= 1
+    assert "gave up after %d s in all (remote_timeout x remote_attempts)" % bound \
+        in log_text(log), log_text(log)
 
 
 def test_huge_response_header_is_named(site, tmp_path, env):
