@@ -29,6 +29,8 @@
 
 #include "shardfs/index_file.h"
 #include "shardfs/log.h"
+#include "shardfs/source.h"
+#include "shardfs/util.h"
 
 /* A temporary index file untouched this long belongs to no live writer. */
 #define INDEX_TMP_STALE_SECONDS (15 * 60)
@@ -311,6 +313,26 @@ static void remove_stale_tmps(const char *path)
 	closedir(d);
 }
 
+/*
+ * The mode of the index of @set: it holds the shards' member names, so
+ * no one may read it who cannot read every shard (0644 at most, 0600
+ * when a shard's readers are not known: a remote one).
+ */
+static mode_t index_mode(const struct shard_set *set)
+{
+	mode_t mode = 0644;
+
+	for (uint32_t i = 0; i < set->nr; i++) {
+		struct stat st;
+
+		if (shard_source_is_remote(set->shards[i].path) ||
+		    stat(set->shards[i].path, &st))
+			return 0600;
+		mode &= (st.st_mode & 0044) | 0600;
+	}
+	return mode;
+}
+
 int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len)
@@ -326,7 +348,7 @@ int index_file_write(const char *path, const struct shard_index *idx,
 		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
 				  path, strerror(errno));
 	rc = write_file(fd, path, idx, set, options_hash);
-	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
+	if (!rc && (fchmod(fd, index_mode(set)) || fsync(fd)))
 		rc = -errno;
 	close(fd);
 	if (!rc && rename(tmp, path))
@@ -612,23 +634,6 @@ static int check_seek(const struct index_file_header *h,
 	return 0;
 }
 
-/*
- * Only we (or root) may be able to write the file: another user could
- * otherwise choose the tree we serve.  Says which rule the file breaks.
- */
-static int check_owner(const struct stat *st, char *msg, size_t msg_len)
-{
-	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return log_format(msg, msg_len, -EPERM, "not trusted: owned by uid %u, "
-				  "neither us (uid %u) nor root", (unsigned)st->st_uid,
-				  (unsigned)geteuid());
-	if (st->st_mode & 022)
-		return log_format(msg, msg_len, -EPERM, "not trusted: writable by %s "
-				  "(mode %04o)", st->st_mode & 002 ? "others" : "its group",
-				  (unsigned)(st->st_mode & 07777));
-	return 0;
-}
-
 /* Read all @size bytes of @fd into @buf; a shorter file changed under us. */
 static int read_all(int fd, char *buf, uint64_t size, char *msg, size_t msg_len)
 {
@@ -666,7 +671,8 @@ static int copy_file(const char *path, char **map, uint64_t *size, char *msg,
 		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));
 	rc = fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)
 	     ? log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header")
-	     : check_owner(&st, msg, msg_len);
+	     /* only we (or root) may write it: others could choose the tree */
+	     : stat_trusted(&st, false, msg, msg_len);
 	if (rc)
 		goto out_close;
 	*size = (uint64_t)st.st_size;

@@ -56,22 +56,33 @@ static int canonical_path(const char *path, char out[PATH_MAX])
 	return n < PATH_MAX ? 0 : -ENAMETOOLONG;
 }
 
-/* mkdir -p: create @path and its missing parents. */
+/*
+ * mkdir -p: create @path and its missing parents.  @path itself is
+ * private (0700): its index files name the members of every set mounted,
+ * whatever the modes of the shards; one of ours found open to others is
+ * closed.
+ */
 static void make_dirs(const char *path)
 {
 	char buf[PATH_MAX];
 	size_t len = strlen(path);
+	struct stat st;
 
 	if (len >= sizeof(buf))
 		return;
 	memcpy(buf, path, len + 1);
-	for (size_t i = 1; i <= len; i++) {
-		if (buf[i] != '/' && buf[i])
+	for (size_t i = 1; i < len; i++) {
+		if (buf[i] != '/')
 			continue;
 		buf[i] = '\0';
 		mkdir(buf, 0755);	/* EEXIST is the common case */
-		buf[i] = path[i];
+		buf[i] = '/';
 	}
+	if (mkdir(path, 0700) && !lstat(path, &st) && S_ISDIR(st.st_mode) &&
+	    st.st_uid == geteuid() && (st.st_mode & 077) && !chmod(path, 0700))
+		log_info("%s: made private (mode 0700 instead of %04o): it holds the "
+			 "member names of every set indexed", path,
+			 (unsigned)(st.st_mode & 07777));
 }
 
 /* The cache directory for index files, created if missing. */

@@ -249,10 +249,12 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"# TYPE shardfs_remote_latency_seconds_total counter\n"
 			"shardfs_remote_latency_seconds_total %.6f\n"
 			"# TYPE shardfs_remote_disk_hits_total counter\n"
-			"shardfs_remote_disk_hits_total %llu\n",
+			"shardfs_remote_disk_hits_total %llu\n"
+			"# TYPE shardfs_remote_disk_store_errors_total counter\n"
+			"shardfs_remote_disk_store_errors_total %llu\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
 			counter(&k->cache_hits), counter(&k->cache_misses), lat / 1e6,
-			counter(&k->disk_hits));
+			counter(&k->disk_hits), counter(&k->disk_store_errors));
 	else
 		n = snprintf(buf, cap,
 			"  \"remote\": {\"requests\": %llu, \"bytes\": %llu, "
@@ -260,13 +262,15 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"\"cache_hits\": %llu, \"cache_misses\": %llu, \"prefetches\": %llu, "
 			"\"latency_mean_ms\": %.3f, \"latency_max_ms\": %.3f, "
 			"\"disk_hits\": %llu, \"disk_misses\": %llu, \"disk_corrupt\": %llu, "
+			"\"disk_store_errors\": %llu, "
 			"\"chunk_size\": %llu, \"cache_mem\": %llu},\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
 			counter(&k->replaced), counter(&k->cache_hits),
 			counter(&k->cache_misses), counter(&k->prefetches),
 			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,
 			counter(&k->disk_hits), counter(&k->disk_misses),
-			counter(&k->disk_corrupt), (unsigned long long)remote_cfg.chunk_size,
+			counter(&k->disk_corrupt), counter(&k->disk_store_errors),
+			(unsigned long long)remote_cfg.chunk_size,
 			(unsigned long long)remote_cfg.cache_mem);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

@@ -25,14 +25,23 @@
  *
  * One request is retried, with exponential backoff and jitter, for
  * 5xx, 429, timeouts, resets and bodies cut short; a retry asks for the
- * bytes not yet received only.  It is given up (EIO) after attempts
- * tries, or once remote_timeout seconds passed without a byte arriving:
- * a stalled server is noticed by libcurl's low-speed check (under one
- * byte per second for remote_timeout), so no reader blocks forever.
+ * bytes not yet received only, and a body that arrived whole is whole,
+ * whatever the connection did after it.  It is given up (EIO) after
+ * attempts tries, or once remote_timeout seconds passed without a byte
+ * arriving: a stalled server is noticed by libcurl's low-speed check
+ * (under one byte per second for remote_timeout), so no reader blocks
+ * forever.  A data read has one more bound, remote_timeout x
+ * remote_attempts seconds in all: a server that stalls after part of
+ * each body makes progress on every attempt, and would otherwise hold a
+ * reader for as long as all the attempts' low-speed checks add up to.
  *
- * Each request sends If-Match with the ETag of the mount; a 412, a
- * changed ETag or a changed total size in Content-Range marks the object
- * replaced, logged once, and every later read of it fails.
+ * Each data request carries the object's validator (remote_validator()):
+ * If-Match with the ETag of the mount, or, from a server that sent no
+ * ETag, If-Unmodified-Since with its Last-Modified.  A 412, a changed
+ * ETag, Last-Modified (when it is the validator) or total size in
+ * Content-Range marks the object replaced, logged once, and every later
+ * read of it fails.  A 416 is not taken for a replacement unless its
+ * Content-Range gives another size: the range is asked again.
  */
 #include <assert.h>
 #include <errno.h>
@@ -71,6 +80,8 @@
 #define HTTP_RECV_BUFFER (512 * 1024L)
 /* Redirects followed for unsigned requests. */
 #define HTTP_MAX_REDIRECTS 5
+/* Bytes of an HTTP-date (If-Unmodified-Since), with its NUL. */
+#define HTTP_DATE_MAX 40
 
 /* What one request asks for and what came back. */
 struct transfer {
@@ -82,8 +93,9 @@ struct transfer {
 	struct remote_object *o; /* the object */
 	const char *query;	/* appended after '?', or NULL */
 	bool ranged;		/* send Range: bytes=off-(off+len-1) */
-	bool if_match;		/* send If-Match: o->etag */
+	bool validate;		/* send the validator, check the answer's */
 	uint64_t off;		/* first byte wanted (ranged) */
+	uint64_t deadline_ms;	/* give up at this remote_now_ms(); 0: none */
 	char *buf;		/* where the body goes */
 	size_t len;		/* bytes wanted (the size of buf) */
 	size_t got;		/* bytes of the body stored so far */
@@ -93,6 +105,7 @@ struct transfer {
 	bool overflow;		/* more body than wanted: aborted */
 	bool bad_range;		/* a 206 starting elsewhere: aborted */
 	bool checked;		/* this attempt's response was checked */
+	bool headers_done;	/* this attempt's headers ended (blank line) */
 	bool bad_object;	/* it came from another object: aborted */
 	const struct remote_piece *piece; /* where a read's body goes (buf
 				 * unused), or NULL */
@@ -101,6 +114,7 @@ struct transfer {
 	bool keys_refreshed;	/* refused for stale keys once: re-read */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
+	char curl_error[CURL_ERROR_SIZE]; /* libcurl's account of a failure */
 	size_t error_len;	/* bytes in error_body */
 };
 
@@ -372,9 +386,12 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
 	if (n > 5 && !strncmp(line, "HTTP/", 5)) {
 		/* a new response (after a redirect or 100): start over */
 		memset(&t->resp, 0, sizeof(t->resp));
+		t->headers_done = false;
 		sscanf(line, "HTTP/%*s %ld", &t->resp.status);
 		return n;
 	}
+	if (n <= 2 && (line[0] == '\r' || line[0] == '\n'))
+		t->headers_done = true;
 	if (!colon)
 		return n;
 	header_value(colon + 1, n - name_len - 1, value, sizeof(value));
@@ -443,7 +460,7 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		return 0;
 	}
 	/* before any byte is stored, and readers may see it: the object's */
-	if (t->if_match && t->resp.status == 206 && !t->checked) {
+	if (t->validate && t->resp.status == 206 && !t->checked) {
 		t->checked = true;
 		if (!same_object(t)) {
 			t->bad_object = true;
@@ -502,7 +519,7 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 		*hdrs = curl_slist_append(*hdrs, "X-Amz-Content-Sha256: " SIGV4_EMPTY_SHA256);
 		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
 		*hdrs = curl_slist_append(*hdrs, line);
-		memset(line, 0, sizeof(line));
+		explicit_bzero(line, sizeof(line));
 	}
 	if (!rc && key.session_token) {
 		char *tok;
@@ -516,20 +533,41 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 	return rc;
 }
 
-/* The request headers of @t: Range, If-Match, the signature. */
+/* The validator header of @o into @line: If-Match or
+ * If-Unmodified-Since; false for an object without a validator. */
+static bool validator_header(const struct remote_object *o, char *line, size_t cap)
+{
+	char date[HTTP_DATE_MAX];
+	struct tm tm;
+
+	switch (remote_validator(o)) {
+	case REMOTE_VALIDATOR_ETAG:
+		snprintf(line, cap, "If-Match: %s", o->etag);
+		return true;
+	case REMOTE_VALIDATOR_DATE:
+		gmtime_r(&o->mtime, &tm);
+		strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		snprintf(line, cap, "If-Unmodified-Since: %s", date);
+		return true;
+	case REMOTE_VALIDATOR_NONE:
+		break;
+	}
+	return false;
+}
+
+/* The request headers of @t: Range, the validator, the signature. */
 static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 {
 	char line[REMOTE_ETAG_MAX + 64];
 
 	if (t->ranged) {
+		assert(t->got < t->len);	/* never an inverted range */
 		snprintf(line, sizeof(line), "Range: bytes=%" PRIu64 "-%" PRIu64,
 			 t->off + t->got, t->off + t->len - 1);
 		*hdrs = curl_slist_append(*hdrs, line);
 	}
-	if (t->if_match && t->o->etag[0]) {
-		snprintf(line, sizeof(line), "If-Match: %s", t->o->etag);
+	if (t->validate && validator_header(t->o, line, sizeof(line)))
 		*hdrs = curl_slist_append(*hdrs, line);
-	}
 	if (!t->o->sign_path)
 		return 0;
 	snprintf(line, sizeof(line), "Host: %s", t->o->host);
@@ -558,6 +596,13 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
 	curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
 	curl_easy_setopt(h, CURLOPT_PRIVATE, t);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t->curl_error);
+	if (t->deadline_ms) {
+		uint64_t now = remote_now_ms();
+
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+				 (long)(t->deadline_ms > now ? t->deadline_ms - now : 1));
+	}
 	if (remote_cfg.cacert)
 		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
 	/* a redirect would invalidate a signature: only unsigned follow */
@@ -604,8 +649,10 @@ static int perform(struct transfer *t, CURLcode *cerr)
 		memset(&t->resp, 0, sizeof(t->resp));
 		t->asked_from = t->off + t->got;
 		t->checked = false;
+		t->headers_done = false;
 		t->error_len = 0;
 		t->error_body[0] = '\0';
+		t->curl_error[0] = '\0';
 		set_options(h, t, url, hdrs);
 		atomic_fetch_add_explicit(&remote_cfg.counters.requests, 1,
 					  memory_order_relaxed);
@@ -628,6 +675,34 @@ static void error_code(const struct transfer *t, char *out, size_t cap)
 	out[0] = '\0';
 	if (a && (b = strstr(a + 6, "</Code>")) && (size_t)(b - a - 6) < cap)
 		snprintf(out, cap, " %.*s", (int)(b - a - 6), a + 6);
+}
+
+/*
+ * Did libcurl give up on the attempt because the response's headers are
+ * larger than it accepts (CURL_MAX_HTTP_HEADER, 100 KiB a line)?  It says
+ * "Out of memory" (CURLE_TOO_LARGE from 8.6) once a status line came and
+ * before the headers ended.  Asking again would get the same answer.
+ */
+static bool headers_too_large(const struct transfer *t, CURLcode cerr)
+{
+#if LIBCURL_VERSION_NUM >= 0x080600
+	if (cerr == CURLE_TOO_LARGE)
+		return true;
+#endif
+	return cerr == CURLE_OUT_OF_MEMORY && t->resp.status && !t->headers_done;
+}
+
+/* What went wrong with an attempt that libcurl failed: its own detailed
+ * account when it gave one, else the error's name. */
+static void curl_why(const struct transfer *t, CURLcode cerr, char *why, size_t why_len)
+{
+	if (headers_too_large(t, cerr))
+		snprintf(why, why_len, "HTTP %ld with response headers larger than "
+			 "libcurl accepts (%d bytes a header line): refused", t->resp.status,
+			 CURL_MAX_HTTP_HEADER);
+	else
+		snprintf(why, why_len, "%s", t->curl_error[0] ? t->curl_error
+							       : curl_easy_strerror(cerr));
 }
 
 /* Mark @o replaced and say so, once. */
@@ -655,10 +730,15 @@ static bool same_object(struct transfer *t)
 		object_replaced(o, "its ETag changed");
 		return false;
 	}
+	if (remote_validator(o) == REMOTE_VALIDATOR_DATE && t->resp.last_modified > 0 &&
+	    t->resp.last_modified != o->mtime) {
+		object_replaced(o, "its Last-Modified changed");
+		return false;
+	}
 	return true;
 }
 
-/* Classify an attempt of a read (ranged, If-Match). */
+/* Classify an attempt of a read (ranged, with the validator). */
 static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 				 size_t why_len)
 {
@@ -676,23 +756,32 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 			 " with another range", t->asked_from);
 		return OUTCOME_FAIL;
 	}
-	if (st == 206 && cerr == CURLE_OK && t->got == t->len)
-		return OUTCOME_DONE;
 	if (t->overflow) {
 		snprintf(why, why_len, "the server sent more bytes than asked for");
 		return OUTCOME_FAIL;
 	}
-	if (st == 412 || st == 416) {
-		object_replaced(t->o, st == 412 ? "If-Match failed: HTTP 412"
-					       : "the range is past its end: HTTP 416");
+	/* every byte came: what the connection did after that is no matter */
+	if (st == 206 && t->got == t->len)
+		return OUTCOME_DONE;
+	if (st == 412) {
+		object_replaced(t->o, remote_validator(t->o) == REMOTE_VALIDATOR_ETAG ?
+				"If-Match failed: HTTP 412" :
+				"If-Unmodified-Since failed: HTTP 412");
+		return OUTCOME_FAIL;
+	}
+	/* 416 for a range inside the object proves nothing by itself: a size
+	 * of another object does, else the range is asked again */
+	if (st == 416 && t->resp.has_range && t->resp.range_total != UINT64_MAX &&
+	    t->resp.range_total != t->o->size) {
+		object_replaced(t->o, "its size changed: HTTP 416");
 		return OUTCOME_FAIL;
 	}
 	error_code(t, code, sizeof(code));
 	if (cerr != CURLE_OK)
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
-	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206)
+	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206 || st == 416)
 		return OUTCOME_RETRY;
 	return OUTCOME_FAIL;
 }
@@ -756,17 +845,26 @@ static int run(struct transfer *t,
 		out = classify(t, cerr, why, why_len);
 		if (out == OUTCOME_FAIL && keys_stale(t))
 			out = OUTCOME_RETRY;
+		if (out == OUTCOME_RETRY && headers_too_large(t, cerr))
+			out = OUTCOME_FAIL;
 		if (t->got > before)
 			progress = remote_now_ms();
 		if (out == OUTCOME_DONE)
 			return 0;
+		if (out != OUTCOME_FAIL && t->deadline_ms && remote_now_ms() >= t->deadline_ms) {
+			snprintf(why + strlen(why), why_len - strlen(why), "; gave up after "
+				 "%" PRIu64 " s in all (remote_timeout x remote_attempts)",
+				 (uint64_t)remote_cfg.timeout * remote_cfg.attempts);
+			break;
+		}
 		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
 		    remote_now_ms() - progress >= limit)
 			break;
 		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
 					  memory_order_relaxed);
 		log_debug("%s: %s; retry %u", t->o->name, why, attempt);
-		backoff(attempt, progress + limit);
+		backoff(attempt, t->deadline_ms && t->deadline_ms < progress + limit ?
+			t->deadline_ms : progress + limit);
 	}
 	return -EIO;
 }
@@ -774,8 +872,10 @@ static int run(struct transfer *t,
 ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
 			 unsigned n, uint64_t off)
 {
-	struct transfer t = { .o = o, .ranged = true, .if_match = true,
-			      .off = off, .piece = piece, .npieces = n };
+	struct transfer t = { .o = o, .ranged = true, .validate = true,
+			      .off = off, .piece = piece, .npieces = n,
+			      .deadline_ms = remote_now_ms() + (uint64_t)remote_cfg.timeout *
+					     remote_cfg.attempts * 1000 };
 	size_t len = 0;
 	char why[256];
 
@@ -812,7 +912,7 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 		return OUTCOME_DONE;
 	error_code(t, code, sizeof(code));
 	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
 	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
@@ -868,7 +968,7 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 	if (t->overflow)
 		snprintf(why, why_len, "the answer is larger than %zu bytes", t->len);
 	else if (cerr != CURLE_OK)
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
 	t->got = 0;	/* a body is fetched whole: start over */

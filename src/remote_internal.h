@@ -40,6 +40,7 @@ struct remote_counters {
 	atomic_ullong disk_hits;	/* chunks read from cache_dir */
 	atomic_ullong disk_misses;	/* chunks not in cache_dir */
 	atomic_ullong disk_corrupt;	/* cache files that failed a check */
+	atomic_ullong disk_store_errors; /* chunks cache_dir could not take */
 	atomic_ullong latency_us;	/* sum of first-byte latencies */
 	atomic_ullong latency_max_us;	/* the longest first-byte latency */
 };
@@ -64,6 +65,7 @@ struct remote_config {
 	uint32_t attempts;	/* tries per request */
 	enum remote_index_fetch index_fetch; /* how the index build reads */
 	bool used;		/* a remote shard was opened */
+	atomic_bool unvalidated; /* one had no validator (said once) */
 	struct remote_counters counters; /* see above */
 };
 
@@ -86,6 +88,23 @@ struct remote_object {
 	time_t mtime;		/* Last-Modified, at open (0: unknown) */
 	atomic_bool replaced;	/* found replaced: every read fails */
 };
+
+/* What pins a remote object to the version the mount opened. */
+enum remote_validator {
+	REMOTE_VALIDATOR_NONE,	/* neither ETag nor Last-Modified: only a
+				 * change of size can be seen */
+	REMOTE_VALIDATOR_ETAG,	/* If-Match: the ETag, and the size */
+	REMOTE_VALIDATOR_DATE,	/* no ETag: If-Unmodified-Since: the
+				 * Last-Modified, and the size */
+};
+
+/* The validator of @o: its ETag if the server sent one, else its
+ * Last-Modified, else none. */
+static inline enum remote_validator remote_validator(const struct remote_object *o)
+{
+	return o->etag[0] ? REMOTE_VALIDATOR_ETAG :
+	       o->mtime > 0 ? REMOTE_VALIDATOR_DATE : REMOTE_VALIDATOR_NONE;
+}
 
 /* What a response said about itself. */
 struct remote_response {
@@ -175,9 +194,11 @@ struct remote_piece {
 /*
  * GET [@off, @off + the pieces' lengths) of @o with ONE ranged request,
  * filling the @n pieces in order (adjacent chunks of the cache), with
- * If-Match, retrying as remote.h says and resuming at the byte reached;
- * each piece's progress (or NULL) follows it.  No byte is stored before
- * the response was checked to come from the object of the mount.
+ * the object's validator (If-Match or If-Unmodified-Since), retrying as
+ * remote.h says and resuming at the byte reached, for at most
+ * remote_timeout x remote_attempts seconds in all; each piece's progress
+ * (or NULL) follows it.  No byte is stored before the response was
+ * checked to come from the object of the mount.
  * Returns the bytes read (fewer only at the end of the object) or -EIO;
  * after -EIO, the pieces whose progress reached their length are whole.
  */
@@ -210,8 +231,20 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 int remote_http_init(void);
 void remote_http_release(void);
 
-/* The node-local disk cache (disk_cache.c); without -o cache_dir=, load
- * finds nothing and store does nothing. */
+/* The node-local disk cache (disk_cache.c); without -o cache_dir=, or
+ * for an object without a validator, load finds nothing and store does
+ * nothing. */
+
+/* Random bytes of the key that names and checksums chunks (an XXH3
+ * secret: at least XXH3_SECRET_SIZE_MIN). */
+#define DISK_CACHE_KEY_BYTES 192
+/* A chunk file's name, "<32 hex>.chunk", and its NUL. */
+#define DISK_CACHE_NAME_MAX (32 + 6 + 1)
+
+/* Is @name that of a chunk file: 32 lower-case hex digits, ".chunk"?
+ * Nothing else in the cache is ever deleted. */
+bool disk_cache_chunk_name(const char *name);
+
 int disk_cache_init(const char *dir, uint64_t limit);
 void disk_cache_release(void);
 

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uthash.h>
@@ -83,7 +84,7 @@ static void profile_values_free(struct profile_values *v)
 {
 	free(v->key_id);
 	if (v->secret)
-		memset(v->secret, 0, strlen(v->secret));
+		explicit_bzero(v->secret, strlen(v->secret));
 	free(v->secret);
 	free(v->token);
 	free(v->region);
@@ -168,7 +169,7 @@ static int read_profile(const char *path, const char *profile,
 		set_value(v, trim(l), trim(eq + 1));
 	}
 	fclose(f);
-	memset(line, 0, sizeof(line));
+	explicit_bzero(line, sizeof(line));
 	return 0;
 }
 
@@ -397,6 +398,28 @@ static int find_location(const struct remote_options *ro, struct profile_values 
 	return 0;
 }
 
+/*
+ * Credentials are loaded: keep them out of reach.  No core dump (which
+ * would hold them) and no ptrace by the same uid (PR_SET_DUMPABLE 0);
+ * the environment's copies wiped in place, where /proc/PID/environ shows
+ * them, and removed.  A child the mount starts never gets them either.
+ */
+static void secrets_hide(void)
+{
+	static const char *const names[] = { "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN" };
+
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		log_warn("prctl(PR_SET_DUMPABLE): %s: a core dump could hold the "
+			 "credentials", strerror(errno));
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		char *v = getenv(names[i]);
+
+		if (v)
+			explicit_bzero(v, strlen(v));
+		unsetenv(names[i]);
+	}
+}
+
 int remote_s3_configure(const struct remote_options *ro)
 {
 	const char *profile = ro->profile ?: getenv("AWS_PROFILE") ?: "default";
@@ -416,6 +439,7 @@ int remote_s3_configure(const struct remote_options *ro)
 	rc = rc ?: find_location(ro, &v);
 	if (!rc && remote_cfg.sign && v.key_id && v.secret) {
 		keys_publish(&v);
+		secrets_hide();
 		if (from)
 			rc = keys_follow(from, profile);
 		from = NULL;

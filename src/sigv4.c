@@ -317,7 +317,7 @@ static void signing_key(const struct sigv4_key *key,
 	hmac(k, SHA256_DIGEST_LENGTH, scope->region, k);
 	hmac(k, SHA256_DIGEST_LENGTH, scope->service, k);
 	hmac(k, SHA256_DIGEST_LENGTH, "aws4_request", k);
-	memset(secret, 0, sizeof(secret));
+	explicit_bzero(secret, sizeof(secret));
 }
 
 int sigv4_sign(const struct sigv4_request *req, const struct sigv4_key *key,
@@ -347,7 +347,7 @@ int sigv4_sign(const struct sigv4_request *req, const struct sigv4_key *key,
 		return -ENAMETOOLONG;
 	signing_key(key, scope, date, k);
 	hmac(k, sizeof(k), out->string_to_sign, sig);
-	memset(k, 0, sizeof(k));
+	explicit_bzero(k, sizeof(k));
 	hex(sig, sizeof(sig), out->signature);
 	n = snprintf(out->authorization, sizeof(out->authorization),
 		     "AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, "

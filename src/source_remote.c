@@ -4,8 +4,10 @@
  *
  * Reads go through the chunk cache (chunk_cache.c), hints steer its
  * prefetching, and the size never needs a request: the object is pinned
- * by its ETag (If-Match on every GET), so a replaced object is noticed by
- * the read that meets it, not by polling.
+ * by its validator (If-Match with its ETag, else If-Unmodified-Since
+ * with its Last-Modified, on every GET), so a replaced object is noticed
+ * by the read that meets it, not by polling.  A server that sends
+ * neither is said to be one whose replacements go unnoticed.
  *
  * The index build's scan (advise SCAN .. SCANNED) reads one header every
  * member.  With -o index_fetch=stream (the default) it goes through the
@@ -124,6 +126,12 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 		rc = remote_http_probe(&r->obj, msg, msg_len);
 	if (rc)
 		goto out_free;
+	if (remote_validator(&r->obj) == REMOTE_VALIDATOR_NONE &&
+	    !atomic_exchange(&remote_cfg.unvalidated, true))
+		log_warn("%s: the server sends neither ETag nor Last-Modified: a "
+			 "replacement of the same size cannot be detected (its reads "
+			 "could mix old and new bytes), and its chunks are not kept in "
+			 "cache_dir; said once for all such shards", url);
 	remote_cfg.used = true;
 	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
 					 .ahead_max = chunk_cache_ahead_max() };

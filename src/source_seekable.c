@@ -522,6 +522,39 @@ static int mark_damaged(struct seekable_source *s, struct seek_builder *t,
 	return 0;
 }
 
+/*
+ * What follows the last member at compressed offset @at, up to the end:
+ * zeros (tape padding) are ignored, anything else (another format, as a
+ * zstd frame after a gzip member, or garbage) is bad input that would
+ * otherwise drop the members in it without a word: -EINVAL.
+ */
+static int trailing_data(struct seekable_source *s, const struct seekable_members *f,
+			 uint64_t at, char *msg, size_t msg_len)
+{
+	uint64_t stored = s->raw->size;
+	unsigned char buf[4096];
+
+	for (uint64_t pos = at; pos < stored;) {
+		ssize_t n = s->raw->ops->read(s->raw, buf, sizeof(buf), pos);
+
+		if (n <= 0)
+			return log_format(msg, msg_len, n < 0 ? (int)n : -EIO, "compressed "
+					  "offset %" PRIu64 ": %s", pos,
+					  strerror(n < 0 ? (int)-n : EIO));
+		for (ssize_t k = 0; k < n; k++)
+			if (buf[k])
+				return log_format(msg, msg_len, -EINVAL, "compressed offset "
+						  "%" PRIu64 ": data after the last %s is not a "
+						  "%s (another format, or garbage): the shard is "
+						  "refused rather than read in part", at, f->what,
+						  f->what);
+		pos += (uint64_t)n;
+	}
+	log_warn("%s: compressed offset %" PRIu64 ": zeros after the last %s ignored",
+		 s->name, at, f->what);
+	return 0;
+}
+
 int seekable_build_members(struct seekable_source *s, struct seek_builder *t,
 			   const struct seekable_members *f, void *ctx,
 			   char *msg, size_t msg_len)
@@ -538,9 +571,7 @@ int seekable_build_members(struct seekable_source *s, struct seek_builder *t,
 			if (at == 0)
 				return log_format(msg, msg_len, -EINVAL, "not a %s stream",
 						  s->codec->name);
-			log_warn("%s: compressed offset %" PRIu64 ": data after the "
-				 "last %s ignored", s->name, at, f->what);
-			break;
+			return trailing_data(s, f, at, msg, msg_len);
 		}
 		/* after damage a point is needed: decoding cannot run into it */
 		if (at == 0 || t->points[t->nr - 1].kind == SEEK_POINT_BAD ||

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * util.c - array growth, name tables, byte counts and the clock (util.h).
+ * util.c - array growth, name tables, byte counts, the clock and the
+ * trust rule (util.h).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shardfs/util.h"
 
@@ -69,4 +72,63 @@ uint64_t monotonic_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* (log.h's log_format() would be the thing, but log.c uses util.c.) */
+int stat_trusted(const struct stat *st, bool sticky_ok, char *msg, size_t msg_len)
+{
+	if (st->st_uid != geteuid() && st->st_uid != 0) {
+		snprintf(msg, msg_len, "not trusted: owned by uid %u, neither us (uid %u) "
+			 "nor root", (unsigned)st->st_uid, (unsigned)geteuid());
+		return -EPERM;
+	}
+	if ((st->st_mode & 022) && !(sticky_ok && S_ISDIR(st->st_mode) &&
+				     (st->st_mode & S_ISVTX))) {
+		snprintf(msg, msg_len, "not trusted: writable by %s (mode %04o)",
+			 st->st_mode & 002 ? "others" : "its group",
+			 (unsigned)(st->st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Check the directory @real, a parent of the one to trust if @parent. */
+static int prefix_trusted(const char *real, bool parent, char *msg, size_t msg_len)
+{
+	struct stat st;
+	char why[160];
+	int rc = lstat(real, &st) ? -errno : !S_ISDIR(st.st_mode) ? -ENOTDIR :
+		 stat_trusted(&st, parent, why, sizeof(why));
+
+	if (rc)
+		snprintf(msg, msg_len, "%s: %s", real, rc == -EPERM ? why : strerror(-rc));
+	return rc;
+}
+
+int dir_trusted(const char *path, char *msg, size_t msg_len)
+{
+	char *real = realpath(path, NULL);
+	size_t len, end = 1;
+	int rc;
+
+	if (!real) {
+		rc = -errno;
+		snprintf(msg, msg_len, "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	len = strlen(real);
+	/* "/", "/a", "/a/b": each prefix of the resolved path, in turn */
+	for (;;) {
+		char c = real[end];
+
+		real[end] = '\0';
+		rc = prefix_trusted(real, end < len, msg, msg_len);
+		real[end] = c;
+		if (rc || end >= len)
+			break;
+		for (end++; end < len && real[end] != '/'; end++)
+			;
+	}
+	free(real);
+	return rc;
 }

@@ -3,7 +3,8 @@
  * util.h - small rules every part of shardfs shares: growing an array,
  * finding a name in a table of option values, reading a byte count,
  * reading a little-endian number of a compressed format's header,
- * reading the monotonic clock.
+ * reading the monotonic clock, deciding whether a file or directory
+ * another user could have written may be trusted.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
@@ -13,8 +14,10 @@
 #ifndef SHARDFS_UTIL_H
 #define SHARDFS_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* Entries of a true array (not a pointer). */
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -57,5 +60,23 @@ int parse_size(const char *s, uint64_t *out);
 
 /* Nanoseconds of CLOCK_MONOTONIC: for timeouts, ages and op timings. */
 uint64_t monotonic_ns(void);
+
+/*
+ * The trust rule for state another user could plant (index files, the
+ * disk cache): the file @st describes is owned by us (the effective uid)
+ * or root, and neither its group nor others may write it; with
+ * @sticky_ok, a sticky directory owned by us or root (/tmp) passes too,
+ * for the parents of what is trusted.  0, or -EPERM with the rule broken
+ * in @msg ("not trusted: ...").
+ */
+int stat_trusted(const struct stat *st, bool sticky_ok, char *msg, size_t msg_len);
+
+/*
+ * Does no other user control the directory @path?  Every component of
+ * its resolved path passes stat_trusted() (parents may be sticky), the
+ * directory itself without exception.  0, or -errno with the component
+ * and the rule it breaks in @msg.
+ */
+int dir_trusted(const char *path, char *msg, size_t msg_len);
 
 #endif
