@@ -29,10 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
+#include "shardfs/index_map.h"
 #include "tarbuild.h"
 
 static const char *const section_names[INDEX_NR_SECTIONS] = {
@@ -465,7 +467,7 @@ static void test_round_trip(void **state)
 	/* the arrays come back byte for byte */
 	assert_int_equal(index_file_load(f->path, &idx, &sh, msg, sizeof(msg)), 0);
 	assert_non_null(idx.map);
-	assert_int_equal(idx.map_len, f->good_len);
+	assert_int_equal(idx.map->len, f->good_len);
 	assert_int_equal(idx.nr_inodes, built->nr_inodes);
 	assert_int_equal(idx.names_len, built->names_len);
 	assert_int_equal(idx.nr_sparse, built->nr_sparse);
@@ -604,6 +606,145 @@ static void test_intact_copy_and_fixup_load(void **state)
 	fixup(f);
 	assert_memory_equal(f->buf, f->good, f->good_len);
 	expect_loads(f);
+}
+
+/* ---- the file changed under a loaded index (index_map.c) ----------- */
+
+/* The loaded arrays are still those that were built. */
+static void expect_same_arrays(const struct shard_index *idx, const struct shard_index *built)
+{
+	assert_int_equal(idx->nr_inodes, built->nr_inodes);
+	expect_same_bytes(idx->inodes, built->inodes,
+			  built->nr_inodes * sizeof(*built->inodes), "inodes");
+	expect_same_bytes(idx->names, built->names, built->names_len, "names");
+	expect_same_bytes(idx->extents, built->extents,
+			  built->nr_extents * sizeof(*built->extents), "extents");
+}
+
+/* What the process maps from @path, as /proc/self/maps names it. */
+static bool maps_file(const char *path)
+{
+	char line[PATH_MAX + 128];
+	bool found = false;
+	FILE *maps = fopen("/proc/self/maps", "r");
+
+	assert_non_null(maps);
+	while (fgets(line, sizeof(line), maps))
+		found |= strstr(line, path) && !strstr(line, "(deleted)");
+	fclose(maps);
+	return found;
+}
+
+/* Load the fixture's file; it must be served in place, under a lease. */
+static void load_leased(struct fx *f, struct shard_index *idx)
+{
+	struct index_file_shards sh;
+	char msg[512] = "";
+
+	if (index_file_load(f->path, idx, &sh, msg, sizeof(msg)))
+		fail_msg("index_file_load: %s", msg);
+	assert_int_equal(idx->map->kind, INDEX_MAP_FILE);
+	assert_true(maps_file(f->path));
+}
+
+/*
+ * Truncated, rewritten in place, or replaced by rename: the load keeps the
+ * arrays it checked.  A write waits until the index serves a private copy
+ * (this process's watcher thread does it while truncate() waits).
+ */
+static void test_file_changed_under_the_load(void **state)
+{
+	struct fx *f = *state;
+	const struct shard_index *built = &f->env.fs.idx;
+	char other[PATH_MAX + 8];
+	struct shard_index idx;
+
+	load_leased(f, &idx);
+	assert_int_equal(truncate(f->path, 0), 0);
+	assert_int_equal(idx.map->kind, INDEX_MAP_COPY);
+	assert_false(maps_file(f->path));
+	expect_same_arrays(&idx, built);
+	shard_index_release(&idx);
+
+	write_whole(f->path, f->good, f->good_len);
+	load_leased(f, &idx);
+	reset(f);
+	memset(f->buf + f->len / 4, 0xff, f->len / 2);
+	write_whole(f->path, f->buf, f->len);	/* O_TRUNC, then the garbage */
+	expect_same_arrays(&idx, built);
+	shard_index_release(&idx);
+
+	write_whole(f->path, f->good, f->good_len);
+	load_leased(f, &idx);
+	snprintf(other, sizeof(other), "%s.new", f->path);
+	write_whole(other, f->buf, f->len);
+	assert_int_equal(rename(other, f->path), 0);
+	assert_int_equal(idx.map->kind, INDEX_MAP_FILE);	/* nothing to do */
+	expect_same_arrays(&idx, built);
+	shard_index_release(&idx);
+}
+
+/* No lease while someone has the file open for writing: a private copy. */
+static void test_file_open_for_writing_is_copied(void **state)
+{
+	struct fx *f = *state;
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512] = "";
+	int writer = open(f->path, O_WRONLY);
+
+	assert_true(writer >= 0);
+	assert_int_equal(index_file_load(f->path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(idx.map->kind, INDEX_MAP_COPY);
+	assert_false(maps_file(f->path));
+	assert_int_equal(ftruncate(writer, 0), 0);
+	close(writer);
+	expect_same_arrays(&idx, &f->env.fs.idx);
+	shard_index_release(&idx);
+}
+
+/*
+ * Loaded, then forked to serve, as the daemon does: after the handoff the
+ * child is told of the write and switches; the parent is not told.
+ */
+static void test_handoff_to_a_child(void **state)
+{
+	struct fx *f = *state;
+	struct shard_index idx;
+	int status, go[2];
+	pid_t child;
+	char c = 0;
+
+	load_leased(f, &idx);
+	assert_int_equal(pipe(go), 0);
+	index_map_handoff();
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {	/* no cmocka here: its failures return to the runner */
+		const struct shard_index *built = &f->env.fs.idx;
+
+		index_map_adopt();
+		if (write(go[1], &c, 1) != 1)
+			_exit(2);
+		/* the parent truncates: wait (10 s at most) for the copy */
+		for (int ms = 0; ms < 10000 && idx.map->kind == INDEX_MAP_FILE; ms++)
+			usleep(1000);
+		bool same = idx.map->kind == INDEX_MAP_COPY &&
+			    !memcmp(idx.inodes, built->inodes, built->nr_inodes * sizeof(*built->inodes)) &&
+			    !memcmp(idx.names, built->names, built->names_len);
+
+		shard_index_release(&idx);
+		_exit(same ? 0 : 1);
+	}
+	assert_int_equal(read(go[0], &c, 1), 1);
+	assert_int_equal(truncate(f->path, 0), 0);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* the parent handed its lease over: its own map was left alone */
+	assert_int_equal(idx.map->kind, INDEX_MAP_FILE);
+	close(go[0]);
+	close(go[1]);
+	shard_index_release(&idx);
 }
 
 /* ---- accidental damage: header, sizes, checksums -------------------- */
@@ -1249,6 +1390,9 @@ int main(void)
 		FX_TEST(test_write_leaves_no_temporary),
 		FX_TEST(test_missing_file_is_enoent),
 		FX_TEST(test_intact_copy_and_fixup_load),
+		FX_TEST(test_file_changed_under_the_load),
+		FX_TEST(test_file_open_for_writing_is_copied),
+		FX_TEST(test_handoff_to_a_child),
 		FX_TEST(test_bad_magic_version_byte_order),
 		FX_TEST(test_bad_header_checksum),
 		FX_TEST(test_bad_file_size),
