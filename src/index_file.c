@@ -646,6 +646,22 @@ static int open_trusted(const char *path, int *fd, char *msg, size_t msg_len)
 	return rc;
 }
 
+int index_file_read_header(const char *path, struct index_file_header *h,
+			   char *msg, size_t msg_len)
+{
+	struct stat st;
+	int fd, rc = open_trusted(path, &fd, msg, msg_len);
+
+	if (rc)
+		return rc;
+	if (fstat(fd, &st) || pread(fd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h))
+		rc = log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
+	else
+		rc = check_header(h, (uint64_t)st.st_size, msg, msg_len);
+	close(fd);
+	return rc;
+}
+
 int index_file_load(const char *path, struct shard_index *idx,
 		    struct index_file_shards *sh, char *msg, size_t msg_len)
 {

@@ -74,6 +74,15 @@ int index_file_load(const char *path, struct shard_index *idx,
 		    struct index_file_shards *shards, char *msg, size_t msg_len);
 
 /*
+ * Read and check the header of the index file at @path into @h (magic,
+ * version, checksum, size, section table: not the sections), for
+ * shardfs-index --stats.  Returns 0, -ENOENT, or -EINVAL / -EPERM with a
+ * reason in @msg.
+ */
+int index_file_read_header(const char *path, struct index_file_header *h,
+			   char *msg, size_t msg_len);
+
+/*
  * Write @idx, built from @set with options hashed to @options_hash, to
  * @path atomically.  Returns 0 or -errno (with @msg).
  */

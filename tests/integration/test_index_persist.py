@@ -648,6 +648,51 @@ def test_index_tool_check(tmp_path):
     assert run_index(d, "--check").returncode == 1
 
 
+SECTIONS = ["SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
+            "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS"]
+STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
+                           r"(?P<members>\d+) members, (?P<entries>\d+) entries, "
+                           r"(?P<shards>\d+) shards$")
+
+
+def test_index_tool_stats(tmp_path):
+    """--stats prints the file's bytes per section and per member: the
+    sections and the header add up to the file, the entries are 64 bytes
+    each, and the names are what the members' names take."""
+    d = tmp_path / "shards"
+    make_set(d, 3)
+    r = run_index(d, "--stats")               # builds, then prints
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    head = STATS_HEAD_RE.match(lines[0])
+    assert head, r.stdout
+    size, members = int(head["size"]), int(head["members"])
+    assert head["path"] == os.path.realpath(index_of(d))
+    assert size == os.path.getsize(index_of(d))
+    assert members == 3 * len(shard_members(0))
+    assert int(head["shards"]) == 3
+    assert lines[1].split() == ["section", "bytes", "bytes/member"]
+    rows = {ln.rsplit(None, 2)[0]: (int(ln.split()[-2]), float(ln.split()[-1]))
+            for ln in lines[2:]}
+    assert list(rows) == SECTIONS + ["header+padding", "total"], r.stdout
+    assert rows["total"][0] == size
+    assert sum(rows[s][0] for s in SECTIONS) + rows["header+padding"][0] == size
+    assert rows["INODES"][0] == 64 * int(head["entries"])
+    assert rows["SHARDS"][0] == 72 * 3
+    assert 0 < rows["header+padding"][0] < 376 + 64 * len(SECTIONS)
+    # every name once, NUL-terminated, plus the symlink targets
+    assert rows["NAMES"][0] >= sum(len(os.path.basename(m[0] if isinstance(m, tuple)
+                                                        else m["name"])) + 1
+                                   for i in range(3) for m in shard_members(i))
+    for name, (nbytes, per_member) in rows.items():
+        assert abs(per_member - nbytes / members) < 0.006, (name, nbytes, per_member)
+    # a loaded index gives the same figures; without an index file, no stats
+    again = run_index(d, "--stats", "--check")
+    assert again.returncode == 0 and again.stdout == r.stdout, again
+    r = run_index(d, "--stats", "-o", "index_mode=off")
+    assert r.returncode == 1 and r.stdout == "", r
+
+
 def parse_list(text):
     rows = {}
     for line in text.splitlines():

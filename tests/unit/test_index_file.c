@@ -37,11 +37,6 @@
 #include "shardfs/index_map.h"
 #include "tarbuild.h"
 
-static const char *const section_names[INDEX_NR_SECTIONS] = {
-	"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
-	"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
-};
-
 #define OPTIONS_HASH 0x0123456789abcdefULL
 
 /* ---- fixture: shards with every kind of entry, and their index ------ */
@@ -608,6 +603,34 @@ static void test_intact_copy_and_fixup_load(void **state)
 	expect_loads(f);
 }
 
+/* The header alone (shardfs-index --stats): read and checked, not trusted. */
+static void test_read_header(void **state)
+{
+	struct fx *f = *state;
+	struct index_file_header h;
+	char msg[512] = "", absent[PATH_MAX + 8];
+
+	assert_int_equal(index_file_read_header(f->path, &h, msg, sizeof(msg)), 0);
+	assert_memory_equal(&h, f->good, sizeof(h));
+	snprintf(absent, sizeof(absent), "%s.absent", f->path);
+	assert_int_equal(index_file_read_header(absent, &h, msg, sizeof(msg)), -ENOENT);
+	reset(f);
+	f->len = sizeof(h) - 1;
+	write_whole(f->bad_path, f->buf, f->len);
+	assert_int_equal(index_file_read_header(f->bad_path, &h, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "offset 0"));
+	reset(f);
+	hdr(f)->version++;
+	fixup(f);
+	write_whole(f->bad_path, f->buf, f->len);
+	assert_int_equal(index_file_read_header(f->bad_path, &h, msg, sizeof(msg)), -EINVAL);
+	reset(f);
+	f->len -= 64;
+	write_whole(f->bad_path, f->buf, f->len);
+	assert_int_equal(index_file_read_header(f->bad_path, &h, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "offset 16"));
+}
+
 /* ---- the file changed under a loaded index (index_map.c) ----------- */
 
 /* The loaded arrays are still those that were built. */
@@ -841,7 +864,7 @@ static void test_bad_section_table(void **state)
 		reset(f); \
 		e = &hdr(f)->sections[s]; \
 		edit; \
-		snprintf(what, sizeof(what), "section %s: %s", section_names[s], desc); \
+		snprintf(what, sizeof(what), "section %s: %s", index_section_name(s), desc); \
 		expect_lie_rejected(f, what); \
 	} while (0)
 
@@ -889,13 +912,13 @@ static void test_bad_section_checksums(void **state)
 			reset(f);
 			f->buf[e->offset + where[w]] ^= 0x01;
 			snprintf(what, sizeof(what), "section %s: byte %llu flipped",
-				 section_names[s], (unsigned long long)where[w]);
+				 index_section_name(s), (unsigned long long)where[w]);
 			expect_rejected(f, what);
 		}
 		reset(f);
 		hdr(f)->sections[s].xxh3 ^= 1;
 		snprintf(what, sizeof(what), "section %s: stored xxh3 wrong (header fixed up)",
-			 section_names[s]);
+			 index_section_name(s));
 		hdr(f)->header_xxh3 = 0;
 		hdr(f)->header_xxh3 = XXH3_64bits(hdr(f), sizeof(struct index_file_header));
 		expect_rejected(f, what);
@@ -1390,6 +1413,7 @@ int main(void)
 		FX_TEST(test_write_leaves_no_temporary),
 		FX_TEST(test_missing_file_is_enoent),
 		FX_TEST(test_intact_copy_and_fixup_load),
+		FX_TEST(test_read_header),
 		FX_TEST(test_file_changed_under_the_load),
 		FX_TEST(test_file_open_for_writing_is_copied),
 		FX_TEST(test_handoff_to_a_child),
