@@ -20,6 +20,9 @@ WORKDIR/results/, and with --docs added to docs/benchmarks-scale.md):
      index_mode=off (scan + merge), in members/s, with peak RSS;
    - mount time with a valid index file (warm, and with caches dropped);
    - daemon RSS after the mount and after a full os.walk (bytes/member);
+   - how long an open of the index file for writing waits under a mount
+     (the daemon's switch to a private copy), and a mount made while the
+     file is open for writing (no lease: the copy made at mount);
 2. flat directory: FLAT (1 M) members in one directory, FLAT_SHARDS (100)
    shards: os.scandir of the directory and a stat of every entry, cold
    and warm, against the same directory extracted by GNU tar onto the
