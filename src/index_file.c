@@ -628,13 +628,16 @@ static int check_owner(const struct stat *st, char *msg, size_t msg_len)
 	return 0;
 }
 
-/* Open @path for reading if it is a regular file we may trust. */
+/*
+ * Open @path for reading if it is a regular file we may trust (without
+ * blocking on a FIFO someone put there).
+ */
 static int open_trusted(const char *path, int *fd, char *msg, size_t msg_len)
 {
 	struct stat st;
 	int rc;
 
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (*fd < 0)
 		return errno == ENOENT ? -ENOENT
 		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));

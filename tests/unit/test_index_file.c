@@ -610,6 +610,21 @@ static void test_missing_file_is_enoent(void **state)
 	assert_int_equal(index_file_load(path, &idx, &sh, msg, sizeof(msg)), -ENOENT);
 }
 
+/* Not a regular file: refused at once, a FIFO included (no hang). */
+static void test_fifo_or_directory_is_refused(void **state)
+{
+	struct fx *f = *state;
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512] = "";
+
+	assert_int_equal(mkfifo(f->bad_path, 0600), 0);
+	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "offset 0: not a regular file"));
+	assert_int_equal(index_file_load(f->env.dir, &idx, &sh, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "not a regular file"));
+}
+
 /* The helpers themselves: an intact copy loads, fixup() changes nothing. */
 static void test_intact_copy_and_fixup_load(void **state)
 {
@@ -1248,6 +1263,7 @@ int main(void)
 		FX_TEST(test_shards_elsewhere_are_absolute),
 		FX_TEST(test_write_leaves_no_temporary),
 		FX_TEST(test_missing_file_is_enoent),
+		FX_TEST(test_fifo_or_directory_is_refused),
 		FX_TEST(test_intact_copy_and_fixup_load),
 		FX_TEST(test_read_header),
 		FX_TEST(test_file_changed_under_the_load),
