@@ -21,8 +21,8 @@
  *
  * What is not covered: a process that stays stopped longer than the
  * lease-break time while the file is written (the kernel then lets the
- * writer go), and writes from another machine to a network file system
- * (no lease is granted there: such a file is copied at open).
+ * writer go), and writes the kernel does not see, from another machine to
+ * a network file system whose leases do not cover them.
  *
  * The break is told by SIGIO to the process owning the lease.  A process
  * that loads an index and then forks to serve it (the daemon) hands the
