@@ -11,10 +11,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "shardfs/index.h"
+#include "shardfs/index_map.h"
 
 int shard_index_name_cmp(const char *a, size_t alen, const char *b,
 			 size_t blen)
@@ -119,7 +119,7 @@ double shard_index_bytes_per_entry(const struct shard_index *idx)
 void shard_index_release(struct shard_index *idx)
 {
 	if (idx->map) {
-		munmap(idx->map, idx->map_len);
+		index_map_free(idx->map);
 		*idx = (struct shard_index){ 0 };
 		return;
 	}

@@ -5,12 +5,11 @@
  * Loading never trusts the file: besides the checksums (which catch
  * accidental damage), every field that a lookup, readdir or read will use
  * is bounds-checked once at load time (which makes a hand-crafted file
- * harmless).  The checks and the mount use a private copy of the file in
- * anonymous memory, never the file itself: a file mapped in place would
- * kill the daemon with SIGBUS when truncated (cp over it) and serve a
- * corrupted tree when rewritten in place, after the checks passed.  The
- * copy costs what a built index costs (~80 bytes per member resident) and
- * one sequential read; measured in docs/benchmarks-scale.md.
+ * harmless).  The checks and the mount read the file through index_map.h,
+ * which serves it from its own pages under a read lease and switches to a
+ * private copy before anyone can truncate or rewrite it: what was checked
+ * is what is served, and a file changed under a mount neither kills the
+ * daemon with SIGBUS nor changes its tree.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -28,14 +27,13 @@
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
+#include "shardfs/index_map.h"
 #include "shardfs/log.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
 
 /* A temporary index file untouched this long belongs to no live writer. */
 #define INDEX_TMP_STALE_SECONDS (15 * 60)
-/* Bytes per read(2) while copying an index file in. */
-#define INDEX_READ_CHUNK (8u << 20)
 /* The totals the file stores: one list for both directions. */
 #define INDEX_COUNT_FIELDS(X) X(files) X(dirs) X(symlinks) X(hardlinks) \
 	X(bytes) X(members) X(duplicates) X(skipped) X(special) X(unlabeled) \
@@ -564,10 +562,11 @@ static int check_structure(const struct shard_index *idx,
 }
 
 /* Point @idx and @sh into the mapping, per the section table. */
-static void point_into(const struct index_file_header *h, char *map,
+static void point_into(const struct index_file_header *h, const char *bytes,
 		       struct shard_index *idx, struct index_file_shards *sh)
 {
 	const struct index_section_entry *s = h->sections;
+	char *map = (char *)bytes;	/* read-only: mapped PROT_READ */
 
 	idx->inodes = (struct shard_inode *)(map + s[INDEX_SEC_INODES].offset);
 	idx->nr_inodes = h->nr_inodes;
@@ -634,60 +633,40 @@ static int check_seek(const struct index_file_header *h,
 	return 0;
 }
 
-/* Read all @size bytes of @fd into @buf; a shorter file changed under us. */
-static int read_all(int fd, char *buf, uint64_t size, char *msg, size_t msg_len)
-{
-	uint64_t done = 0;
-
-	while (done < size) {
-		size_t chunk = size - done < INDEX_READ_CHUNK ? size - done : INDEX_READ_CHUNK;
-		ssize_t n = pread(fd, buf + done, chunk, (off_t)done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return log_format(msg, msg_len, -errno, "offset %llu: %s",
-					  (unsigned long long)done, strerror(errno));
-		if (n == 0)
-			return log_format(msg, msg_len, -EINVAL, "offset %llu: file "
-					  "shrank while being read", (unsigned long long)done);
-		done += (uint64_t)n;
-	}
-	return 0;
-}
-
 /*
- * A private copy of the file in anonymous memory: what is verified is what
- * is used, and truncating or rewriting the file later cannot reach it.
+ * Open @path for reading if it is a regular file we may trust (without
+ * blocking on a FIFO someone put there).
  */
-static int copy_file(const char *path, char **map, uint64_t *size, char *msg,
-		     size_t msg_len)
+static int open_trusted(const char *path, int *fd, char *msg, size_t msg_len)
 {
 	struct stat st;
-	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+	int rc;
 
-	if (fd < 0)
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (*fd < 0)
 		return errno == ENOENT ? -ENOENT
 		       : log_format(msg, msg_len, -errno, "%s", strerror(errno));
-	rc = fstat(fd, &st) || st.st_size < (off_t)sizeof(struct index_file_header)
-	     ? log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header")
+	rc = fstat(*fd, &st) || !S_ISREG(st.st_mode)
+	     ? log_format(msg, msg_len, -EINVAL, "offset 0: not a regular file")
 	     /* only we (or root) may write it: others could choose the tree */
 	     : stat_trusted(&st, false, msg, msg_len);
 	if (rc)
-		goto out_close;
-	*size = (uint64_t)st.st_size;
-	*map = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		    -1, 0);
-	if (*map == MAP_FAILED) {
-		rc = log_format(msg, msg_len, -errno, "mmap: %s", strerror(errno));
-		goto out_close;
-	}
-	rc = read_all(fd, *map, *size, msg, msg_len);
-	if (rc || mprotect(*map, *size, PROT_READ))
-		rc = rc ?: log_format(msg, msg_len, -errno, "mprotect: %s", strerror(errno));
+		close(*fd);
+	return rc;
+}
+
+int index_file_read_header(const char *path, struct index_file_header *h,
+			   char *msg, size_t msg_len)
+{
+	struct stat st;
+	int fd, rc = open_trusted(path, &fd, msg, msg_len);
+
 	if (rc)
-		munmap(*map, *size);
-out_close:
+		return rc;
+	if (fstat(fd, &st) || pread(fd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h))
+		rc = log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
+	else
+		rc = check_header(h, (uint64_t)st.st_size, msg, msg_len);
 	close(fd);
 	return rc;
 }
@@ -696,14 +675,18 @@ int index_file_load(const char *path, struct shard_index *idx,
 		    struct index_file_shards *sh, char *msg, size_t msg_len)
 {
 	const struct index_file_header *h;
-	uint64_t size = 0;
-	char *map;
-	int rc = copy_file(path, &map, &size, msg, msg_len);
+	struct index_map *m;
+	const char *map;
+	uint64_t size;
+	int fd, rc = open_trusted(path, &fd, msg, msg_len);
 
+	rc = rc ?: index_map_open(&m, fd, path, sizeof(*h), msg, msg_len);
 	if (rc)
 		return rc;
+	map = m->addr;
+	size = m->len;
 	h = (const struct index_file_header *)map;
-	*idx = (struct shard_index){ .map = map, .map_len = size };
+	*idx = (struct shard_index){ .map = m };
 	rc = check_header(h, size, msg, msg_len);
 	rc = rc ?: check_checksums(h, map, msg, msg_len);
 	if (!rc) {

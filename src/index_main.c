@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "shardfs/control.h"
 #include "shardfs/fs.h"
+#include "shardfs/index_file.h"
 #include "shardfs/log.h"
 #include "shardfs/verify.h"
 
@@ -31,6 +32,7 @@ enum index_exit {
 struct index_cli {
 	int check;		/* --check: verify, never build */
 	int list;		/* --list: print the members */
+	int stats;		/* --stats: bytes per member by section */
 	int verify;		/* --verify: compare with libarchive */
 	unsigned jobs;		/* -j N: scanning threads */
 };
@@ -40,6 +42,7 @@ struct index_cli {
 static const struct fuse_opt index_opts[] = {
 	INDEX_OPT("--check", check, 1),
 	INDEX_OPT("--list", list, 1),
+	INDEX_OPT("--stats", stats, 1),
 	INDEX_OPT("--verify", verify, 1),
 	INDEX_OPT("-j %u", jobs, 0),
 	FUSE_OPT_END
@@ -54,6 +57,8 @@ static void usage(const char *prog)
 	       "                           that it matches the shards); build nothing\n"
 	       "    --list                 print the files as TSV: path, shard, offset\n"
 	       "                           of the data in the shard, size\n"
+	       "    --stats                print the index file's bytes per member\n"
+	       "                           by section (what the names cost)\n"
 	       "    --verify               read every shard again with libarchive and\n"
 	       "                           compare every file (path, size, content)\n"
 	       "                           with what the index serves; exit 1 on any\n"
@@ -77,6 +82,40 @@ static void list_members(const struct shardfs *fs)
 
 	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++)
 		fwrite(line, 1, control_members_line(&fs->idx, e, line), stdout);
+}
+
+static double per(uint64_t bytes, uint64_t members)
+{
+	return members ? (double)bytes / (double)members : 0;
+}
+
+/* --stats: the index file's sections, in bytes and bytes per member. */
+static int print_stats(const char *path)
+{
+	struct index_file_header h;
+	uint64_t in_sections = 0, members;
+	char msg[512];
+
+	if (index_file_read_header(path, &h, msg, sizeof(msg))) {
+		log_error("%s: %s", path, msg);
+		return INDEX_EXIT_FAILED;
+	}
+	members = h.counts.members;
+	printf("index file %s: %" PRIu64 " bytes, %" PRIu64 " members, %u entries, "
+	       "%u shards\n%-16s %14s %14s\n", path, h.file_size, members,
+	       h.nr_inodes, h.nr_shards, "section", "bytes", "bytes/member");
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		uint64_t len = h.sections[s].length;
+
+		in_sections += len;
+		printf("%-16s %14" PRIu64 " %14.2f\n", index_section_name(s), len,
+		       per(len, members));
+	}
+	printf("%-16s %14" PRIu64 " %14.2f\n%-16s %14" PRIu64 " %14.2f\n",
+	       "header+padding", h.file_size - in_sections,
+	       per(h.file_size - in_sections, members), "total", h.file_size,
+	       per(h.file_size, members));
+	return INDEX_EXIT_OK;
 }
 
 /* --verify: report every difference; exit status per enum index_exit. */
@@ -147,7 +186,7 @@ int main(int argc, char *argv[])
 	}
 	if (ic.check)
 		log_info("%s: valid for %u shards", fs.index_file.path, fs.set.nr);
-	else if (!ic.list) {
+	else if (!ic.list && !ic.stats) {
 		cli_print_summary(&fs.idx, &cfg.layout, fs.set.nr, fs.build_seconds,
 				  &fs.index_file);
 		cli_print_encodings(&fs.set);
@@ -155,6 +194,8 @@ int main(int argc, char *argv[])
 	if (ic.list)
 		list_members(&fs);
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;
+	if (ic.stats && rc == INDEX_EXIT_OK)
+		rc = print_stats(fs.index_file.path);
 out_release_fs:
 	shardfs_release(&fs);
 out_release_config:

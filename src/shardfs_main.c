@@ -24,6 +24,7 @@
 #include "ll.h"
 #include "ll_uring.h"
 #include "shardfs/fs.h"
+#include "shardfs/index_map.h"
 #include "shardfs/log.h"
 #include "shardfs/util.h"
 
@@ -300,7 +301,10 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	lifecycle_set_readahead(o->mountpoint, SHARDFS_KERNEL_READAHEAD_KIB);
 	if (!o->foreground)
 		log_detach();
+	/* the process that serves, maybe a child, is told of index writers */
+	index_map_handoff();
 	fuse_daemonize(o->foreground);
+	index_map_adopt();
 	if (lifecycle_signals_start(se, stop_pushing, ls))
 		goto out_unmount;
 	lifecycle_notify_ready(m->notify_fd);

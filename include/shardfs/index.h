@@ -107,6 +107,8 @@ struct shard_index_counts {
 	uint32_t bad_shards;	/* shards dropped with skip_bad_shards */
 };
 
+struct index_map;
+
 struct shard_index {
 	struct shard_inode *inodes;	/* entries; [0] is the root */
 	uint32_t nr_inodes;		/* entries in inodes */
@@ -119,9 +121,9 @@ struct shard_index {
 	struct shard_hardlink *hardlinks; /* later names of hard-link groups */
 	uint64_t nr_hardlinks;		/* entries in hardlinks */
 	struct shard_index_counts counts; /* totals from the build */
-	void *map;			/* index file mapping the arrays point
-					 * into; NULL when they are malloc'ed */
-	size_t map_len;			/* bytes mapped */
+	struct index_map *map;		/* the index file the arrays point
+					 * into (index_map.h); NULL when they
+					 * are malloc'ed */
 };
 
 /* Progress of a build, reported to the caller while shards are scanned. */

@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * index_file.h - the persistent index: one file per shard set, read back
- * as it is into a private copy.
+ * index_file.h - the persistent index: one file per shard set, served as
+ * it is from its own pages (index_map.h).
  *
  * The file holds the arrays of struct shard_index byte for byte, plus a
  * table identifying the shards it was built from, so that mounting a set
- * whose index is valid parses nothing per member: it costs one sequential
- * read into anonymous memory, a checksum pass and a bounds check pass over the arrays, and one
- * fstat per shard.  The format, byte for byte, is index_format.h.
-
+ * whose index is valid parses nothing per member: it costs a mapping, a
+ * checksum pass and a bounds check pass over the arrays, and one fstat
+ * per shard.  The format, byte for byte, is index_format.h.
  *
  * A shard is identified by its path (relative to the index file's
  * directory when it lies below it, so that a set moved or copied together
@@ -21,11 +20,12 @@
  *
  * Writing is atomic: a temporary file in the same directory is renamed
  * over the index, so concurrent builders never leave a torn file and
- * readers keep the copy they have.  The load checks and then uses its
- * private copy, so nothing done to the file afterwards (truncated, copied
- * over, rewritten in place) reaches a mount.  An index file is only loaded
- * when no one else can write it (owned by the caller or root, not group-
- * or world-writable): another user could otherwise choose the tree.
+ * readers keep the inode they have.  What the load checks is what is
+ * served: nothing done to the file afterwards (truncated, copied over,
+ * rewritten in place, replaced) reaches a mount (index_map.h).  An index
+ * file is only loaded when it is a regular file no one else can write
+ * (owned by the caller or root, not group- or world-writable): another
+ * user could otherwise choose the tree.
  *
  * Thread-safety: loading and writing happen before the mount, single
  * threaded.
@@ -64,7 +64,7 @@ bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
 			   struct seek_table *t);
 
 /*
- * Map the index at @path into @idx (which then owns the mapping) and
+ * Map the index at @path into @idx (which then owns the index_map) and
  * describe its shards in @shards.  Verifies the magic, version, byte
  * order, sizes, every checksum and every bound that a lookup or read
  * relies on.  Returns 0, -ENOENT when there is no file, or -EINVAL with a
@@ -72,6 +72,15 @@ bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
  */
 int index_file_load(const char *path, struct shard_index *idx,
 		    struct index_file_shards *shards, char *msg, size_t msg_len);
+
+/*
+ * Read and check the header of the index file at @path into @h (magic,
+ * version, checksum, size, section table: not the sections), for
+ * shardfs-index --stats.  Returns 0, -ENOENT, or -EINVAL / -EPERM with a
+ * reason in @msg.
+ */
+int index_file_read_header(const char *path, struct index_file_header *h,
+			   char *msg, size_t msg_len);
 
 /*
  * Write @idx, built from @set with options hashed to @options_hash, to

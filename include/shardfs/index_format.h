@@ -155,6 +155,17 @@ static inline size_t index_section_record(enum index_section s)
 	}
 }
 
+/* The name of section @s, as messages and shardfs-index --stats print it. */
+static inline const char *index_section_name(enum index_section s)
+{
+	static const char *const names[INDEX_NR_SECTIONS] = {
+		"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
+		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
+	};
+
+	return s < INDEX_NR_SECTIONS ? names[s] : "?";
+}
+
 _Static_assert(sizeof(struct shard_inode) == 64, "struct shard_inode: 64 bytes");
 _Static_assert(sizeof(struct shard_sparse) == 16, "struct shard_sparse: 16 bytes");
 _Static_assert(sizeof(struct shard_extent) == 24, "struct shard_extent: 24 bytes");

@@ -24,9 +24,11 @@ must hold:
 Which index a mount used is read from its -o loglevel=debug line
 "index file PATH: loaded|extended|built[, saved]".
 """
+import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tarfile
 import threading
@@ -646,6 +648,51 @@ def test_index_tool_check(tmp_path):
     assert run_index(d, "--check").returncode == 1
 
 
+SECTIONS = ["SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
+            "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS"]
+STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
+                           r"(?P<members>\d+) members, (?P<entries>\d+) entries, "
+                           r"(?P<shards>\d+) shards$")
+
+
+def test_index_tool_stats(tmp_path):
+    """--stats prints the file's bytes per section and per member: the
+    sections and the header add up to the file, the entries are 64 bytes
+    each, and the names are what the members' names take."""
+    d = tmp_path / "shards"
+    make_set(d, 3)
+    r = run_index(d, "--stats")               # builds, then prints
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    head = STATS_HEAD_RE.match(lines[0])
+    assert head, r.stdout
+    size, members = int(head["size"]), int(head["members"])
+    assert head["path"] == os.path.realpath(index_of(d))
+    assert size == os.path.getsize(index_of(d))
+    assert members == 3 * len(shard_members(0))
+    assert int(head["shards"]) == 3
+    assert lines[1].split() == ["section", "bytes", "bytes/member"]
+    rows = {ln.rsplit(None, 2)[0]: (int(ln.split()[-2]), float(ln.split()[-1]))
+            for ln in lines[2:]}
+    assert list(rows) == SECTIONS + ["header+padding", "total"], r.stdout
+    assert rows["total"][0] == size
+    assert sum(rows[s][0] for s in SECTIONS) + rows["header+padding"][0] == size
+    assert rows["INODES"][0] == 64 * int(head["entries"])
+    assert rows["SHARDS"][0] == 72 * 3
+    assert 0 < rows["header+padding"][0] < 376 + 64 * len(SECTIONS)
+    # every name once, NUL-terminated, plus the symlink targets
+    assert rows["NAMES"][0] >= sum(len(os.path.basename(m[0] if isinstance(m, tuple)
+                                                        else m["name"])) + 1
+                                   for i in range(3) for m in shard_members(i))
+    for name, (nbytes, per_member) in rows.items():
+        assert abs(per_member - nbytes / members) < 0.006, (name, nbytes, per_member)
+    # a loaded index gives the same figures; without an index file, no stats
+    again = run_index(d, "--stats", "--check")
+    assert again.returncode == 0 and again.stdout == r.stdout, again
+    r = run_index(d, "--stats", "-o", "index_mode=off")
+    assert r.returncode == 1 and r.stdout == "", r
+
+
 def parse_list(text):
     rows = {}
     for line in text.splitlines():
@@ -774,33 +821,100 @@ def garble_in_place(path):
         f.write(b"\xff" * (size // 2))
 
 
-@pytest.mark.parametrize("how", ["truncate", "cp-over", "dd-notrunc"])
+def replace_by_rename(path, source):
+    """Write a copy of SOURCE beside PATH and rename it over PATH."""
+    tmp = path + ".new"
+    shutil.copyfile(source, tmp)
+    os.rename(tmp, path)
+
+
+class Readers:
+    """Threads reading every file of a mount in a loop while the test does
+    something else: each read must give the bytes EXPECTED (rel path ->
+    digest) or fail with EIO; anything else is recorded in .wrong."""
+
+    def __init__(self, mnt, expected, threads=4):
+        self.mnt, self.expected = mnt, expected
+        self.stop = threading.Event()
+        self.wrong, self.eio, self.reads = [], 0, 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+
+    def read_one(self, rel):
+        try:
+            got = lib.file_digest(os.path.join(os.fsencode(self.mnt), rel))
+        except OSError as e:
+            with self.lock:
+                if e.errno == errno.EIO:
+                    self.eio += 1
+                else:
+                    self.wrong.append((rel, repr(e)))
+            return
+        with self.lock:
+            self.reads += 1
+            if got != self.expected[rel]:
+                self.wrong.append((rel, "wrong bytes"))
+
+    def run(self, i):
+        paths = sorted(self.expected)
+        while not self.stop.is_set():
+            for rel in paths[i:] + paths[:i]:
+                self.read_one(rel)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+@pytest.mark.parametrize("how", ["truncate", "cp-over", "dd-notrunc", "rename-over"])
 def test_loaded_index_changed_under_the_mount_does_not_matter(tmp_path, how):
-    """After the load verified it, the daemon must not depend on the index
-    file: truncating it, copying another index over it or garbling it in
-    place must neither kill the daemon (SIGBUS) nor change the tree."""
+    """After the load verified it, nothing done to the index file reaches
+    the mount: truncating it, copying another index over it, garbling it
+    in place or renaming another index over it, while readers run, must
+    neither kill the daemon (SIGBUS) nor change the tree, and every read
+    gives the right bytes (or EIO).  A write to the file waits for the
+    daemon to switch to a private copy, which it logs."""
     d = tmp_path / "shards"
     make_set(d, 3)
     other = tmp_path / "other"
     make_set(other, 5, first=7)
+    other_index = os.path.join(other, ".s-007.tar.shardfs-index")
     mnt = tmp_path / "mnt"
-    mount_snapshot(d, mnt)
+    log = tmp_path / "daemon.log"
+    want = fresh(d, mnt)
     mount_snapshot(other, tmp_path / "mnt2")
-    with lib.mounted(d, mnt, "-o", "loglevel=debug") as r:
+    files = {rel: v[-1] for rel, v in want.items()
+             if rel != b"." and stat.S_ISREG(v[1])}
+    with lib.mounted(d, mnt, "-o", "loglevel=debug,log=%s" % log) as r:
+        expect_origin(ORIGIN_RE.search(r.stderr), "built", saved=True)
+    with lib.mounted(d, mnt, "-o", "loglevel=debug,log=%s" % log) as r:
         expect_origin(ORIGIN_RE.search(r.stderr), "loaded")
         pid = lib.daemon_pid(mnt)
-        lib.drop_caches()
-        if how == "truncate":
-            os.truncate(index_of(d), 0)
-        elif how == "cp-over":
-            subprocess.run(["cp", os.path.join(other, ".s-007.tar.shardfs-index"),
-                            index_of(d)], check=True)
-        else:
-            garble_in_place(index_of(d))
-        lib.drop_caches()
-        snap = snapshot(mnt)
+        with Readers(mnt, files) as readers:
+            time.sleep(0.3)
+            lib.drop_caches()
+            if how == "truncate":
+                os.truncate(index_of(d), 0)
+            elif how == "cp-over":
+                subprocess.run(["cp", other_index, index_of(d)], check=True)
+            elif how == "dd-notrunc":
+                garble_in_place(index_of(d))
+            else:
+                replace_by_rename(index_of(d), other_index)
+            lib.drop_caches()
+            time.sleep(0.3)
+            snap = snapshot(mnt)
         assert lib.process_alive(pid)
-    assert snap == fresh(d, mnt)
+    assert readers.reads > 0 and readers.wrong == [], readers.wrong[:10]
+    assert snap == want
+    switched = "the index file is being written; serving a private copy"
+    assert (switched in log.read_text()) == (how != "rename-over"), log.read_text()
 
 
 # ------------------------------------------- shardfs-index says when it failed
