@@ -630,6 +630,22 @@ static void error_code(const struct transfer *t, char *out, size_t cap)
 		snprintf(out, cap, " %.*s", (int)(b - a - 6), a + 6);
 }
 
+/*
+ * Why a transfer failed in curl (no answer, or a broken one), naming the
+ * URL tried when the object's name is not that URL (s3://): "Couldn't
+ * connect to server" alone does not say which endpoint was wrong.
+ */
+static void curl_why(const struct transfer *t, CURLcode cerr, char *why,
+		     size_t why_len)
+{
+	const struct remote_object *o = t->o;
+
+	if (strcmp(o->name, o->url))
+		snprintf(why, why_len, "%s (%s)", curl_easy_strerror(cerr), o->url);
+	else
+		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+}
+
 /* Mark @o replaced and say so, once. */
 static void object_replaced(struct remote_object *o, const char *why)
 {
@@ -689,7 +705,7 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 	}
 	error_code(t, code, sizeof(code));
 	if (cerr != CURLE_OK)
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
 	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206)
@@ -812,7 +828,7 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 		return OUTCOME_DONE;
 	error_code(t, code, sizeof(code));
 	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
 	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
@@ -868,7 +884,7 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 	if (t->overflow)
 		snprintf(why, why_len, "the answer is larger than %zu bytes", t->len);
 	else if (cerr != CURLE_OK)
-		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+		curl_why(t, cerr, why, why_len);
 	else
 		snprintf(why, why_len, "HTTP %ld%s", st, code);
 	t->got = 0;	/* a body is fetched whole: start over */

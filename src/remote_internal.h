@@ -123,6 +123,13 @@ int remote_s3_configure(const struct remote_options *ro);
  */
 int remote_s3_lookup(struct remote_object *o);
 
+/*
+ * After s3://bucket/@name (no '/' at its end) was not found: when shards
+ * lie under @name + "/", append to @msg that @name is a prefix and the
+ * argument that mounts them.  Lists one page; errors leave @msg as it is.
+ */
+void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len);
+
 /* Drop what listings remembered (remote_release). */
 void remote_s3_forget_listings(void);
 

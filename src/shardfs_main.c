@@ -25,6 +25,7 @@
 #include "ll_uring.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/source.h"
 #include "shardfs/util.h"
 
 /* Kernel readahead per open file: one maximal (256-page) FUSE read. */
@@ -203,7 +204,8 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt,
 /*
  * SHARDS with the working directory put in front of every relative item
  * (items are separated by commas outside braces), so that df and
- * /proc/mounts say where the shards are.  NULL when out of memory.
+ * /proc/mounts say where the shards are.  URLs are not paths: they stay
+ * as given.  NULL when out of memory.
  */
 static char *absolute_shards(const char *shards)
 {
@@ -220,7 +222,8 @@ static char *absolute_shards(const char *shards)
 	if (!out)
 		return NULL;
 	for (const char *c = shards;; c++) {
-		if ((c == shards || (c[-1] == ',' && depth == 0)) && *c != '/')
+		if ((c == shards || (c[-1] == ',' && depth == 0)) && *c != '/' &&
+		    !shard_source_is_remote(c))
 			o += sprintf(o, "%s/", strcmp(cwd, "/") ? cwd : "");
 		if (!*c)
 			break;
