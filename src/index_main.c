@@ -115,7 +115,11 @@ int main(int argc, char *argv[])
 	    cli_index_parse(&args, &cli))
 		goto out_free_args;
 	if (args.argc > 1) {
-		log_error("unexpected argument '%s'", args.argv[1]);
+		static const struct fuse_opt *const all_opts[] = { cli_index_opts, NULL };
+
+		log_error("unexpected argument '%s%s%s'", args.argv[1],
+			  args.argc > 2 ? " " : "", args.argc > 2 ? args.argv[2] : "");
+		cli_suggest_options(&args, all_opts);
 		goto out_free_args;
 	}
 	if (cli.show_help || cli.show_version) {
