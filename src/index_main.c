@@ -18,6 +18,8 @@
 #include "shardfs/control.h"
 #include "shardfs/fs.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
+#include "shardfs/source.h"
 #include "shardfs/verify.h"
 
 enum index_exit {
@@ -32,6 +34,7 @@ struct index_cli {
 	int check;		/* --check: verify, never build */
 	int list;		/* --list: print the members */
 	int verify;		/* --verify: compare with libarchive */
+	int publish;		/* --publish: upload it where mounts look */
 	unsigned jobs;		/* -j N: scanning threads */
 };
 
@@ -41,6 +44,7 @@ static const struct fuse_opt index_opts[] = {
 	INDEX_OPT("--check", check, 1),
 	INDEX_OPT("--list", list, 1),
 	INDEX_OPT("--verify", verify, 1),
+	INDEX_OPT("--publish", publish, 1),
 	INDEX_OPT("-j %u", jobs, 0),
 	FUSE_OPT_END
 };
@@ -58,6 +62,9 @@ static void usage(const char *prog)
 	       "                           compare every file (path, size, content)\n"
 	       "                           with what the index serves; exit 1 on any\n"
 	       "                           difference\n"
+	       "    --publish              s3:// shards: upload the index next to the\n"
+	       "                           first shard, where every mount looks,\n"
+	       "                           signed with the mount's credentials\n"
 	       "    -j N                   scanning threads (default: CPUs)\n"
 	       "%s\n"
 	       "exit status: 0 success, 1 failure (bad shard set, no index saved,\n"
@@ -98,6 +105,30 @@ static int verify(struct shardfs *fs, const struct cli_config *cfg)
 		 "(%" PRIu64 " replaced by later shards): %" PRIu64 " differences",
 		 res.files, fs->set.nr, res.shadowed, res.differences);
 	return res.differences ? INDEX_EXIT_FAILED : INDEX_EXIT_OK;
+}
+
+/* --publish: PUT the index file where mounts of the set look for it. */
+static int publish(const struct shardfs *fs)
+{
+	const struct index_store_result *res = &fs->index_file;
+	char msg[512];
+
+	if (!res->published[0]) {
+		log_error("--publish: %s", fs->set.nr && shard_source_is_remote(fs->set.shards[0].path)
+			  ? "an index given with -o index= is not where mounts look"
+			  : "a local set's index is already next to its shards");
+		return INDEX_EXIT_USAGE;
+	}
+	if (!strcmp(res->path, res->published)) {
+		log_info("%s: already published and valid", res->published);
+		return INDEX_EXIT_OK;
+	}
+	if (remote_put_file(res->path, res->published, msg, sizeof(msg))) {
+		log_error("%s", msg);
+		return INDEX_EXIT_FAILED;
+	}
+	log_info("%s: published (from %s)", res->published, res->path);
+	return INDEX_EXIT_OK;
 }
 
 int main(int argc, char *argv[])
@@ -159,6 +190,8 @@ int main(int argc, char *argv[])
 	if (ic.list)
 		list_members(&fs);
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;
+	if (rc == INDEX_EXIT_OK && ic.publish)
+		rc = publish(&fs);
 out_release_fs:
 	shardfs_release(&fs);
 out_release_config:

@@ -99,6 +99,9 @@ struct transfer {
 	unsigned npieces;	/* entries of piece */
 	unsigned key_gen;	/* generation of the keys that signed it */
 	bool keys_refreshed;	/* refused for stale keys once: re-read */
+	const char *upload;	/* a PUT's body (the request is a PUT), or NULL */
+	size_t upload_len;	/* bytes of upload */
+	char upload_sha256[SIGV4_HEX_LEN]; /* of upload, for the signature */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	size_t error_len;	/* bytes in error_body */
@@ -392,6 +395,8 @@ static bool same_object(struct transfer *t);
 /* Is the response the body we asked for? (Known before the body.) */
 static bool body_wanted(const struct transfer *t, long status)
 {
+	if (t->upload)
+		return false;	/* a PUT's answer: kept as error_body */
 	return t->ranged ? status == 206 : status == 200;
 }
 
@@ -484,8 +489,9 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 	struct remote_keys k;
 	struct sigv4_key key = { k.key_id, k.secret, NULL };
 	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
-	struct sigv4_request req = { "GET", t->o->sign_path, t->query, &host, 1,
-				     SIGV4_EMPTY_SHA256, true };
+	struct sigv4_request req = { t->upload ? "PUT" : "GET", t->o->sign_path,
+				     t->query, &host, 1,
+				     t->upload ? t->upload_sha256 : SIGV4_EMPTY_SHA256, true };
 	char line[SIGV4_AUTH_MAX + 32];
 	int rc;
 
@@ -499,7 +505,8 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 	if (!rc) {
 		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
 		*hdrs = curl_slist_append(*hdrs, line);
-		*hdrs = curl_slist_append(*hdrs, "X-Amz-Content-Sha256: " SIGV4_EMPTY_SHA256);
+		snprintf(line, sizeof(line), "X-Amz-Content-Sha256: %s", req.payload_sha256);
+		*hdrs = curl_slist_append(*hdrs, line);
 		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
 		*hdrs = curl_slist_append(*hdrs, line);
 		memset(line, 0, sizeof(line));
@@ -530,6 +537,8 @@ static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 		snprintf(line, sizeof(line), "If-Match: %s", t->o->etag);
 		*hdrs = curl_slist_append(*hdrs, line);
 	}
+	if (t->upload)	/* no "Expect: 100-continue" wait */
+		*hdrs = curl_slist_append(*hdrs, "Expect:");
 	if (!t->o->sign_path)
 		return 0;
 	snprintf(line, sizeof(line), "Host: %s", t->o->host);
@@ -560,6 +569,11 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	curl_easy_setopt(h, CURLOPT_PRIVATE, t);
 	if (remote_cfg.cacert)
 		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
+	if (t->upload) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, t->upload);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)t->upload_len);
+	}
 	/* a redirect would invalidate a signature: only unsigned follow */
 	if (!t->o->sign_path) {
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -890,6 +904,36 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 	t->got = 0;	/* a body is fetched whole: start over */
 	return !t->overflow && (cerr != CURLE_OK || st >= 500 || st == 429) ?
 	       OUTCOME_RETRY : OUTCOME_FAIL;
+}
+
+static enum outcome put_outcome(struct transfer *t, CURLcode cerr, char *why,
+				size_t why_len)
+{
+	long st = t->resp.status;
+	char code[64];
+
+	if (cerr == CURLE_OK && st >= 200 && st < 300)
+		return OUTCOME_DONE;
+	error_code(t, code, sizeof(code));
+	if (cerr != CURLE_OK)
+		curl_why(t, cerr, why, why_len);
+	else
+		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
+							   : OUTCOME_FAIL;
+}
+
+int remote_http_put(struct remote_object *o, const void *body, size_t len,
+		    char *msg, size_t msg_len)
+{
+	struct transfer t = { .o = o, .upload = body, .upload_len = len };
+	char why[256];
+
+	sigv4_sha256_hex(body, len, t.upload_sha256);
+	if (run(&t, put_outcome, why, sizeof(why)))
+		return log_format(msg, msg_len, t.resp.status == 403 ? -EACCES : -EIO,
+				  "%s: PUT: %s", o->name, why);
+	return 0;
 }
 
 int remote_http_get_body(struct remote_object *o, const char *query,

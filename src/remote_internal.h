@@ -204,6 +204,9 @@ int remote_http_probe(struct remote_object *o, char *msg, size_t msg_len);
  * NUL-terminated *@body of *@len (at most @max) bytes; for listings and
  * published indexes.  0 or -errno (-ENOENT for a 404) with a message.
  */
+int remote_http_put(struct remote_object *o, const void *body, size_t len,
+		    char *msg, size_t msg_len);
+
 int remote_http_get_body(struct remote_object *o, const char *query,
 			 size_t max, char **body, size_t *len, char *msg,
 			 size_t msg_len);
