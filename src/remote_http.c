@@ -645,19 +645,25 @@ static void error_code(const struct transfer *t, char *out, size_t cap)
 }
 
 /*
- * Why a transfer failed in curl (no answer, or a broken one), naming the
- * URL tried when the object's name is not that URL (s3://): "Couldn't
- * connect to server" alone does not say which endpoint was wrong.
+ * Why an attempt failed: curl's reason (no answer, or a broken one),
+ * naming the URL tried when the object's name is not that URL (s3://:
+ * "Couldn't connect to server" alone does not say which endpoint was
+ * wrong), or the HTTP status and S3's error code.
  */
-static void curl_why(const struct transfer *t, CURLcode cerr, char *why,
-		     size_t why_len)
+static void failure_why(const struct transfer *t, CURLcode cerr, char *why,
+			size_t why_len)
 {
 	const struct remote_object *o = t->o;
+	char code[64];
 
-	if (strcmp(o->name, o->url))
+	if (cerr == CURLE_OK) {
+		error_code(t, code, sizeof(code));
+		snprintf(why, why_len, "HTTP %ld%s", t->resp.status, code);
+	} else if (strcmp(o->name, o->url)) {
 		snprintf(why, why_len, "%s (%s)", curl_easy_strerror(cerr), o->url);
-	else
+	} else {
 		snprintf(why, why_len, "%s", curl_easy_strerror(cerr));
+	}
 }
 
 /* Mark @o replaced and say so, once. */
@@ -693,7 +699,6 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 				 size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (t->bad_object)
 		return OUTCOME_FAIL;	/* object_replaced() said why */
@@ -717,11 +722,7 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 					       : "the range is past its end: HTTP 416");
 		return OUTCOME_FAIL;
 	}
-	error_code(t, code, sizeof(code));
-	if (cerr != CURLE_OK)
-		curl_why(t, cerr, why, why_len);
-	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	failure_why(t, cerr, why, why_len);
 	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206)
 		return OUTCOME_RETRY;
 	return OUTCOME_FAIL;
@@ -832,7 +833,6 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 				  size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (cerr == CURLE_OK && (st == 206 || st == 200 || st == 416))
 		return OUTCOME_DONE;
@@ -840,11 +840,9 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 	 * or a longer range (s3rver's answer to "bytes=0-0") */
 	if (t->overflow && (st == 200 || (st == 206 && t->resp.has_range)))
 		return OUTCOME_DONE;
-	error_code(t, code, sizeof(code));
-	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
-		curl_why(t, cerr, why, why_len);
-	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	/* an overflow is the answer wanted, cut short: its status says */
+	failure_why(t, cerr == CURLE_WRITE_ERROR && t->overflow ? CURLE_OK : cerr,
+		    why, why_len);
 	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
 							   : OUTCOME_FAIL;
 }
@@ -890,17 +888,13 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 				 size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (cerr == CURLE_OK && st == 200)
 		return OUTCOME_DONE;
-	error_code(t, code, sizeof(code));
 	if (t->overflow)
 		snprintf(why, why_len, "the answer is larger than %zu bytes", t->len);
-	else if (cerr != CURLE_OK)
-		curl_why(t, cerr, why, why_len);
 	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+		failure_why(t, cerr, why, why_len);
 	t->got = 0;	/* a body is fetched whole: start over */
 	return !t->overflow && (cerr != CURLE_OK || st >= 500 || st == 429) ?
 	       OUTCOME_RETRY : OUTCOME_FAIL;
@@ -910,15 +904,10 @@ static enum outcome put_outcome(struct transfer *t, CURLcode cerr, char *why,
 				size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (cerr == CURLE_OK && st >= 200 && st < 300)
 		return OUTCOME_DONE;
-	error_code(t, code, sizeof(code));
-	if (cerr != CURLE_OK)
-		curl_why(t, cerr, why, why_len);
-	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	failure_why(t, cerr, why, why_len);
 	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
 							   : OUTCOME_FAIL;
 }
