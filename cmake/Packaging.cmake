@@ -12,7 +12,9 @@
 #   bin/shardfs, bin/shardfs-index, bin/shardfs-pack   the programs that are built
 #   bin/shardfs-pace                                   the Python command
 #   lib/python3/dist-packages/shardfs/                 the Python package, for
-#                                                      Debian's python3
+#                                                      Debian's python3 (under
+#                                                      /usr/local: lib/python3.X/
+#                                                      dist-packages, see below)
 #   share/man/man1/<program>.1.gz                      their manual pages
 #   share/doc/shardfs/README.md, *.md                  README.md and docs/*.md
 #   share/doc/shardfs/copyright, changelog.gz          Debian's machine-readable
@@ -21,10 +23,11 @@
 #                                                      Kubernetes and metrics examples
 #                                                      (the collector executable)
 #
-# The Python package goes where Debian's python3 finds packages of the
-# system: /usr/lib/python3/dist-packages in the .deb.  Under another
-# prefix (cmake --install) that directory is not on python3's path:
-# install it with pip there (pip install ./python, see python/README.md).
+# The Python package goes where the python3 of shardfs-pace's #! line
+# (/usr/bin/python3) imports from under the prefix of the install:
+# /usr/lib/python3/dist-packages in the .deb, /usr/local/lib/python3.X/
+# dist-packages for `cmake --install` to /usr/local (cmake/InstallPython.cmake
+# says how it is chosen; -DSHARDFS_PYTHON_PACKAGE_DIR= overrides it).
 #
 # Each program is installed by the install(TARGETS) next to its
 # add_executable(); this file adds its manual page.  A program without an
@@ -46,8 +49,12 @@ set(SHARDFS_DEB_MAINTAINER "shardfs maintainers <shardfs@example.org>"
 # The programs of the project.  shardfs-index and shardfs-pack are optional
 # parts of the build; whichever exists gets its manual page.
 set(SHARDFS_PROGRAMS shardfs shardfs-index shardfs-pack)
-set(SHARDFS_PYTHON_DIR lib/python3/dist-packages CACHE STRING
-    "Where the shardfs Python package is installed, relative to the prefix")
+set(SHARDFS_PYTHON_PACKAGE_DIR "" CACHE STRING
+    "Where the shardfs Python package is installed (relative to the prefix, or
+absolute); empty: where shardfs-pace's python3 looks (InstallPython.cmake)")
+# The interpreter of shardfs-pace's #! line, asked where it imports from.
+set(SHARDFS_PYTHON3 /usr/bin/python3 CACHE FILEPATH
+    "The python3 that runs shardfs-pace (its #! line)")
 
 find_program(SHARDFS_GZIP gzip REQUIRED)
 # The date printed at the foot of every manual page; string(TIMESTAMP)
@@ -89,10 +96,10 @@ add_custom_target(man ALL DEPENDS ${man_pages})
 # The Python package and its command.  pip builds the same package from
 # python/pyproject.toml; the .deb has no pip, so the files are copied and
 # postinst byte-compiles them as dh_python3 would.
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/shardfs
-        DESTINATION ${SHARDFS_PYTHON_DIR}
-        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"
-        PATTERN "__pycache__" EXCLUDE)
+install(CODE "set(SHARDFS_PYTHON3 \"${SHARDFS_PYTHON3}\")
+set(SHARDFS_PYTHON_SOURCE \"${PROJECT_SOURCE_DIR}/python/shardfs\")
+set(SHARDFS_PYTHON_PACKAGE_DIR \"${SHARDFS_PYTHON_PACKAGE_DIR}\")")
+install(SCRIPT ${PROJECT_SOURCE_DIR}/cmake/InstallPython.cmake)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/packaging/deb/shardfs-pace
         DESTINATION ${CMAKE_INSTALL_BINDIR})
 

@@ -5,6 +5,7 @@
  * Parsing uses libfuse's fuse_opt, so "-o a=b,c" works the same for both
  * commands, and shardfs can hand what it does not know to libfuse.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -19,6 +20,9 @@
 #include "shardfs/log.h"
 #include "shardfs/util.h"
 #include "span_cache.h"
+
+/* Longest option name compared for a suggestion; longer ones get none. */
+#define CLI_OPT_NAME_MAX 64
 
 /* Longest libfuse message joined from pieces; longer ones are cut. */
 #define CLI_FUSE_LINE_MAX 1024
@@ -124,6 +128,102 @@ int cli_index_parse(struct fuse_args *args, struct cli_index *cli)
 {
 	fuse_set_log_func(fuse_log_to_ours);
 	return fuse_opt_parse(args, cli, cli_index_opts, take_shards);
+}
+
+/* Edits (insert, delete, replace, swap two neighbours) from @a to @b. */
+static size_t edit_distance(const char *a, size_t n, const char *b, size_t m)
+{
+	size_t d[CLI_OPT_NAME_MAX + 1][CLI_OPT_NAME_MAX + 1];
+
+	assert(n <= CLI_OPT_NAME_MAX && m <= CLI_OPT_NAME_MAX);
+	for (size_t i = 0; i <= n; i++)
+		for (size_t j = 0; j <= m; j++) {
+			size_t best = i && j ? d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+					     : i + j;
+
+			if (i && d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (j && d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+			    a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[n][m];
+}
+
+/* Length of the name in option template or option @s (up to '=' or ' '). */
+static size_t opt_name_len(const char *s)
+{
+	return strcspn(s, "= ,");
+}
+
+const char *cli_nearest_option(const char *opt, const struct fuse_opt *const tables[])
+{
+	size_t n = opt_name_len(opt), best = n / 3 + 1;
+	const char *found = NULL;
+
+	if (n > CLI_OPT_NAME_MAX)
+		return NULL;
+	for (size_t t = 0; tables[t]; t++)
+		for (const struct fuse_opt *o = tables[t]; o->templ; o++) {
+			size_t m = opt_name_len(o->templ), d;
+
+			if (o->templ[0] == '-' || m > CLI_OPT_NAME_MAX)
+				continue;	/* -h, --help: not -o options */
+			d = edit_distance(opt, n, o->templ, m);
+			if (d < best) {
+				best = d;
+				found = o->templ;
+			}
+		}
+	return found && best ? found : NULL;
+}
+
+/* Suggest, for one -o option @opt (@len bytes), the option it resembles. */
+static void suggest_one(const char *opt, size_t len,
+			const struct fuse_opt *const tables[])
+{
+	char name[CLI_OPT_NAME_MAX + 1];
+	const char *near;
+
+	if (len > CLI_OPT_NAME_MAX)
+		return;
+	memcpy(name, opt, len);
+	name[len] = '\0';
+	near = cli_nearest_option(name, tables);
+	if (near)
+		log_error("unknown option '%s': did you mean '%.*s'?", name,
+			  (int)opt_name_len(near), near);
+}
+
+void cli_suggest_options(const struct fuse_args *args,
+			 const struct fuse_opt *const tables[])
+{
+	for (int i = 1; i < args->argc; i++) {
+		const char *a = args->argv[i];
+
+		if (!strcmp(a, "-o") && i + 1 < args->argc)
+			a = args->argv[++i];
+		else if (!strncmp(a, "-o", 2))
+			a += 2;
+		else
+			continue;
+		/* "\," is an escaped comma (fsname=...): not a separator */
+		for (const char *p = a;; p++) {
+			if (*p == '\\' && p[1]) {
+				p++;
+				continue;
+			}
+			if (*p && *p != ',')
+				continue;
+			suggest_one(a, (size_t)(p - a), tables);
+			if (!*p)
+				break;
+			a = p + 1;
+		}
+	}
 }
 
 static void print_progress(void *arg, const struct shard_index_progress *p)

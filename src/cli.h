@@ -52,6 +52,22 @@ extern const char cli_index_help[];
  */
 int cli_index_parse(struct fuse_args *args, struct cli_index *cli);
 
+/*
+ * The template (as in @tables, a NULL-terminated list of option tables)
+ * of the -o option nearest to the unknown option @opt ("redahead=8M":
+ * "readahead=%s"), or NULL when none is near: a third of its letters at
+ * most may differ.  An option a table knows as written is not "near".
+ */
+const char *cli_nearest_option(const char *opt, const struct fuse_opt *const tables[]);
+
+/*
+ * After a command line was refused for unknown options: log, for each -o
+ * option left in @args that resembles one of @tables, the one it
+ * resembles ("did you mean 'readahead'?").
+ */
+void cli_suggest_options(const struct fuse_args *args,
+			 const struct fuse_opt *const tables[]);
+
 /* Set the log level and fill @cfg from @cli.  Errors are logged. */
 int cli_config_init(struct cli_config *cfg, const struct cli_index *cli);
 

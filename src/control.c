@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shardfs/control.h"
 #include "shardfs/log.h"
@@ -137,7 +137,9 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 	const struct shardfs_counters *k = src->counters;
 	unsigned long long br = counter(&k->backing_reads);
 
-	buf_printf(b, "{\n  \"shards\": %u,\n  \"bad_shards\": %u,\n"
+	/* the pid: what serves the mount, for tools that measure its CPU */
+	buf_printf(b, "{\n  \"pid\": %d,\n", (int)getpid());
+	buf_printf(b, "  \"shards\": %u,\n  \"bad_shards\": %u,\n"
 		   "  \"files\": %llu,\n  \"dirs\": %llu,\n  \"symlinks\": %llu,\n"
 		   "  \"hardlinks\": %llu,\n  \"bytes\": %llu,\n"
 		   "  \"duplicates\": %llu,\n  \"skipped\": %llu,\n"

@@ -19,6 +19,8 @@
 #include "shardfs/fs.h"
 #include "shardfs/index_file.h"
 #include "shardfs/log.h"
+#include "shardfs/remote.h"
+#include "shardfs/source.h"
 #include "shardfs/verify.h"
 
 enum index_exit {
@@ -34,6 +36,7 @@ struct index_cli {
 	int list;		/* --list: print the members */
 	int stats;		/* --stats: bytes per member by section */
 	int verify;		/* --verify: compare with libarchive */
+	int publish;		/* --publish: upload it where mounts look */
 	unsigned jobs;		/* -j N: scanning threads */
 };
 
@@ -44,6 +47,7 @@ static const struct fuse_opt index_opts[] = {
 	INDEX_OPT("--list", list, 1),
 	INDEX_OPT("--stats", stats, 1),
 	INDEX_OPT("--verify", verify, 1),
+	INDEX_OPT("--publish", publish, 1),
 	INDEX_OPT("-j %u", jobs, 0),
 	FUSE_OPT_END
 };
@@ -63,6 +67,9 @@ static void usage(const char *prog)
 	       "                           compare every file (path, size, content)\n"
 	       "                           with what the index serves; exit 1 on any\n"
 	       "                           difference\n"
+	       "    --publish              s3:// shards: upload the index next to the\n"
+	       "                           first shard, where every mount looks,\n"
+	       "                           signed with the mount's credentials\n"
 	       "    -j N                   scanning threads (default: CPUs)\n"
 	       "%s\n"
 	       "exit status: 0 success, 1 failure (bad shard set, no index saved,\n"
@@ -139,6 +146,30 @@ static int verify(struct shardfs *fs, const struct cli_config *cfg)
 	return res.differences ? INDEX_EXIT_FAILED : INDEX_EXIT_OK;
 }
 
+/* --publish: PUT the index file where mounts of the set look for it. */
+static int publish(const struct shardfs *fs)
+{
+	const struct index_store_result *res = &fs->index_file;
+	char msg[512];
+
+	if (!res->published[0]) {
+		log_error("--publish: %s", fs->set.nr && shard_source_is_remote(fs->set.shards[0].path)
+			  ? "an index given with -o index= is not where mounts look"
+			  : "a local set's index is already next to its shards");
+		return INDEX_EXIT_USAGE;
+	}
+	if (!strcmp(res->path, res->published)) {
+		log_info("%s: already published and valid", res->published);
+		return INDEX_EXIT_OK;
+	}
+	if (remote_put_file(res->path, res->published, msg, sizeof(msg))) {
+		log_error("%s", msg);
+		return INDEX_EXIT_FAILED;
+	}
+	log_info("%s: published (from %s)", res->published, res->path);
+	return INDEX_EXIT_OK;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -154,7 +185,11 @@ int main(int argc, char *argv[])
 	    cli_index_parse(&args, &cli))
 		goto out_free_args;
 	if (args.argc > 1) {
-		log_error("unexpected argument '%s'", args.argv[1]);
+		static const struct fuse_opt *const all_opts[] = { cli_index_opts, NULL };
+
+		log_error("unexpected argument '%s%s%s'", args.argv[1],
+			  args.argc > 2 ? " " : "", args.argc > 2 ? args.argv[2] : "");
+		cli_suggest_options(&args, all_opts);
 		goto out_free_args;
 	}
 	if (cli.show_help || cli.show_version) {
@@ -196,6 +231,8 @@ int main(int argc, char *argv[])
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;
 	if (ic.stats && rc == INDEX_EXIT_OK)
 		rc = print_stats(fs.index_file.path);
+	if (rc == INDEX_EXIT_OK && ic.publish)
+		rc = publish(&fs);
 out_release_fs:
 	shardfs_release(&fs);
 out_release_config:

@@ -335,6 +335,8 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 	int n = so->mode == INDEX_MODE_OFF ? 0 : candidates(set, so, paths), rc;
 
 	*res = (struct index_store_result){ .origin = INDEX_BUILT };
+	if (n > 1 && shard_source_is_remote(paths[1]))
+		strcpy(res->published, paths[1]);
 	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
 	    !try_load(&base, set, paths, n, so, layout_or_tree(bo->layout), &covered,
 		      &rescanned, res->path) &&

@@ -88,7 +88,9 @@ void log_detach(void)
 		to_syslog = 1;
 		return;
 	}
-	log_warn("no syslog (%s is missing): messages after shardfs goes to the "
+	/* a note, not a warning: containers have no syslog as a rule, and
+	 * -o quiet silences it */
+	log_info("no syslog (%s is missing): messages after shardfs goes to the "
 		 "background are lost; use -o log=FILE or -f", LOG_SYSLOG_SOCKET);
 }
 

@@ -4,11 +4,13 @@
  * that are URLs, and the remote counters.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "remote_internal.h"
@@ -215,6 +217,48 @@ int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_l
 			fclose(f);
 		unlink(path);
 	}
+	free(body);
+	return rc;
+}
+
+/* The whole regular file @path into a malloc'ed *@body of *@len bytes. */
+static int read_local(const char *path, char **body, size_t *len, char *msg,
+		      size_t msg_len)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+	struct stat st;
+	ssize_t n = 0;
+
+	if (fd < 0)
+		return log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > REMOTE_FILE_MAX)
+		rc = log_format(msg, msg_len, -EINVAL, "%s: not a regular file of at "
+				"most %llu bytes", path, (unsigned long long)REMOTE_FILE_MAX);
+	else if (!(*body = malloc(st.st_size ? st.st_size : 1)))
+		rc = -ENOMEM;
+	else if ((n = pread(fd, *body, st.st_size, 0)) != st.st_size) {
+		rc = log_format(msg, msg_len, -EIO, "%s: short read", path);
+		free(*body);
+	}
+	*len = (size_t)n;
+	close(fd);
+	return rc;
+}
+
+int remote_put_file(const char *path, const char *url, char *msg, size_t msg_len)
+{
+	struct remote_object o = { .name = (char *)url };
+	char *body = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (strncmp(url, "s3://", 5))
+		return log_format(msg, msg_len, -EINVAL, "%s: only s3:// objects are "
+				  "written; copy %s there yourself", url, path);
+	rc = read_local(path, &body, &len, msg, msg_len);
+	rc = rc ?: remote_locate(&o, url, msg, msg_len);
+	rc = rc ?: remote_http_put(&o, body, len, msg, msg_len);
+	free(o.sign_path);
 	free(body);
 	return rc;
 }

@@ -112,6 +112,9 @@ struct transfer {
 	unsigned npieces;	/* entries of piece */
 	unsigned key_gen;	/* generation of the keys that signed it */
 	bool keys_refreshed;	/* refused for stale keys once: re-read */
+	const char *upload;	/* a PUT's body (the request is a PUT), or NULL */
+	size_t upload_len;	/* bytes of upload */
+	char upload_sha256[SIGV4_HEX_LEN]; /* of upload, for the signature */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	char curl_error[CURL_ERROR_SIZE]; /* libcurl's account of a failure */
@@ -409,6 +412,8 @@ static bool same_object(struct transfer *t);
 /* Is the response the body we asked for? (Known before the body.) */
 static bool body_wanted(const struct transfer *t, long status)
 {
+	if (t->upload)
+		return false;	/* a PUT's answer: kept as error_body */
 	return t->ranged ? status == 206 : status == 200;
 }
 
@@ -501,8 +506,9 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 	struct remote_keys k;
 	struct sigv4_key key = { k.key_id, k.secret, NULL };
 	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
-	struct sigv4_request req = { "GET", t->o->sign_path, t->query, &host, 1,
-				     SIGV4_EMPTY_SHA256, true };
+	struct sigv4_request req = { t->upload ? "PUT" : "GET", t->o->sign_path,
+				     t->query, &host, 1,
+				     t->upload ? t->upload_sha256 : SIGV4_EMPTY_SHA256, true };
 	char line[SIGV4_AUTH_MAX + 32];
 	int rc;
 
@@ -516,7 +522,8 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 	if (!rc) {
 		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
 		*hdrs = curl_slist_append(*hdrs, line);
-		*hdrs = curl_slist_append(*hdrs, "X-Amz-Content-Sha256: " SIGV4_EMPTY_SHA256);
+		snprintf(line, sizeof(line), "X-Amz-Content-Sha256: %s", req.payload_sha256);
+		*hdrs = curl_slist_append(*hdrs, line);
 		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
 		*hdrs = curl_slist_append(*hdrs, line);
 		explicit_bzero(line, sizeof(line));
@@ -568,6 +575,8 @@ static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 	}
 	if (t->validate && validator_header(t->o, line, sizeof(line)))
 		*hdrs = curl_slist_append(*hdrs, line);
+	if (t->upload)	/* no "Expect: 100-continue" wait */
+		*hdrs = curl_slist_append(*hdrs, "Expect:");
 	if (!t->o->sign_path)
 		return 0;
 	snprintf(line, sizeof(line), "Host: %s", t->o->host);
@@ -605,6 +614,11 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	}
 	if (remote_cfg.cacert)
 		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
+	if (t->upload) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, t->upload);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)t->upload_len);
+	}
 	/* a redirect would invalidate a signature: only unsigned follow */
 	if (!t->o->sign_path) {
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -692,17 +706,31 @@ static bool headers_too_large(const struct transfer *t, CURLcode cerr)
 	return cerr == CURLE_OUT_OF_MEMORY && t->resp.status && !t->headers_done;
 }
 
-/* What went wrong with an attempt that libcurl failed: its own detailed
- * account when it gave one, else the error's name. */
-static void curl_why(const struct transfer *t, CURLcode cerr, char *why, size_t why_len)
+/*
+ * Why an attempt failed: the HTTP status and S3's error code, or libcurl's
+ * detailed account (else the error's name), naming the URL tried when the
+ * object's name is not that URL (s3://: "Couldn't connect to server" alone
+ * does not say which endpoint was wrong).
+ */
+static void failure_why(const struct transfer *t, CURLcode cerr, char *why,
+			size_t why_len)
 {
-	if (headers_too_large(t, cerr))
+	const struct remote_object *o = t->o;
+	const char *curl = t->curl_error[0] ? t->curl_error : curl_easy_strerror(cerr);
+	char code[64];
+
+	if (cerr == CURLE_OK) {
+		error_code(t, code, sizeof(code));
+		snprintf(why, why_len, "HTTP %ld%s", t->resp.status, code);
+	} else if (headers_too_large(t, cerr)) {
 		snprintf(why, why_len, "HTTP %ld with response headers larger than "
 			 "libcurl accepts (%d bytes a header line): refused", t->resp.status,
 			 CURL_MAX_HTTP_HEADER);
-	else
-		snprintf(why, why_len, "%s", t->curl_error[0] ? t->curl_error
-							       : curl_easy_strerror(cerr));
+	} else if (strcmp(o->name, o->url)) {
+		snprintf(why, why_len, "%s (%s)", curl, o->url);
+	} else {
+		snprintf(why, why_len, "%s", curl);
+	}
 }
 
 /* Mark @o replaced and say so, once. */
@@ -743,7 +771,6 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 				 size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (t->bad_object)
 		return OUTCOME_FAIL;	/* object_replaced() said why */
@@ -776,11 +803,7 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 		object_replaced(t->o, "its size changed: HTTP 416");
 		return OUTCOME_FAIL;
 	}
-	error_code(t, code, sizeof(code));
-	if (cerr != CURLE_OK)
-		curl_why(t, cerr, why, why_len);
-	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	failure_why(t, cerr, why, why_len);
 	if (cerr != CURLE_OK || st >= 500 || st == 429 || st == 206 || st == 416)
 		return OUTCOME_RETRY;
 	return OUTCOME_FAIL;
@@ -902,7 +925,6 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 				  size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (cerr == CURLE_OK && (st == 206 || st == 200 || st == 416))
 		return OUTCOME_DONE;
@@ -910,11 +932,9 @@ static enum outcome probe_outcome(struct transfer *t, CURLcode cerr, char *why,
 	 * or a longer range (s3rver's answer to "bytes=0-0") */
 	if (t->overflow && (st == 200 || (st == 206 && t->resp.has_range)))
 		return OUTCOME_DONE;
-	error_code(t, code, sizeof(code));
-	if (cerr != CURLE_OK && !(cerr == CURLE_WRITE_ERROR && t->overflow))
-		curl_why(t, cerr, why, why_len);
-	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+	/* an overflow is the answer wanted, cut short: its status says */
+	failure_why(t, cerr == CURLE_WRITE_ERROR && t->overflow ? CURLE_OK : cerr,
+		    why, why_len);
 	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
 							   : OUTCOME_FAIL;
 }
@@ -960,20 +980,41 @@ static enum outcome body_outcome(struct transfer *t, CURLcode cerr, char *why,
 				 size_t why_len)
 {
 	long st = t->resp.status;
-	char code[64];
 
 	if (cerr == CURLE_OK && st == 200)
 		return OUTCOME_DONE;
-	error_code(t, code, sizeof(code));
 	if (t->overflow)
 		snprintf(why, why_len, "the answer is larger than %zu bytes", t->len);
-	else if (cerr != CURLE_OK)
-		curl_why(t, cerr, why, why_len);
 	else
-		snprintf(why, why_len, "HTTP %ld%s", st, code);
+		failure_why(t, cerr, why, why_len);
 	t->got = 0;	/* a body is fetched whole: start over */
 	return !t->overflow && (cerr != CURLE_OK || st >= 500 || st == 429) ?
 	       OUTCOME_RETRY : OUTCOME_FAIL;
+}
+
+static enum outcome put_outcome(struct transfer *t, CURLcode cerr, char *why,
+				size_t why_len)
+{
+	long st = t->resp.status;
+
+	if (cerr == CURLE_OK && st >= 200 && st < 300)
+		return OUTCOME_DONE;
+	failure_why(t, cerr, why, why_len);
+	return cerr != CURLE_OK || st >= 500 || st == 429 ? OUTCOME_RETRY
+							   : OUTCOME_FAIL;
+}
+
+int remote_http_put(struct remote_object *o, const void *body, size_t len,
+		    char *msg, size_t msg_len)
+{
+	struct transfer t = { .o = o, .upload = body, .upload_len = len };
+	char why[256];
+
+	sigv4_sha256_hex(body, len, t.upload_sha256);
+	if (run(&t, put_outcome, why, sizeof(why)))
+		return log_format(msg, msg_len, t.resp.status == 403 ? -EACCES : -EIO,
+				  "%s: PUT: %s", o->name, why);
+	return 0;
 }
 
 int remote_http_get_body(struct remote_object *o, const char *query,

@@ -140,6 +140,13 @@ int remote_s3_configure(const struct remote_options *ro);
  */
 int remote_s3_lookup(struct remote_object *o);
 
+/*
+ * After s3://bucket/@name (no '/' at its end) was not found: when shards
+ * lie under @name + "/", append to @msg that @name is a prefix and the
+ * argument that mounts them.  Lists one page; errors leave @msg as it is.
+ */
+void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len);
+
 /* Drop what listings remembered (remote_release). */
 void remote_s3_forget_listings(void);
 
@@ -216,6 +223,9 @@ int remote_http_probe(struct remote_object *o, char *msg, size_t msg_len);
  * NUL-terminated *@body of *@len (at most @max) bytes; for listings and
  * published indexes.  0 or -errno (-ENOENT for a 404) with a message.
  */
+int remote_http_put(struct remote_object *o, const void *body, size_t len,
+		    char *msg, size_t msg_len);
+
 int remote_http_get_body(struct remote_object *o, const char *query,
 			 size_t max, char **body, size_t *len, char *msg,
 			 size_t msg_len);

@@ -35,6 +35,7 @@
 #include "remote_internal.h"
 #include "shardfs/log.h"
 #include "shardfs/remote.h"
+#include "shardfs/shardset.h"
 #include "shardfs/sigv4.h"
 #include "shardfs/util.h"
 
@@ -616,7 +617,8 @@ static int remember(const char *bucket, const char *key, const char *p,
 	return 0;
 }
 
-/* Collect the *.tar keys of one page (into @l unless NULL) and remember
+/* Collect the shard keys (shard_set_name_is_shard) of one page (into @l
+ * unless NULL) and remember
  * every object; its continuation token into @next. */
 static int parse_page(const char *body, const char *bucket, struct name_list *l,
 		      char *next, size_t next_cap)
@@ -627,12 +629,11 @@ static int parse_page(const char *body, const char *bucket, struct name_list *l,
 
 	while (!rc && (p = strstr(p, "<Contents>"))) {
 		const char *end = strstr(p, "</Contents>");
-		size_t n;
 
 		if (!end || !xml_field(p, end, "Key", key, sizeof(key)))
 			return -EPROTO;
 		rc = remember(bucket, key, p, end);
-		if (!rc && l && (n = strlen(key)) > 4 && !strcmp(key + n - 4, ".tar"))
+		if (!rc && l && shard_set_name_is_shard(key))
 			rc = list_push(l, bucket, key);
 		p = end;
 	}
@@ -679,7 +680,7 @@ static void prefix_done(const char *name)
 }
 
 /* List s3://@bucket/@prefix, remembering every object and collecting the
- * *.tar keys into @l (unless NULL), at most @max_pages pages. */
+ * shard keys into @l (unless NULL), at most @max_pages pages. */
 static int list_prefix(const char *bucket, const char *prefix, struct name_list *l,
 		       unsigned max_pages, char *msg, size_t msg_len)
 {
@@ -736,6 +737,27 @@ int remote_s3_lookup(struct remote_object *o)
 	return found ? 0 : -ENOENT;
 }
 
+void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len)
+{
+	struct name_list l = { 0 };
+	char *bucket, *key, *prefix = NULL, ignored[256];
+	size_t n = strlen(msg);
+
+	if (remote_s3_split(name, &bucket, &key, ignored, sizeof(ignored)))
+		return;
+	if (*key && asprintf(&prefix, "%s/", key) > 0 &&
+	    !list_prefix(bucket, prefix, &l, 1, ignored, sizeof(ignored)) && l.nr)
+		snprintf(msg + n, msg_len - n, "; %s is a prefix with shards under "
+			 "it: mount them with %s/ (the '/' at the end lists the prefix)",
+			 name, name);
+	for (size_t i = 0; i < l.nr; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(prefix);
+	free(bucket);
+	free(key);
+}
+
 void remote_s3_forget_listings(void)
 {
 	struct listed_object *o, *otmp;
@@ -761,8 +783,8 @@ int remote_s3_list(const char *bucket, const char *prefix,
 	int rc = list_prefix(bucket, prefix, &l, UINT32_MAX, msg, msg_len);
 
 	if (!rc && !l.nr)
-		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no *.tar objects under "
-				"the prefix", bucket, prefix);
+		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no " SHARD_SET_SUFFIXES
+				" objects under the prefix", bucket, prefix);
 	if (l.nr)
 		qsort(l.names, l.nr, sizeof(*l.names), cmp_name);
 	for (size_t i = 0; i < l.nr; i++) {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <limits.h>
+#include <mntent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -26,7 +27,12 @@
 #include "shardfs/fs.h"
 #include "shardfs/index_map.h"
 #include "shardfs/log.h"
+#include "shardfs/shardset.h"
+#include "shardfs/source.h"
 #include "shardfs/util.h"
+
+/* The device every FUSE mount opens (directly or through fusermount3). */
+#define SHARDFS_FUSE_DEVICE "/dev/fuse"
 
 /* Kernel readahead per open file: one maximal (256-page) FUSE read. */
 #define SHARDFS_KERNEL_READAHEAD_KIB 1024
@@ -68,6 +74,31 @@ static const struct fuse_opt mount_opts[] = {
 	MOUNT_OPT("log=%s", log, 0),
 	MOUNT_OPT("io_uring_threads=%u", uring_threads, 0),
 	FUSE_OPT_END
+};
+
+/*
+ * libfuse's -o options that shardfs users give, for suggestions only:
+ * libfuse itself decides what it accepts (fuse_session_new).
+ */
+static const struct fuse_opt fuse_known_opts[] = {
+	FUSE_OPT_KEY("allow_other", 0),
+	FUSE_OPT_KEY("allow_root", 0),
+	FUSE_OPT_KEY("auto_unmount", 0),
+	FUSE_OPT_KEY("default_permissions", 0),
+	FUSE_OPT_KEY("fsname=", 0),
+	FUSE_OPT_KEY("subtype=", 0),
+	FUSE_OPT_KEY("max_read=", 0),
+	FUSE_OPT_KEY("ro", 0),
+	FUSE_OPT_KEY("debug", 0),
+	FUSE_OPT_KEY("max_threads=", 0),
+	FUSE_OPT_KEY("max_idle_threads=", 0),
+	FUSE_OPT_KEY("clone_fd", 0),
+	FUSE_OPT_END
+};
+
+/* Every table of -o options shardfs knows, for cli_suggest_options(). */
+static const struct fuse_opt *const all_opts[] = {
+	cli_index_opts, mount_opts, fuse_known_opts, NULL
 };
 
 static void usage(const char *prog)
@@ -127,13 +158,62 @@ static int mountpoint_error(const char *mp, int err)
 	return -err;
 }
 
+/* The source of the shardfs mount on @mp, copied into @source; false
+ * when @mp is no shardfs mount. */
+static bool shardfs_mounted_on(const char *mp, char *source, size_t cap)
+{
+	char real[PATH_MAX];
+	struct mntent *e;
+	bool found = false;
+	FILE *f;
+
+	if (!realpath(mp, real) || !(f = setmntent("/proc/self/mounts", "r")))
+		return false;
+	while (!found && (e = getmntent(f)))
+		if (!strcmp(e->mnt_dir, real) && !strcmp(e->mnt_type, "fuse.shardfs")) {
+			snprintf(source, cap, "%s", e->mnt_fsname);
+			found = true;
+		}
+	endmntent(f);
+	return found;
+}
+
+/*
+ * Say what is at the non-empty mountpoint @mp: another shardfs mount,
+ * shards (SHARDS and MOUNTPOINT swapped), or other files, which a mount
+ * would hide.  @entries are counted, @shards of them look like shards,
+ * @example is one of them.  Returns -ENOTEMPTY.
+ */
+static int mountpoint_occupied(const char *mp, int entries, int shards,
+			       const char *example)
+{
+	char source[PATH_MAX];
+
+	if (shardfs_mounted_on(mp, source, sizeof(source)))
+		log_error("%s: already a shardfs mount (of %s): unmount it first "
+			  "(fusermount3 -u %s) or choose another mountpoint", mp,
+			  source, mp);
+	else if (shards)
+		log_error("%s: holds %d shard%s (%s): this is a shard directory, "
+			  "not a mountpoint; are SHARDS and MOUNTPOINT swapped? "
+			  "(usage: shardfs SHARDS MOUNTPOINT)", mp, shards,
+			  shards == 1 ? "" : "s", example);
+	else
+		log_error("%s: mountpoint is not empty (%d entr%s, e.g. '%s'); a "
+			  "mount would hide them until unmounted: choose an empty "
+			  "directory (-o nonempty mounts over them all the same)", mp,
+			  entries, entries == 1 ? "y" : "ies", example);
+	return -ENOTEMPTY;
+}
+
 /* The mountpoint must be an empty directory unless -o nonempty. */
 static int check_mountpoint(const char *mp, int nonempty)
 {
-	struct stat st;
+	char example[NAME_MAX + 1] = "";
+	int entries = 0, shards = 0;
 	struct dirent *de;
+	struct stat st;
 	DIR *d;
-	int entries = 0;
 
 	if (stat(mp, &st))
 		return mountpoint_error(mp, errno);
@@ -144,13 +224,41 @@ static int check_mountpoint(const char *mp, int nonempty)
 	d = opendir(mp);
 	if (!d)
 		return mountpoint_error(mp, errno);
-	while ((de = readdir(d)))
-		entries += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	while ((de = readdir(d))) {
+		bool shard = shard_set_name_is_shard(de->d_name);
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (!entries++ || (shard && !shards))
+			snprintf(example, sizeof(example), "%s", de->d_name);
+		shards += shard;
+	}
 	closedir(d);
-	if (entries)
-		return log_error("%s: mountpoint is not empty (use -o nonempty)", mp),
-		       -ENOTEMPTY;
-	return 0;
+	return entries ? mountpoint_occupied(mp, entries, shards, example) : 0;
+}
+
+/*
+ * Can this user use FUSE at all?  Checked before the index is built, so
+ * that a user who cannot mount gets the reason, not a summary of a build
+ * followed by "failed to open /dev/fuse".
+ */
+static int check_fuse_device(void)
+{
+	int err;
+
+	if (!access(SHARDFS_FUSE_DEVICE, R_OK | W_OK))
+		return 0;
+	err = errno;
+	if (err == ENOENT)
+		log_error("%s: %s: FUSE is not available here: load the module "
+			  "(modprobe fuse), or start the container with the device "
+			  "(docker run --device /dev/fuse --cap-add SYS_ADMIN)",
+			  SHARDFS_FUSE_DEVICE, strerror(err));
+	else
+		log_error("%s: %s: this user may not use FUSE; mount as root, or "
+			  "be given read and write access to %s (its group)",
+			  SHARDFS_FUSE_DEVICE, strerror(err), SHARDFS_FUSE_DEVICE);
+	return -err;
 }
 
 /* An unsigned number in @base, at most @max; NULL (unset) leaves *out. */
@@ -204,7 +312,8 @@ static int mount_options(const struct mount_cli *m, struct shardfs_options *opt,
 /*
  * SHARDS with the working directory put in front of every relative item
  * (items are separated by commas outside braces), so that df and
- * /proc/mounts say where the shards are.  NULL when out of memory.
+ * /proc/mounts say where the shards are.  URLs are not paths: they stay
+ * as given.  NULL when out of memory.
  */
 static char *absolute_shards(const char *shards)
 {
@@ -221,7 +330,8 @@ static char *absolute_shards(const char *shards)
 	if (!out)
 		return NULL;
 	for (const char *c = shards;; c++) {
-		if ((c == shards || (c[-1] == ',' && depth == 0)) && *c != '/')
+		if ((c == shards || (c[-1] == ',' && depth == 0)) && *c != '/' &&
+		    !shard_source_is_remote(c))
 			o += sprintf(o, "%s/", strcmp(cwd, "/") ? cwd : "");
 		if (!*c)
 			break;
@@ -328,6 +438,27 @@ out_destroy:
 }
 
 /*
+ * The session for @args (libfuse checks the options left to it); when it
+ * refuses them, the options they resemble.  libfuse frees @args then, so
+ * a copy is kept for the suggestions.
+ */
+static struct fuse_session *new_session(struct fuse_args *args,
+					struct ll_session *ls)
+{
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se;
+
+	for (int i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&copy, args->argv[i]))
+			break;
+	se = shardfs_session_new(args, ls);
+	if (!se)
+		cli_suggest_options(&copy, all_opts);
+	fuse_opt_free_args(&copy);
+	return se;
+}
+
+/*
  * Parse both option tables and libfuse's.  Returns the exit code for a
  * usage error, or 0 with *done set when --help or --version was served.
  */
@@ -384,12 +515,16 @@ int main(int argc, char *argv[])
 	if (m.log && log_use_file(m.log))
 		goto out_release_config;
 	/* libfuse checks the options it was left with here, before the scan */
-	se = shardfs_session_new(&args, &ls);
+	se = new_session(&args, &ls);
 	if (!se)
 		goto out_release_config;
 	if (o.debug)
 		log_set_level(LOG_LEVEL_DEBUG);
 	rc = EXIT_FAILED;
+	if (check_fuse_device()) {
+		fuse_session_destroy(se);
+		goto out_release_config;
+	}
 	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store)) {
 		fuse_session_destroy(se);
 		goto out_release_config;

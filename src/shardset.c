@@ -50,8 +50,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Names the directory form picks up; what a shard is, its bytes tell. */
-static int has_tar_suffix(const char *name)
+bool shard_set_name_is_shard(const char *name)
 {
 	static const char *const suffixes[] = { ".tar", ".tar.gz", ".tgz", ".tar.zst" };
 	size_t n = strlen(name);
@@ -60,12 +59,12 @@ static int has_tar_suffix(const char *name)
 		size_t k = strlen(suffixes[i]);
 
 		if (n > k && !strcmp(name + n - k, suffixes[i]))
-			return 1;
+			return true;
 	}
-	return 0;
+	return false;
 }
 
-/* Every shard (has_tar_suffix) directly in @dir, sorted by name. */
+/* Every shard (shard_set_name_is_shard) directly in @dir, sorted by name. */
 static int add_directory(struct shard_set *set, const char *dir, char *msg,
 			 size_t msg_len)
 {
@@ -78,7 +77,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
-		if (!rc && has_tar_suffix(names[i]->d_name)) {
+		if (!rc && shard_set_name_is_shard(names[i]->d_name)) {
 			int len = snprintf(path, sizeof(path), "%s/%s", dir,
 					   names[i]->d_name);
 
@@ -90,7 +89,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	}
 	free(names);
 	if (!rc && !found)
-		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no *.tar, *.tar.gz, *.tgz or *.tar.zst shards", dir);
+		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no " SHARD_SET_SUFFIXES " shards", dir);
 	return rc ? log_format(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
 }
 

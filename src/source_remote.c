@@ -124,6 +124,8 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 	/* S3 honours Range: what a listing said of the object will do */
 	if (!rc && (strncmp(url, "s3://", 5) || remote_s3_lookup(&r->obj)))
 		rc = remote_http_probe(&r->obj, msg, msg_len);
+	if (rc == -ENOENT && !strncmp(url, "s3://", 5) && url[strlen(url) - 1] != '/')
+		remote_s3_prefix_hint(url, msg, msg_len);
 	if (rc)
 		goto out_free;
 	if (remote_validator(&r->obj) == REMOTE_VALIDATOR_NONE &&

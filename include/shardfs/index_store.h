@@ -55,6 +55,9 @@ struct index_store_result {
 	enum index_origin origin;	/* see above */
 	char path[PATH_MAX];		/* the index file used or written */
 	bool saved;			/* a new file was written */
+	char published[PATH_MAX];	/* a remote set: where mounts look for
+					 * a published copy (next to the first
+					 * shard); else "" */
 };
 
 /* Parse "auto", "require", "rebuild" or "off".  0 or -EINVAL. */

@@ -142,6 +142,14 @@ int remote_expand(const char *item,
 int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_len);
 
 /*
+ * PUT the local regular file @path (at most REMOTE_FILE_MAX bytes, not a
+ * symlink) as the object @url (s3:// only: signed as the mount signs its
+ * GETs, with the same endpoint, region and credentials; web servers are
+ * not written to).  0 or -errno with a message in @msg.
+ */
+int remote_put_file(const char *path, const char *url, char *msg, size_t msg_len);
+
+/*
  * Write the remote counters as a JSON member ("remote": {...}; nothing
  * when no remote shard was opened) or, with @metrics, as Prometheus text
  * (always), into @buf (@cap bytes).  Returns the length written.

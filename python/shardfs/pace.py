@@ -20,12 +20,24 @@ then reports:
 - the fraction of each step spent waiting for the DataLoader (p50, p95),
   which is what the PyTorch profiler shows as time in the DataLoader's
   `__next__`;
-- what the storage saw: on a shardfs mount, the FUSE requests, shard
-  reads and bytes counted in `/.shardfs/stats` during the run, beside the
-  metadata operations the same reads cost on a loose tree of files
-  (a stat, an open and a close per file read);
-- `--plot FILE.png`: the wait of every step and the delivered rate over
-  time; `--json FILE`: everything above, for scripts.
+- what the storage served during the measured steps (not the warm-up):
+  on a shardfs mount the FUSE requests and their latency, shard reads and
+  bytes, and for http:// and s3:// shards the GETs, bytes and GET
+  latency counted in `/.shardfs/stats`; whether a page cache served the
+  steps instead (`--cold`, as root, drops the kernel's caches before
+  them); beside it the metadata operations the same reads cost on a
+  loose tree of files (a stat, an open and a close per file read);
+- the machine during the measured steps (diagnose.py): CPU busy and
+  iowait, context switches, the CPU of the mount's daemon and of the
+  DataLoader workers, GPU utilisation with --device cuda; and from them
+  the bottleneck -- decoding CPU, storage latency, storage bandwidth, the
+  FUSE daemon, or the GPU -- with the figure that shows it and one
+  suggestion;
+- `--plot FILE.png`: the wait of every step, the delivered rate against
+  the required one and the pass line, CPU busy and iowait per step;
+  `--json FILE`: everything above, for scripts; `--trace DIR`: a PyTorch
+  profiler trace (TensorBoard) of steps 5-9, where the gaps in
+  `DataLoader.__next__` show.
 
 Exit status: 0 delivery keeps pace, 1 it does not, 2 usage error (also:
 `--device cuda` without a CUDA device).
@@ -41,6 +53,7 @@ import sys
 import time
 
 from . import CONTROL_DIR, NotOnShardfs, find_mount_root
+from . import diagnose
 
 __all__ = ["main", "training_shape", "storage_report", "UsageError"]
 
@@ -52,6 +65,10 @@ DEFAULT_TOLERANCE = 0.10	# delivered may fall this far below required
 DEFAULT_STEPS = 50
 DEFAULT_WARMUP = 2		# first steps not measured: worker start-up
 DEFAULT_IMAGE_SIZE = 224	# Resize((224, 224)) + ToTensor by default
+# --trace: torch.profiler.schedule of the seed's profile (steps 3-9)
+TRACE_SCHEDULE = {"wait": 2, "warmup": 2, "active": 5, "repeat": 1}
+TRACE_STEPS = 9		# the steps that schedule takes
+DROP_CACHES = "/proc/sys/vm/drop_caches"
 # a stat, an open and a close: what reading one loose file costs the
 # storage's metadata service before any byte moves
 LOOSE_TREE_OPS_PER_FILE = 3
@@ -119,23 +136,12 @@ def read_stats(mountpoint):
         return json.load(f)
 
 
-def storage_report(before, after, files_read):
-    """What the storage saw between two stats snapshots (None off
-    shardfs), beside what FILES_READ loose files would have cost."""
-    report = {"files_read": files_read,
-              "loose_tree_metadata_ops": LOOSE_TREE_OPS_PER_FILE * files_read}
-    if before is None or after is None:
-        return report
-    ops = {name: after["ops"][name]["count"] - before["ops"][name]["count"]
-           for name in after["ops"]}
-    report.update({
-        "fuse_requests": sum(ops.values()),
-        "fuse_requests_by_op": ops,
-        "shard_reads": after["backing_reads"] - before["backing_reads"],
-        "shard_read_bytes": after["backing_read_bytes"] - before["backing_read_bytes"],
-        "bytes_returned": after["read_bytes"] - before["read_bytes"],
-        "errors": after["errors"] - before["errors"],
-    })
+def storage_report(before, after, files_read, system=None):
+    """What the storage served between two stats snapshots (None off
+    shardfs; diagnose.storage_report), beside what FILES_READ loose files
+    would have cost."""
+    report = diagnose.storage_report(before, after, files_read, system)
+    report["loose_tree_metadata_ops"] = LOOSE_TREE_OPS_PER_FILE * files_read
     return report
 
 
@@ -263,16 +269,28 @@ def _fetch_all(ranks, pool):
     return list(pool.map(next, ranks))
 
 
-def run_steps(ranks, compute, steps, warmup):
+class _NoHooks:
+    def begin(self):
+        pass
+
+    def step(self, measured):
+        return {}
+
+
+def run_steps(ranks, compute, steps, warmup, hooks=_NoHooks()):
     """Run WARMUP + STEPS steps; returns one record per measured step:
     wait (s, until the last rank had its batch), step (s, wait +
-    compute), samples (node), t (s since the first measured step began)."""
+    compute), samples (node), t (s since the first measured step began),
+    and what HOOKS.step(measured) adds after every step.  HOOKS.begin()
+    runs just before the first measured step."""
     from concurrent.futures import ThreadPoolExecutor
     pool = ThreadPoolExecutor(len(ranks)) if len(ranks) > 1 else None
     records = []
     try:
         start = None
         for step in range(warmup + steps):
+            if step == warmup:
+                hooks.begin()
             t0 = time.perf_counter()
             if step == warmup:
                 start = t0
@@ -280,14 +298,41 @@ def run_steps(ranks, compute, steps, warmup):
             t1 = time.perf_counter()
             compute(batches)
             t2 = time.perf_counter()
+            extra = hooks.step(step >= warmup)
             if step >= warmup:
                 records.append({"wait": t1 - t0, "step": t2 - t0,
                                 "samples": sum(len(b[1]) for b in batches),
-                                "t": t2 - start})
+                                "t": t2 - start, **extra})
     finally:
         if pool is not None:
             pool.shutdown()
     return records
+
+
+class _Hooks:
+    """What runs around the steps: --cold's cache drop and the probe's
+    first snapshot before the measured steps, the CPU shares after each
+    measured step, the profiler's step after every step."""
+
+    def __init__(self, probe, counter, cold, profiler):
+        self.probe, self.counter, self.cold = probe, counter, cold
+        self.profiler, self.files_at_begin = profiler, 0
+
+    def begin(self):
+        if self.cold:
+            os.sync()
+            with open(DROP_CACHES, "w") as f:
+                f.write("3\n")
+        self.files_at_begin = self.counter.value
+        self.probe.begin()
+
+    def step(self, measured):
+        if self.profiler is not None:
+            self.profiler.step()
+        if not measured:
+            return {}
+        busy, iowait = self.probe.step()
+        return {"cpu_busy": busy, "cpu_iowait": iowait}
 
 
 # ------------------------------------------------------------ the report
@@ -330,7 +375,7 @@ def _si(n):
 
 
 def format_report(result):
-    s, v, st = result["shape"], result["verdict"], result["storage"]
+    s, v = result["shape"], result["verdict"]
     lines = [
         "shardfs-pace: %s: %d samples, %d classes, %s" % (
             result["directory"], result["samples"], result["classes"],
@@ -349,30 +394,71 @@ def format_report(result):
         "waiting for data: p50 %.1f%%, p95 %.1f%% of each step" % (
             100 * v["wait_fraction_p50"], 100 * v["wait_fraction_p95"]),
     ]
-    if "fuse_requests" in st:
-        lines.append(
-            "storage (shardfs): %d files read with %d FUSE requests, %d shard "
-            "reads, %sB from shards; a loose tree: %d metadata ops (stat+open+"
-            "close per file)" % (st["files_read"], st["fuse_requests"],
-                                 st["shard_reads"], _si(st["shard_read_bytes"]),
-                                 st["loose_tree_metadata_ops"]))
-    else:
-        lines.append("storage: %d files read: %d metadata ops (stat+open+close "
-                     "per file)" % (st["files_read"], st["loose_tree_metadata_ops"]))
+    lines += _storage_lines(result)
+    lines += _system_lines(result)
     lines.append("verdict: %s (delivered %s %.0f%% of required)" % (
         "KEEPS PACE" if v["keeps_pace"] else "DOES NOT KEEP PACE",
         ">=" if v["keeps_pace"] else "<", 100 * (1 - v["tolerance"])))
+    d = result["diagnosis"]
+    lines.append("bottleneck: %s: %s; suggestion: %s" % (
+        d["bottleneck"], d["figure"], d["suggestion"]))
+    if result.get("trace"):
+        lines.append("profiler trace (tensorboard --logdir %s): steps %d-%d" % (
+            result["trace"], TRACE_SCHEDULE["wait"] + TRACE_SCHEDULE["warmup"] + 1,
+            TRACE_STEPS))
     return "\n".join(lines)
 
 
+def _storage_lines(result):
+    """What the storage served during the measured steps, in words."""
+    st, samples = result["storage"], result["samples"]
+    passes = st["files_read"] / samples if samples else 0.0
+    if "fuse_requests" not in st:
+        return ["storage: %d files read (the set %.1f times): %d metadata ops "
+                "(stat+open+close per file)" % (st["files_read"], passes,
+                                                st["loose_tree_metadata_ops"])]
+    lines = ["storage during the measured steps: %d files read (the set %.1f "
+             "times) with %d FUSE requests (reads %.0f us mean); %d shard reads, "
+             "%sB from shards (%sB of it pushed ahead into the page cache), "
+             "%sB from the storage; a loose tree: %d metadata ops (stat+open+"
+             "close per file)" % (st["files_read"], passes, st["fuse_requests"],
+                                  st["fuse_read_latency_mean_us"], st["shard_reads"],
+                                  _si(st["shard_read_bytes"]),
+                                  _si(st["pushed_ahead_bytes"]), _si(st["storage_bytes"]),
+                                  st["loose_tree_metadata_ops"])]
+    if "remote_gets" in st:
+        lines.append("remote storage served %d GETs (%.2f per sample), %sB, first "
+                     "byte after %.1f ms on average" % (st["remote_gets"], st["remote_gets_per_sample"],
+                                      _si(st["remote_bytes"]),
+                                      st["remote_get_latency_mean_ms"]))
+    if st["page_cache"]:
+        lines.append("note: %s%s" % (st["page_cache"], "" if result["cold"] else
+                                     "; --cold (root) drops the caches first"))
+    return lines
+
+
+def _system_lines(result):
+    sy = result["system"]
+    line = "machine during the steps: CPU busy %.0f%% of %d CPUs, iowait %.0f%%, " \
+           "%.0f context switches/s; DataLoader workers %.2f CPUs" % (
+               100 * sy["cpu_busy"], sy["cpus"], 100 * sy["cpu_iowait"],
+               sy["context_switches_per_s"], sy["workers_cpus"])
+    if sy["daemon_cpus"] is not None:
+        line += ", shardfs daemon %.2f CPUs" % sy["daemon_cpus"]
+    if sy.get("gpu_util") is not None:
+        line += ", GPU %.0f%%" % sy["gpu_util"]
+    return [line]
+
+
 def write_plot(path, result):
-    """PNG: wait per step (top), delivered and required rate (bottom)."""
+    """PNG: wait per step (top), delivered and required rate with the
+    pass line (middle), CPU busy and iowait per step (bottom)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     recs = result["steps"]
     t = [r["t"] for r in recs]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
     top.bar([r["t"] - r["step"] for r in recs], [1000 * r["wait"] for r in recs],
             width=[r["step"] * 0.9 for r in recs], align="edge",
             label="waiting for the DataLoader")
@@ -382,15 +468,24 @@ def write_plot(path, result):
     top.legend(loc="upper right")
     rates = [r["samples"] / r["step"] for r in recs]
     required = result["shape"]["required_per_node"]
-    bottom.plot(t, rates, marker=".", label="delivered (per step)")
-    bottom.axhline(required, color="red", linestyle="--", label="required")
-    bottom.set_ylabel("samples/s per node")
+    passing = required * (1 - result["verdict"]["tolerance"])
+    middle.plot(t, rates, marker=".", label="delivered (per step)")
+    middle.axhline(required, color="red", linestyle="--", label="required")
+    middle.axhline(passing, color="orange", linestyle=":",
+                   label="pass (%.0f%% of required)" % (100 * passing / required))
+    middle.set_ylabel("samples/s per node")
+    middle.set_ylim(0, 1.15 * max(rates + [required]))
+    middle.legend(loc="lower right")
+    bottom.plot(t, [100 * r["cpu_busy"] for r in recs], label="CPU busy")
+    bottom.plot(t, [100 * r["cpu_iowait"] for r in recs], label="iowait")
+    bottom.set_ylabel("% of all CPUs")
+    bottom.set_ylim(0, 105)
     bottom.set_xlabel("seconds")
-    bottom.set_ylim(0, 1.15 * max(rates + [required]))
-    bottom.legend(loc="lower right")
-    fig.suptitle("shardfs-pace %s: %s" % (
+    bottom.legend(loc="upper right")
+    fig.suptitle("shardfs-pace %s: %s; bottleneck: %s" % (
         result["directory"],
-        "keeps pace" if result["verdict"]["keeps_pace"] else "does not keep pace"))
+        "keeps pace" if result["verdict"]["keeps_pace"] else "does not keep pace",
+        result["diagnosis"]["bottleneck"]))
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
@@ -470,7 +565,13 @@ def parser():
     r.add_argument("--json", metavar="FILE", help="write the results as JSON "
                    "('-': standard output, instead of the text report)")
     r.add_argument("--plot", metavar="FILE.png", help="write a PNG plot of the "
-                   "wait per step and the delivered rate over time")
+                   "wait per step, the delivered rate over time and the CPU")
+    r.add_argument("--trace", metavar="DIR", help="write a PyTorch profiler "
+                   "trace of steps 5-9 (schedule wait=2, warmup=2, active=5) "
+                   "into DIR for TensorBoard: the gaps in DataLoader.__next__")
+    r.add_argument("--cold", action="store_true", help="drop the kernel's page "
+                   "cache before the measured steps, so that they read from "
+                   "the storage (root; shardfs's own remote cache is kept)")
     return p
 
 
@@ -480,6 +581,12 @@ def _check_options(opts):
         raise UsageError("%s is not a directory" % opts.directory)
     if not 0 <= opts.tolerance < 1:
         raise UsageError("--tolerance must be in [0, 1)")
+    if opts.cold and not os.access(DROP_CACHES, os.W_OK):
+        raise UsageError("--cold drops the kernel's caches (%s): run as root"
+                         % DROP_CACHES)
+    if opts.trace and opts.warmup + opts.steps < TRACE_STEPS:
+        raise UsageError("--trace records steps 5-9: give --warmup + --steps "
+                         "of at least %d" % TRACE_STEPS)
     if opts.device == "cuda":
         import torch
         if not torch.cuda.is_available():
@@ -509,21 +616,57 @@ def measure(opts, shape):
     ranks = _build_ranks(opts, shape, dataset, counter, mountpoint)
     compute = (_CudaCompute(len(ranks), len(dataset.classes))
                if opts.device == "cuda" else _SleepCompute(shape["step_time"]))
-    before = read_stats(mountpoint)
-    try:
-        records = run_steps(ranks, compute, opts.steps, opts.warmup)
-    finally:
-        del ranks[:]		# shuts the workers down
-    after = read_stats(mountpoint)
+    probe = diagnose.Probe(mountpoint, read_stats)
+    gpu = diagnose.GpuPoll() if opts.device == "cuda" else None
+    records, files_read = _run_probed(opts, ranks, compute, probe, counter, gpu)
+    system = probe.system_report(opts.workers * shape["ranks_per_node"])
+    system["gpu_util"] = gpu.mean() if gpu else None
+    verdict = summarize(records, shape, opts.tolerance)
+    storage = storage_report(probe.start["stats"], probe.end["stats"], files_read,
+                             system)
     return {
         "directory": directory, "mountpoint": mountpoint,
         "samples": len(dataset), "classes": len(dataset.classes),
         "sampler": sampler, "workers": opts.workers, "device": opts.device,
-        "shape": shape,
-        "verdict": summarize(records, shape, opts.tolerance),
-        "storage": storage_report(before, after, counter.value),
+        "cold": opts.cold, "trace": opts.trace,
+        "shape": shape, "verdict": verdict, "storage": storage, "system": system,
+        "diagnosis": diagnose.diagnose(verdict, system, storage, system["gpu_util"]),
         "steps": records,
     }
+
+
+def _profiler(opts):
+    """The --trace profiler (entered), or None."""
+    if not opts.trace:
+        return None
+    import torch.profiler as tp
+    activities = [tp.ProfilerActivity.CPU] + (
+        [tp.ProfilerActivity.CUDA] if opts.device == "cuda" else [])
+    prof = tp.profile(activities=activities, schedule=tp.schedule(**TRACE_SCHEDULE),
+                      on_trace_ready=tp.tensorboard_trace_handler(opts.trace))
+    prof.__enter__()
+    return prof
+
+
+def _run_probed(opts, ranks, compute, probe, counter, gpu):
+    """run_steps() with the probe, --cold, --trace and the GPU poll:
+    (records, files read during the measured steps).  The probe's last
+    snapshot is taken before the workers shut down."""
+    prof = _profiler(opts)
+    hooks = _Hooks(probe, counter, opts.cold, prof)
+    if gpu:
+        gpu.start()
+    try:
+        records = run_steps(ranks, compute, opts.steps, opts.warmup, hooks)
+        probe.finish()
+        files_read = counter.value - hooks.files_at_begin
+    finally:
+        if gpu:
+            gpu.stop()
+        if prof is not None:
+            prof.__exit__(None, None, None)
+        del ranks[:]		# shuts the workers down
+    return records, files_read
 
 
 def main(argv=None):

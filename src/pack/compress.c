@@ -44,6 +44,37 @@ int pack_compress_parse(const char *arg, struct pack_compress *c)
 	return 0;
 }
 
+int pack_compress_check_name(const struct pack_compress *c, const char *pattern)
+{
+	static const struct {
+		const char *suffix;		/* of OUT_PATTERN */
+		enum pack_compression kind;	/* what it promises */
+	} names[] = {
+		{ ".tar", PACK_COMPRESS_NONE }, { ".tar.gz", PACK_COMPRESS_GZIP },
+		{ ".tgz", PACK_COMPRESS_GZIP }, { ".tar.zst", PACK_COMPRESS_ZSTD },
+	};
+	static const char *const option[] = { "", "--compress=gzip", "--compress=zstd" };
+	static const char *const suffix[] = { ".tar", ".tar.gz", ".tar.zst" };
+	static const char *const kind[] = { "plain tar", "gzip", "zstd" };
+	size_t n = strlen(pattern);
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
+		size_t k = strlen(names[i].suffix);
+
+		if (n < k || strcmp(pattern + n - k, names[i].suffix) ||
+		    names[i].kind == c->kind)
+			continue;
+		pack_error("%s: a %s name for %s shards: end OUT_PATTERN in %s%s%s",
+			   pattern, names[i].suffix,
+			   kind[c->kind],
+			   suffix[c->kind],
+			   c->kind == PACK_COMPRESS_NONE ? ", or add " : "",
+			   c->kind == PACK_COMPRESS_NONE ? option[names[i].kind] : "");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int pack_compressor_init(struct pack_compressor *z, const struct pack_compress *c,
 			 size_t max_in)
 {

@@ -200,6 +200,14 @@ struct pack_compress {
 /* Parse "gzip", "zstd", "gzip:LEVEL" (1-9) or "zstd:LEVEL".  0 or -EINVAL. */
 int pack_compress_parse(const char *arg, struct pack_compress *c);
 
+/*
+ * Refuse an OUT_PATTERN whose name says another format than @c writes:
+ * a .tar name for gzip data, .tar.gz or .tgz for plain tar or zstd,
+ * .tar.zst for anything but zstd.  Names with none of these suffixes are
+ * left alone.  0 or -EINVAL (reported).
+ */
+int pack_compress_check_name(const struct pack_compress *c, const char *pattern);
+
 /* A writer's compressor: output buffer and state, reused per block. */
 struct pack_compressor {
 	struct pack_compress c;		/* what it makes */

@@ -27,6 +27,12 @@
 #define DEFAULT_JOBS_MAX 4
 /* Most threads --jobs may ask for. */
 #define JOBS_MAX 64
+/*
+ * The readers of a typical training job that a shard set should have at
+ * least one shard each for: one node of 8 GPUs with 8 DataLoader workers
+ * each.  Workers take whole shards; with fewer shards, some read nothing.
+ */
+#define JOB_READERS_TYPICAL 64
 
 /* Everything the command line says. */
 struct pack_options {
@@ -44,6 +50,7 @@ enum {
 	OPT_SHUFFLE = 256,
 	OPT_KEEP_OWNER,
 	OPT_WHOLE_SECONDS,
+	OPT_EXACT_MTIME,
 	OPT_RESUME,
 	OPT_NO_INDEX,
 	OPT_COMPRESS,
@@ -56,6 +63,7 @@ static const struct option long_options[] = {
 	{ "follow-symlinks", no_argument, NULL, 'L' },
 	{ "keep-owner", no_argument, NULL, OPT_KEEP_OWNER },
 	{ "whole-seconds", no_argument, NULL, OPT_WHOLE_SECONDS },
+	{ "exact-mtime", no_argument, NULL, OPT_EXACT_MTIME },
 	{ "resume", no_argument, NULL, OPT_RESUME },
 	{ "no-index", no_argument, NULL, OPT_NO_INDEX },
 	{ "compress", required_argument, NULL, OPT_COMPRESS },
@@ -76,12 +84,15 @@ static void usage(FILE *f)
 "\n"
 "  -s, --max-size=SIZE    start a new shard before one passes SIZE bytes\n"
 "                         (suffixes K, M, G, T; default 1G)\n"
-"  -c, --max-count=N      at most N samples per shard (default: no limit)\n"
+"  -c, --max-count=N      at most N samples per shard (default: no limit;\n"
+"                         a warning says when the set has fewer than 64)\n"
 "      --shuffle[=SEED]   write samples in a random order fixed by SEED\n"
 "                         (default 0) instead of sorted by key\n"
 "  -L, --follow-symlinks  store what symbolic links point to\n"
 "      --keep-owner       record owner and group (default: 0, no names)\n"
-"      --whole-seconds    drop sub-second mtimes (saves a PAX header each)\n"
+"      --exact-mtime      keep sub-second mtimes (a PAX header each, 1 KiB);\n"
+"                         by default mtimes are whole seconds\n"
+"      --whole-seconds    the default (kept for old command lines)\n"
 "      --resume           keep the shards an interrupted run completed\n"
 "      --no-index         do not write the shardfs index\n"
 "      --compress=gzip|zstd[:LEVEL]\n"
@@ -135,7 +146,8 @@ static int parse_option(struct pack_options *opt, int c, const char *arg)
 		opt->walk.keep_owner = true;
 		return 0;
 	case OPT_WHOLE_SECONDS:
-		opt->walk.whole_seconds = true;
+	case OPT_EXACT_MTIME:
+		opt->walk.whole_seconds = c == OPT_WHOLE_SECONDS;
 		return 0;
 	case OPT_RESUME:
 		opt->resume = true;
@@ -174,6 +186,8 @@ static void set_defaults(struct pack_options *opt)
 	memset(opt, 0, sizeof(*opt));
 	opt->plan.max_size = DEFAULT_MAX_SIZE;
 	opt->plan.max_count = UINT64_MAX;
+	/* training has no use for sub-second mtimes; they cost 1 KiB each */
+	opt->walk.whole_seconds = true;
 	opt->walk.jobs = cpus < 1 ? 1 : cpus > DEFAULT_JOBS_MAX ?
 		DEFAULT_JOBS_MAX : (unsigned)cpus;
 }
@@ -222,7 +236,7 @@ static int parse_args(int argc, char **argv, struct pack_options *opt)
 		pack_error("--resume cannot be used with --compress");
 		return -EINVAL;
 	}
-	return 0;
+	return pack_compress_check_name(&opt->compress, opt->out);
 }
 
 /* Create directory @dir and its parents, as mkdir -p does. */
@@ -310,6 +324,24 @@ static int check_names(const struct pack_plan *plan,
 	return 0;
 }
 
+/*
+ * Warn when the set has fewer shards than a typical job has readers
+ * (JOB_READERS_TYPICAL), and say which --max-count makes that many.
+ */
+static void warn_few_shards(const struct pack_plan *plan)
+{
+	uint64_t per_shard = plan->samples / JOB_READERS_TYPICAL;
+
+	if (plan->shard_count >= JOB_READERS_TYPICAL || !per_shard)
+		return;
+	pack_warn("%" PRIu64 " samples in %zu shard%s: fewer than the %d DataLoader "
+		  "workers of one 8-GPU node (8 each), and workers take whole "
+		  "shards, so most would read nothing; --max-count=%" PRIu64
+		  " makes %d or more (see \"Recommended shard sizes\" in docs/pack.md)",
+		  plan->samples, plan->shard_count, plan->shard_count == 1 ? "" : "s",
+		  JOB_READERS_TYPICAL, per_shard, JOB_READERS_TYPICAL);
+}
+
 /* Warn about a shard of an earlier, larger run that follows this set. */
 static void warn_stale(const struct pack_pattern *pattern, size_t count)
 {
@@ -386,8 +418,10 @@ static int pack_produce(const struct pack_options *opt,
 		rc = pack_manifest_write(plan, pattern, results);
 	if (!rc && !opt->no_index)
 		rc = pack_index_write(pattern, plan->shard_count, opt->walk.jobs, results);
-	if (!rc)
+	if (!rc) {
 		warn_stale(pattern, plan->shard_count);
+		warn_few_shards(plan);
+	}
 	if (!rc && !opt->quiet)
 		print_summary(plan, skipped, results, seconds_since(start));
 	for (size_t i = 0; i < plan->shard_count; i++)

@@ -366,30 +366,59 @@ def _sigv4_proxy(upstream_port, stats):
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self):
-            with stats.lock:
-                stats.requests.append(("GET", self.path))
-            if "Authorization" not in self.headers:
-                return self.forward()
+        def refused(self, method):
+            """Refuse (403, as S3 does) a signed request whose key or
+            signature is wrong; True when refused."""
             key = self.headers["Authorization"].split("Credential=")[-1].split("/")[0]
             with stats.lock:
                 secret = stats.keys.get(key)
             if secret is None:
                 with stats.lock:
                     stats.rejected += 1
-                return self.refuse("InvalidAccessKeyId", "The AWS Access Key Id you "
-                                   "provided does not exist in our records.")
-            expected = botocore_signature("GET", self.path, self.headers,
+                self.refuse("InvalidAccessKeyId", "The AWS Access Key Id you "
+                            "provided does not exist in our records.")
+                return True
+            expected = botocore_signature(method, self.path, self.headers,
                                           self.headers.get("X-Amz-Security-Token"),
                                           key, secret)
             got = self.headers["Authorization"].split("Signature=")[-1]
             if got != expected:
                 with stats.lock:
                     stats.rejected += 1
-                return self.refuse("SignatureDoesNotMatch",
-                                   "The request signature we calculated does not "
-                                   "match the signature you provided.")
+                self.refuse("SignatureDoesNotMatch",
+                            "The request signature we calculated does not "
+                            "match the signature you provided.")
+                return True
+            return False
+
+        def do_GET(self):
+            with stats.lock:
+                stats.requests.append(("GET", self.path))
+            if "Authorization" in self.headers and self.refused("GET"):
+                return
             return self.forward()
+
+        def do_PUT(self):
+            """A signed PUT only, whose body has the SHA-256 it was signed
+            with (S3's XAmzContentSHA256Mismatch), relayed to s3rver."""
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with stats.lock:
+                stats.requests.append(("PUT", self.path))
+            if "Authorization" not in self.headers:
+                return self.refuse("AccessDenied", "Anonymous PUT")
+            if self.refused("PUT"):
+                return
+            if hashlib.sha256(body).hexdigest() != self.headers.get("X-Amz-Content-Sha256"):
+                return self.refuse("XAmzContentSHA256Mismatch", "The provided "
+                                   "'x-amz-content-sha256' header does not match")
+            conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
+            conn.request("PUT", self.path, body=body,
+                         headers={"Content-Length": str(len(body))})
+            resp = conn.getresponse()
+            data = resp.read()
+            conn.close()
+            reply_headers(self, resp.status, resp.getheaders(), len(data))
+            self.wfile.write(data)
 
         def forward(self):
             path = self.path

@@ -379,14 +379,15 @@ def test_fstab_line(tmp_path, shardfs_on_default_path):
 
 @pytest.mark.parametrize("option,line", [
     ("bogus", "shardfs: fuse: unknown option(s): `-o bogus'"),
-    ("max_thread=4", "shardfs: fuse: unknown option(s): `-o max_thread=4'"),
+    ("max_thread=4", "shardfs: fuse: unknown option(s): `-o max_thread=4'\n"
+     "shardfs: unknown option 'max_thread=4': did you mean 'max_threads'?"),
     ("idle_timeout=-1", "shardfs: bad idle_timeout (whole seconds) '-1'"),
     ("idle_timeout=1.5", "shardfs: bad idle_timeout (whole seconds) '1.5'"),
 ])
 def test_bad_options_are_refused_before_any_shard_is_read(tmp_path, option, line):
     """Every option is checked before the scan: no summary, no index file
     written, and one line naming the option (libfuse's message was broken
-    over three lines after a full scan)."""
+    over three lines after a full scan), then the option it resembles."""
     d = tmp_path / "set"
     os.makedirs(d)
     shard = order_shard(d / "a.tar", "a")

@@ -76,13 +76,16 @@ def test_a_mount_that_keeps_pace(mount, tmp_path):
         SAMPLES, len(imagedata.IMAGEFOLDER_CLASSES))
     assert len(result["steps"]) == 12
     assert all(s["samples"] == 8 for s in result["steps"])
-    # the storage: every measured and warm-up batch was read (and maybe
-    # a prefetched one more), through the mount's own counters
-    assert storage["files_read"] >= (12 + 2) * 8, storage
+    # the storage during the measured steps: every measured batch was
+    # read (and maybe prefetched ones more), through the mount's own
+    # counters; what the storage served, or which page cache did
+    assert storage["files_read"] >= 12 * 8, storage
     assert storage["loose_tree_metadata_ops"] == 3 * storage["files_read"]
-    assert storage["fuse_requests"] > 0 and storage["shard_reads"] > 0, storage
-    assert storage["shard_read_bytes"] > 0 and storage["errors"] == 0, storage
-    assert storage["fuse_requests_by_op"]["read"] > 0, storage
+    assert storage["fuse_requests"] > 0 and storage["errors"] == 0, storage
+    assert storage["shard_read_bytes"] > 0 or storage["page_cache"], storage
+    assert result["diagnosis"]["bottleneck"] in (
+        "GPU", "decoding CPU", "storage latency", "storage bandwidth",
+        "FUSE daemon"), result["diagnosis"]
     assert "verdict: KEEPS PACE" in r.stdout, r.stdout
     assert "required:       32.0 samples/s" in r.stdout, r.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -572,7 +572,7 @@ def test_errors_after_detaching_reach_the_log_file_and_stats(tmp_path):
         make_shard(a, members)
         with lib.mounted(str(a), mnt, "-o", "index_mode=off") as proc:
             pass
-        assert ("shardfs: warning: no syslog (/dev/log is missing): messages "
+        assert ("shardfs: no syslog (/dev/log is missing): messages "
                 "after shardfs goes to the background are lost; use -o "
                 "log=FILE or -f\n") in proc.stderr
 
