@@ -95,6 +95,12 @@
 #define SHARDFS_PUSHAHEAD_REGION (4u << 20)
 /* READs whose spans wait for the worker at once; more are dropped. */
 #define SHARDFS_PUSHAHEAD_SPAN_QUEUE 16
+/* A piece of a plain shard is pushed once its READs at random in this
+ * pass took this many tenths of its bytes (pushahead.c says why). */
+#define SHARDFS_PUSHAHEAD_FILL_TENTHS 7
+/* From when a pass took this many tenths of the set's bytes, a piece is
+ * pushed at its first READ at random: denser than any 1/N share, N >= 2. */
+#define SHARDFS_PUSHAHEAD_DENSE_TENTHS 6
 
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
@@ -162,6 +168,18 @@ struct pushahead {
 					 * whose spans to push, + 1
 					 * (0: a free slot) */
 	atomic_uint span_next;		/* slot the next one takes */
+	atomic_uchar *pass_of;		/* per entry: the pass (1..127) in
+					 * which a READ at random or a piece
+					 * push took it (0: none) */
+	atomic_uint *pieces;		/* per piece of a plain shard: the
+					 * pass, whether it was pushed, the
+					 * bytes READ at random (pushahead.c) */
+	uint32_t *piece_bytes;		/* per piece: bytes of the pushable
+					 * members that start in it */
+	uint32_t *piece_start;		/* per shard: its first piece; nr + 1 */
+	atomic_uint pass;		/* the reader's pass (1..127) */
+	atomic_bool dense;		/* this pass took DENSE_TENTHS of the
+					 * set: pieces go at their first READ */
 	atomic_bool spans_off;		/* span pushes were found wasted */
 	atomic_bool cheap_reads;	/* plain shards get no span pushes
 					 * (pushahead_cheap_reads) */
