@@ -432,6 +432,10 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 	bool inside = to && off >= s->from && off < to + SHARDFS_PUSHAHEAD_SLACK;
 
 	atomic_store_explicit(&s->active_ns, now_ns(), memory_order_relaxed);
+	s->near = off >= s->last_end && off - s->last_end <= SHARDFS_PUSHAHEAD_NEAR ?
+		  s->near + 1 : 0;
+	s->last_end = end;
+	streak = streak && s->near >= SHARDFS_READAHEAD_STREAK;
 	if (!inside && !streak) {
 		end_window(p, shard);
 		return;
@@ -463,9 +467,10 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
  * than a share of N >= 2 holds), the reader is dense, and each piece goes
  * whole at its first READ, as before.
  *
- * The pass: a READ at random of a member this pass had READ or pushed
- * means the reader began again (a new epoch after the kernel dropped the
- * pages) or the kernel dropped what was pushed: a new pass begins, the
+ * The pass: a READ at random of a member this pass had READ (at random
+ * or not) or pushed (with a piece or a window) means the reader began
+ * again (a new epoch after the kernel dropped the pages) or the kernel
+ * dropped what was pushed: a new pass begins, the
  * pieces' counts and the density start from nothing, so that a reader
  * that follows another on the mount is learned anew.  A piece's word
  * holds the pass it counts for (7 bits; a word of an older pass counts
@@ -596,12 +601,15 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 		window_on_read(p, in->shard, off, end, streak);
 		atomic_flag_clear_explicit(&s->busy, memory_order_release);
 	}
-	/* a jump to a file's start that no window covers */
-	if (forward || off != in->data ||
-	    atomic_load_explicit(&s->to, memory_order_relaxed))
+	if (off != in->data)
 		return;
-	if (p->set->shards[in->shard].src->encoding)
-		want_span(p, e);
+	if (forward || atomic_load_explicit(&s->to, memory_order_relaxed))
+		/* READ in this pass: a READ at random of it begins the next */
+		atomic_store_explicit(&p->pass_of[e],
+				      (unsigned char)atomic_load(&p->pass),
+				      memory_order_relaxed);
+	else if (p->set->shards[in->shard].src->encoding)
+		want_span(p, e);	/* a jump that no window covers */
 	else
 		piece_read(p, e);
 }
@@ -635,6 +643,8 @@ static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 		off += n;
 	}
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_STORED, memory_order_relaxed);
+	atomic_store_explicit(&p->pass_of[e],
+			      (unsigned char)atomic_load(&p->pass), memory_order_relaxed);
 	relaxed_add(&p->counters.files, 1);
 	relaxed_add(&p->counters.bytes, in->size);
 	return 0;
@@ -774,15 +784,15 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 
 /*
  * Whether member @m, with refs[] word @r, is left out of a span push for
- * a READ of entry @e: @e itself (the READ holds its pages), a member the
- * kernel lacks, and one the kernel was given or READ before: of a plain
- * shard's piece, in pass @pass; of a compressed shard's span (@pass 0),
- * ever, unless @dropped (then the kernel dropped them).
+ * a READ of entry @e: @e itself (the READ holds its pages), and one the
+ * kernel was given or READ before: of a plain shard's piece, in pass
+ * @pass; of a compressed shard's span (@pass 0), ever, unless @dropped
+ * (then the kernel dropped them).
  */
 static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
 		       unsigned r, unsigned pass, bool dropped)
 {
-	if (m == e || !(r & PUSHAHEAD_REFS))
+	if (m == e)
 		return true;
 	if (pass)
 		return atomic_load_explicit(&p->pass_of[m], memory_order_relaxed) == pass;
@@ -790,8 +800,9 @@ static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
 }
 
 /*
- * Push the members the kernel holds of [@start, @end) of entry @e's
- * shard (span_skips() says which are left out), while the bound has room
+ * Push the members the kernel holds, or holds once their directory was
+ * listed, of [@start, @end) of entry @e's shard (span_skips() says which
+ * are left out), while the bound has room
  * for all of it, marking each one pushed (@pass: for span_skips()).
  * Returns the bytes pushed.
  */
@@ -815,6 +826,10 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 			break;
 		if (span_skips(p, e, m, r, pass, dropped))
 			continue;
+		if (!known(p, m)) {	/* the kernel forgot it: listed once */
+			relaxed_add(&p->counters.unknown, 1);
+			continue;
+		}
 		if (!asked)	/* the storage reads the rest at once */
 			shard_source_advise(src, mi->data, end - mi->data,
 					    SHARD_SOURCE_WILLNEED);
@@ -822,10 +837,7 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 		if (push_member(p, m, &p->counters.span_fetched))
 			break;
 		pushed += mi->size;
-		if (pass)
-			atomic_store_explicit(&p->pass_of[m], (unsigned char)pass,
-					      memory_order_relaxed);
-		else
+		if (!pass)
 			atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
 						 memory_order_relaxed);
 	}

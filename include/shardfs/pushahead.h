@@ -83,6 +83,12 @@
 /* A READ this far past the window still continues it (a reader that
  * outran the pushes); as SHARDFS_READAHEAD_GAP in mount.h. */
 #define SHARDFS_PUSHAHEAD_SLACK (1u << 20)
+/* A READ at most this far past the previous one of its shard is near
+ * it: a window opens after SHARDFS_READAHEAD_STREAK near READs in a row
+ * (a reader at random lands within the 1 MiB of SHARDFS_READAHEAD_GAP
+ * now and then; a reader in shard order skips a sample's small members
+ * at most). */
+#define SHARDFS_PUSHAHEAD_NEAR (64u << 10)
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
 /* Largest directory a reader's LOOKUPs in it have listed (entries). */
@@ -133,6 +139,8 @@ struct pushahead_stream {
 				 * the worker without the lock */
 	atomic_ullong to;	/* end of the window (0: none) */
 	uint64_t held;		/* bytes of the bound this window holds */
+	uint64_t last_end;	/* end of the latest READ seen */
+	unsigned near;		/* READs in a row near the one before */
 	atomic_uint trip;	/* entry left for the reader to READ */
 	atomic_uint gen;	/* bumped when the window restarts or ends */
 	atomic_ullong active_ns; /* when the reader was last seen */
