@@ -32,10 +32,17 @@
  * then decodes each span about twice instead of half a span per member
  * read.  A plain shard read at random over /dev/fuse costs a round
  * trip and a small random read of the storage per member; its span is
- * the aligned SHARDFS_PUSHAHEAD_REGION around the READ, which the worker
- * reads at once (not over io_uring: pushahead_cheap_reads).  This starts
- * once a second READ at random came in one span (a reader that samples a
- * few files is not worth it).  Where the kernel drops what was pushed
+ * the aligned SHARDFS_PUSHAHEAD_REGION around the READ (a piece), which
+ * the worker reads at once (not over io_uring: pushahead_cheap_reads).
+ * A compressed span goes once a second READ at random came in it (a
+ * reader that samples a few files is not worth it); a plain piece only
+ * once this pass's READs at random took SHARDFS_PUSHAHEAD_FILL_TENTHS of
+ * its bytes, or SHARDFS_PUSHAHEAD_DENSE_TENTHS of the set's: a node that
+ * reads a 1/N share (DistributedSampler) would have the rest read from
+ * the storage for nothing, and nothing before tells it from a reader of
+ * every file.  A READ at random of a member this pass READ or pushed
+ * begins a new pass, which learns that density anew (pushahead.c).
+ * Where the kernel drops what was pushed
  * before it is read (a data set larger than its page cache: a quarter of
  * the files pushed are READ all the same, after
  * SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
