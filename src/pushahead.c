@@ -468,18 +468,21 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
  * whole at its first READ, as before.
  *
  * The pass: a READ at random of a member this pass had READ (at random
- * or not) or pushed (with a piece or a window) means the reader began
- * again (a new epoch after the kernel dropped the pages) or the kernel
- * dropped what was pushed: a new pass begins, the
+ * or not) means the reader began again (a new epoch after the kernel
+ * dropped the pages, or another reader): a new pass begins, the
  * pieces' counts and the density start from nothing, so that a reader
  * that follows another on the mount is learned anew.  A piece's word
  * holds the pass it counts for (7 bits; a word of an older pass counts
- * as empty), whether it was pushed in it, and the bytes READ.
+ * as empty), whether it was pushed in it, and the bytes READ.  A READ of
+ * a member pushed in this pass is not a new pass: a READ that raced with
+ * the push, or the kernel dropped the pages (read_anyway).
  */
 #define PIECE_FILLED 0x80000000u
 #define PIECE_PASS_SHIFT 24
 #define PIECE_PASS_MAX 127u
 #define PIECE_BYTES ((1u << PIECE_PASS_SHIFT) - 1)
+/* In pass_of[], beside the pass: pushed in it, not READ. */
+#define PASS_PUSHED 0x80u
 
 static unsigned piece_pass(unsigned w)
 {
@@ -535,11 +538,14 @@ static void piece_read(struct pushahead *p, uint32_t e)
 	const struct shard_inode *in = entry_inode(p, e);
 	uint32_t k = piece_of(p, in);
 	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
-	unsigned w, cur, next, bytes;
+	unsigned w, cur, next, bytes, was;
 	bool dense;
 
-	if (atomic_exchange_explicit(&p->pass_of[e], (unsigned char)g,
-				     memory_order_relaxed) == g) {
+	was = atomic_exchange_explicit(&p->pass_of[e], (unsigned char)g,
+				       memory_order_relaxed);
+	if (was == (g | PASS_PUSHED))	/* counted with its piece */
+		return;
+	if (was == g) {
 		g = next_pass(p, g);
 		atomic_store_explicit(&p->pass_of[e], (unsigned char)g,
 				      memory_order_relaxed);
@@ -643,8 +649,8 @@ static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 		off += n;
 	}
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_STORED, memory_order_relaxed);
-	atomic_store_explicit(&p->pass_of[e],
-			      (unsigned char)atomic_load(&p->pass), memory_order_relaxed);
+	atomic_store_explicit(&p->pass_of[e], (unsigned char)
+			      (atomic_load(&p->pass) | PASS_PUSHED), memory_order_relaxed);
 	relaxed_add(&p->counters.files, 1);
 	relaxed_add(&p->counters.bytes, in->size);
 	return 0;
@@ -795,7 +801,8 @@ static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
 	if (m == e)
 		return true;
 	if (pass)
-		return atomic_load_explicit(&p->pass_of[m], memory_order_relaxed) == pass;
+		return (atomic_load_explicit(&p->pass_of[m], memory_order_relaxed) &
+			PIECE_PASS_MAX) == pass;
 	return !dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED));
 }
 

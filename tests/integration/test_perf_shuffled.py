@@ -132,7 +132,7 @@ def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
         got, used, stats = read_share(mnt, content, every)
         assert got <= BOUND * used, ("dense after sparse", got, used, stats["pushahead"])
         assert stats["pushahead"]["passes"] >= 1, stats["pushahead"]
-        assert stats["pushahead"]["density"] > 0.95, stats["pushahead"]
+        assert stats["pushahead"]["density"] > 0.9, stats["pushahead"]
         # pieces were pushed: well under one READ per file
         reads = stats["ops"]["read"]["count"] - reads_before
         assert reads < 0.8 * len(every), (reads, len(every), stats["pushahead"])
