@@ -467,9 +467,10 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
  * than a share of N >= 2 holds), the reader is dense, and each piece goes
  * whole at its first READ, as before.
  *
- * The pass: a READ at random of a member this pass had READ (at random
- * or not) means the reader began again (a new epoch after the kernel
- * dropped the pages, or another reader): a new pass begins, the
+ * The pass: READs at random of members this pass had READ (at random or
+ * not; SHARDFS_PUSHAHEAD_REREADS of them) mean the reader began again (a
+ * new epoch after the kernel dropped the pages, or another reader): a
+ * new pass begins, the
  * pieces' counts and the density start from nothing, so that a reader
  * that follows another on the mount is learned anew.  A piece's word
  * holds the pass it counts for (7 bits; a word of an older pass counts
@@ -497,6 +498,7 @@ static unsigned next_pass(struct pushahead *p, unsigned g)
 	if (!atomic_compare_exchange_strong(&p->pass, &g, next))
 		return g;
 	atomic_store_explicit(&p->counters.pass_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->rereads, 0, memory_order_relaxed);
 	atomic_store_explicit(&p->dense, false, memory_order_relaxed);
 	relaxed_add(&p->counters.passes, 1);
 	return next;
@@ -545,7 +547,8 @@ static void piece_read(struct pushahead *p, uint32_t e)
 				       memory_order_relaxed);
 	if (was == (g | PASS_PUSHED))	/* counted with its piece */
 		return;
-	if (was == g) {
+	if (was == g && atomic_fetch_add_explicit(&p->rereads, 1, memory_order_relaxed) + 1 >=
+	    SHARDFS_PUSHAHEAD_REREADS) {
 		g = next_pass(p, g);
 		atomic_store_explicit(&p->pass_of[e], (unsigned char)g,
 				      memory_order_relaxed);

@@ -96,6 +96,10 @@
  * now and then; a reader in shard order skips a sample's small members
  * at most). */
 #define SHARDFS_PUSHAHEAD_NEAR (64u << 10)
+/* READs at random of members READ before in the pass that begin a new
+ * one: one alone may be the kernel reading a file again whose pages were
+ * dropped while its reader read it (a drop_caches elsewhere on the host). */
+#define SHARDFS_PUSHAHEAD_REREADS 4
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
 /* Largest directory a reader's LOOKUPs in it have listed (entries). */
@@ -193,6 +197,8 @@ struct pushahead {
 					 * members that start in it */
 	uint32_t *piece_start;		/* per shard: its first piece; nr + 1 */
 	atomic_uint pass;		/* the reader's pass (1..127) */
+	atomic_uint rereads;		/* READs at random in it of members
+					 * READ in it before */
 	atomic_bool dense;		/* this pass took DENSE_TENTHS of the
 					 * set: pieces go at their first READ */
 	atomic_bool spans_off;		/* span pushes were found wasted */

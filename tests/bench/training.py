@@ -300,8 +300,8 @@ def node_shares(ds, mp, shares, builds, threads):
     jpegs = [n for n in ds.shuffled_order(SEED) if n.endswith(".jpg")]
     print("| nodes | tree | mount | seconds | files/s ÷ loose | MB used | "
           "MB read from the shards | read ÷ used | READs per file | "
-          "density estimate |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "daemon CPU µs per file | density estimate |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in shares:
         mine = jpegs[::n]
         used = sum(ds.by_name[name].size for name in mine)
@@ -309,7 +309,7 @@ def node_shares(ds, mp, shares, builds, threads):
         wl.walk_stat(ds.loose_dir)
         system.drop_caches()
         loose = wl.read_files(ds.loose_dir, mine, threads=threads)
-        print("| %d | loose | - | %.2f | 1.00 | %.0f | - | - | - | - |" % (
+        print("| %d | loose | - | %.2f | 1.00 | %.0f | - | - | - | - | - |" % (
             n, loose.seconds, used / 1e6), flush=True)
         for build in builds:
             testlib.SHARDFS = os.path.join(build, "shardfs")
@@ -317,17 +317,18 @@ def node_shares(ds, mp, shares, builds, threads):
                 with tree(system_name, ds, mp) as (root, daemon):
                     system.drop_caches()
                     list_then_drop_pages(root)
-                    before = daemon.stats()
+                    before, cpu = daemon.stats(), daemon.cpu()
                     r = wl.read_files(root, mine, threads=threads)
                     time.sleep(1)   # pushes still under way count too
-                    after = daemon.stats()
+                    after, cpu = daemon.stats(), daemon.cpu() - cpu
                 got = after["backing_read_bytes"] - before["backing_read_bytes"]
                 density = after["pushahead"].get("density")
-                print("| %d | %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %s |" % (
+                print("| %d | %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %.0f | %s |" % (
                     n, build, "default" if system_name == "shardfs" else "pushahead=0",
                     r.seconds, loose.seconds / r.seconds, used / 1e6, got / 1e6,
                     got / used, (after["ops"]["read"]["count"] -
                                  before["ops"]["read"]["count"]) / len(mine),
+                    cpu * 1e6 / len(mine),
                     "-" if density is None else "%.2f" % density), flush=True)
 
 

@@ -506,30 +506,39 @@ static void test_dense_pass_pushes_a_piece_at_its_first_read(void **state)
 }
 
 /*
- * A READ of a member the pass READ before begins a new pass: the density
- * is learned again.  A dense reader after a sparse one has the piece
- * pushed once it took most of it; a sparse one after a dense one has
- * nothing more pushed.
+ * READs of members the pass READ before (SHARDFS_PUSHAHEAD_REREADS of
+ * them) begin a new pass: the density is learned again.  A dense reader
+ * after a sparse one has the piece pushed once it took most of it; a
+ * sparse one after a dense one has nothing more pushed.
  */
 static void test_a_new_pass_learns_the_density_again(void **state)
 {
 	struct tb_env *e = *state;
 	const struct pushahead_counters *c = &e->fs.push.counters;
+	const int rereads = SHARDFS_PUSHAHEAD_REREADS;
 
 	setup_piece(e);
 	read_every(e, 1, MEMBERS, 2);		/* sparse: odd members */
 	assert_int_equal(atomic_load(&kernel.stores), 0);
-	read_every(e, 1, 2, 1);			/* m01 again: a new pass */
+	read_every(e, 1, 2 * rereads - 2, 2);	/* again: one short of it */
+	assert_int_equal(atomic_load(&c->passes), 0);
+	read_every(e, 2 * rereads - 1, 2 * rereads, 1);	/* a new pass */
 	assert_int_equal(atomic_load(&c->passes), 1);
 	assert_true(density(e) < 0.03);
-	read_every(e, 2, FILL_READS + 1, 1);	/* dense: m01 to m34 */
-	assert_true(atomic_load(&kernel.stored[ino_of(e, 0)]));
-	assert_stored(e, FILL_READS + 1, MEMBERS + 1);	/* and m00 */
+	/* dense: the even members, then odd ones up to FILL_READS */
+	read_every(e, 0, MEMBERS, 2);
+	read_every(e, 2 * rereads + 1,
+		   2 * rereads + 1 + 2 * (FILL_READS - 1 - MEMBERS / 2), 2);
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
+	assert_true(atomic_load(&kernel.stored[ino_of(e, 1)]));
+	assert_true(atomic_load(&kernel.stored[ino_of(e, MEMBERS - 1)]));
+	assert_int_equal(atomic_load(&kernel.bad), 0);
 	assert_true(density(e) > 0.99);
-	read_every(e, 1, MEMBERS, 4);		/* sparse again after it */
+	/* sparse again: every fourth even member, READ in the dense pass */
+	read_every(e, 2, MEMBERS, 4);
 	assert_int_equal(atomic_load(&c->passes), 2);
 	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
-	assert_true(density(e) > 0.24 && density(e) < 0.26);
+	assert_true(density(e) > 0.18 && density(e) < 0.19);
 	assert_false(atomic_load(&e->fs.push.dense));
 }
 
