@@ -114,6 +114,12 @@ static uint32_t piece_of(const struct pushahead *p, const struct shard_inode *in
 	       (uint32_t)(in->data / SHARDFS_PUSHAHEAD_REGION);
 }
 
+/* Whether shard @s is plain (not compressed, not a bad shard skipped). */
+static bool plain_shard(const struct shard_set *set, uint32_t s)
+{
+	return set->shards[s].src && !set->shards[s].src->encoding;
+}
+
 /* The pieces of plain shards, and the bytes of the members that start in
  * each; the entries' pass marks. */
 static int build_pieces(struct pushahead *p)
@@ -127,7 +133,7 @@ static int build_pieces(struct pushahead *p)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < set->nr; s++) {
 		p->piece_start[s] = (uint32_t)n;
-		if (!set->shards[s].src->encoding)
+		if (plain_shard(set, s))
 			n += (set->shards[s].src->size + SHARDFS_PUSHAHEAD_REGION - 1) /
 			     SHARDFS_PUSHAHEAD_REGION;
 		if (n > UINT32_MAX - 1)
@@ -140,7 +146,7 @@ static int build_pieces(struct pushahead *p)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < set->nr; s++)
 		for (uint32_t i = p->order_start[s];
-		     !set->shards[s].src->encoding && i < p->order_start[s + 1]; i++) {
+		     plain_shard(set, s) && i < p->order_start[s + 1]; i++) {
 			const struct shard_inode *in = entry_inode(p, p->order[i]);
 
 			p->piece_bytes[piece_of(p, in)] += (uint32_t)in->size;
