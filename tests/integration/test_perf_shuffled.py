@@ -14,11 +14,12 @@ one has none pushed for it.  Every byte read is checked.
 
 Counts, not timings (docs/bench-shuffled.md has the timings).  The
 mounts' counters are read once push-ahead has settled, so that pushes
-still under way count too.
+still under way count too.  On the transport the host gives (the fuse
+module's enable_uring is left alone): over io_uring plain shards get no
+pushes at random, and the dense reader is checked for that instead.
 """
 import os
 import random
-import time
 
 import pytest
 
@@ -59,26 +60,14 @@ def shuffled(content, seed):
     return names
 
 
-def settled(mnt):
-    """/.shardfs/stats once push-ahead's counters stop moving (10 s)."""
-    last = None
-    for _ in range(100):
-        now = lib.read_stats(mnt)
-        if last and now["pushahead"] == last["pushahead"]:
-            return now
-        last = now
-        time.sleep(0.1)
-    return last
-
-
 def read_share(mnt, content, names):
     """Read NAMES whole, checking every byte; the bytes read from the
     shards meanwhile, the bytes used, and the counters after."""
-    before = settled(mnt)
+    before = lib.settled_stats(mnt)
     for name in names:
         with open(os.path.join(mnt, name), "rb") as f:
             assert f.read() == content[name], name
-    after = settled(mnt)
+    after = lib.settled_stats(mnt)
     used = sum(len(content[name]) for name in names)
     return after["backing_read_bytes"] - before["backing_read_bytes"], used, after
 
@@ -133,10 +122,14 @@ def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
         assert got <= BOUND * used, ("dense after sparse", got, used, stats["pushahead"])
         assert stats["pushahead"]["passes"] >= 1, stats["pushahead"]
         assert stats["pushahead"]["density"] > 0.9, stats["pushahead"]
-        # pieces were pushed: well under one READ per file
+        # pieces were pushed: well under one READ per file; over io_uring,
+        # where a READ is cheap, plain shards get no pushes at random
         reads = stats["ops"]["read"]["count"] - reads_before
-        assert reads < 0.8 * len(every), (reads, len(every), stats["pushahead"])
         spans = stats["pushahead"]["spans"]
+        if stats["io_uring_requests"]:
+            assert spans == 0, stats["pushahead"]
+        else:
+            assert reads < 0.8 * len(every), (reads, len(every), stats["pushahead"])
 
         forget_pages(mnt, content)
         got, used, stats = read_share(mnt, content, shuffled(content, 3)[::4])

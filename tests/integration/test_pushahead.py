@@ -284,16 +284,28 @@ def member_over(mnt, limit):
                  if off < limit < off + size), None)
 
 
-def settled_push(mnt):
-    """/.shardfs/stats once the push-ahead counters stop moving (10 s)."""
-    last = None
-    for _ in range(100):
-        now = lib.read_stats(mnt)
-        if last and now["pushahead"] == last["pushahead"]:
-            return now
-        last = now
-        time.sleep(0.1)
-    return last
+settled_push = lib.settled_stats
+
+
+def read_noting_holes(mnt, names, content):
+    """Read NAMES, checking every byte; before each, the runs of its pages
+    missing from the page cache (name -> runs)."""
+    holes = {}
+    for name in names:
+        holes[name] = lib.page_cache_holes(os.path.join(mnt, name))
+        with open(os.path.join(mnt, name), "rb") as f:
+            assert f.read() == content[name], name
+    return holes
+
+
+def assert_reads_only_for_holes(reads, holes):
+    """Pushed pages are plain page cache: a host that reclaims idle pages
+    with memory free (this VM's DAMON pageout) takes a few back before
+    they are read, and each run of them costs one READ.  Allowed, but
+    only for pages seen missing, and never for most of the files."""
+    lost = {name: h for name, h in holes.items() if h}
+    assert len(lost) <= len(holes) // 2, lost
+    assert reads <= sum(len(h) for h in lost.values()), (len(holes), reads, lost)
 
 
 # A READ in a compressed shard decodes its span up to the file anyway; at
@@ -334,11 +346,7 @@ def test_a_random_read_pushes_its_span(tmp_path, tool, pushahead):
             if name == span[-1]:
                 one = settled_push(mnt)
         mid = settled_push(mnt)
-        holes = {}
-        for name in rest:
-            holes[name] = lib.page_cache_holes(os.path.join(mnt, name))
-            with open(os.path.join(mnt, name), "rb") as f:
-                assert f.read() == content[name], name
+        holes = read_noting_holes(mnt, rest, content)
         after = lib.read_stats(mnt)
     # less the READ of /.shardfs/stats that took the second count
     reads = after["ops"]["read"]["count"] - mid["ops"]["read"]["count"] - 1
@@ -349,13 +357,7 @@ def test_a_random_read_pushes_its_span(tmp_path, tool, pushahead):
     assert one["pushahead"]["files"] == before["pushahead"]["files"]
     assert mid["pushahead"]["spans"] - before["pushahead"]["spans"] == 1
     assert mid["pushahead"]["files"] - before["pushahead"]["files"] >= len(rest)
-    # Pushed pages are plain page cache: a host that reclaims idle pages
-    # with memory free (this VM's DAMON pageout) takes a few back before
-    # they are read, and each run of them costs one READ.  Allowed, but
-    # only for pages seen missing, and never for most of the span.
-    lost = {name: h for name, h in holes.items() if h}
-    assert len(lost) <= len(rest) // 2, lost
-    assert reads <= sum(len(h) for h in lost.values()), (len(span), reads, lost)
+    assert_reads_only_for_holes(reads, holes)
 
 
 # A plain shard's span is the 4 MiB piece around the READ, read from the
@@ -391,11 +393,7 @@ def test_a_random_reader_of_most_of_a_piece_has_the_rest_pushed(tmp_path, pushah
             with open(os.path.join(mnt, name), "rb") as f:
                 assert f.read() == content[name]
         mid = settled_push(mnt)
-        holes = {}
-        for name in rest:
-            holes[name] = lib.page_cache_holes(os.path.join(mnt, name))
-            with open(os.path.join(mnt, name), "rb") as f:
-                assert f.read() == content[name], name
+        holes = read_noting_holes(mnt, rest, content)
         after = lib.read_stats(mnt)
     reads = after["ops"]["read"]["count"] - mid["ops"]["read"]["count"] - 1
     if pushahead == "0" or over_uring:
@@ -404,9 +402,7 @@ def test_a_random_reader_of_most_of_a_piece_has_the_rest_pushed(tmp_path, pushah
         return
     assert mid["pushahead"]["spans"] - before["pushahead"]["spans"] == 1
     assert mid["pushahead"]["files"] - before["pushahead"]["files"] == len(rest)
-    lost = {name: h for name, h in holes.items() if h}
-    assert len(lost) <= len(rest) // 2, lost
-    assert reads <= sum(len(h) for h in lost.values()), (len(rest), reads, lost)
+    assert_reads_only_for_holes(reads, holes)
 
 
 # A reader in shard order that takes its files faster than gzip inflates
