@@ -260,8 +260,8 @@ static void render_metrics_push(const struct control_source *src,
 		  "Bytes read from the shards to push pieces and spans for READs "
 		  "at random.", &p->span_fetched },
 		{ "pushahead_passes_total", "counter",
-		  "Passes at random begun again: a READ of a file this pass had "
-		  "read or pushed (a new epoch, or pushed pages dropped).", &p->passes },
+		  "Passes at random begun again: READs at random of files this "
+		  "pass had read (a new epoch, or another reader).", &p->passes },
 		{ "random_read_bytes_total", "counter",
 		  "Bytes returned by READs that jumped (read from the shards as much).",
 		  &src->counters->random_read_bytes },

@@ -120,9 +120,9 @@ struct pushahead_counters {
 					 * windows (sequential readers) */
 	atomic_ullong span_fetched;	/* bytes read from the shards for
 					 * spans (readers at random) */
-	atomic_ullong passes;		/* passes at random begun: a READ of a
-					 * member this pass had READ or
-					 * pushed starts the next */
+	atomic_ullong passes;		/* passes at random begun again:
+					 * READs at random of members this
+					 * pass had READ start the next */
 	atomic_ullong pass_bytes;	/* bytes this pass READ at random or
 					 * pushed with pieces */
 	uint64_t set_bytes;		/* bytes of the members of plain

@@ -40,8 +40,9 @@
  * its bytes, or SHARDFS_PUSHAHEAD_DENSE_TENTHS of the set's: a node that
  * reads a 1/N share (DistributedSampler) would have the rest read from
  * the storage for nothing, and nothing before tells it from a reader of
- * every file.  A READ at random of a member this pass READ or pushed
- * begins a new pass, which learns that density anew (pushahead.c).
+ * every file.  READs at random of members this pass READ
+ * (SHARDFS_PUSHAHEAD_REREADS of them) begin a new pass, which learns that
+ * density anew (pushahead.c).
  * Where the kernel drops what was pushed
  * before it is read (a data set larger than its page cache: a quarter of
  * the files pushed are READ all the same, after
