@@ -553,8 +553,9 @@ static void piece_read(struct pushahead *p, uint32_t e)
 				       memory_order_relaxed);
 	if (was == (g | PASS_PUSHED))	/* counted with its piece */
 		return;
-	if (was == g && atomic_fetch_add_explicit(&p->rereads, 1, memory_order_relaxed) + 1 >=
-	    SHARDFS_PUSHAHEAD_REREADS) {
+	if (was == g && atomic_fetch_add_explicit(&p->rereads, 1,
+						  memory_order_relaxed) + 1 >=
+			SHARDFS_PUSHAHEAD_REREADS) {
 		g = next_pass(p, g);
 		atomic_store_explicit(&p->pass_of[e], (unsigned char)g,
 				      memory_order_relaxed);
@@ -619,7 +620,7 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 	if (off != in->data)
 		return;
 	if (forward || atomic_load_explicit(&s->to, memory_order_relaxed))
-		/* READ in this pass: a READ at random of it begins the next */
+		/* READ in this pass: READs at random of such begin the next */
 		atomic_store_explicit(&p->pass_of[e],
 				      (unsigned char)atomic_load(&p->pass),
 				      memory_order_relaxed);
