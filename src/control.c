@@ -114,6 +114,12 @@ static void render_remote(struct control_buf *b, bool metrics)
 		buf_printf(b, "%s", text);
 }
 
+/* The share of the set's pieces that the pass at random took so far. */
+static double push_density(const struct pushahead_counters *p)
+{
+	return p->set_bytes ? (double)counter(&p->pass_bytes) / p->set_bytes : 0.0;
+}
+
 static void render_stats_push(const struct control_source *src,
 			      struct control_buf *b)
 {
@@ -123,12 +129,38 @@ static void render_stats_push(const struct control_source *src,
 		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
 		   "\"listings\": %llu, \"listed\": %llu, \"spans\": %llu, "
-		   "\"ahead\": %llu, \"ahead_max\": %llu},\n",
+		   "\"ahead\": %llu, \"ahead_max\": %llu, "
+		   "\"window_fetched\": %llu, \"span_fetched\": %llu, "
+		   "\"passes\": %llu, \"pass_bytes\": %llu, \"density\": %.4f},\n",
 		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
 		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
 		   counter(&p->unknown), counter(&p->listings), counter(&p->listed),
-		   counter(&p->spans), counter(&p->ahead), counter(&p->ahead_max));
+		   counter(&p->spans), counter(&p->ahead), counter(&p->ahead_max),
+		   counter(&p->window_fetched), counter(&p->span_fetched),
+		   counter(&p->passes), counter(&p->pass_bytes), push_density(p));
+}
+
+/*
+ * Bytes served against bytes read from the shards, per access class:
+ * random (READs that jumped, and the pieces and spans pushed for them),
+ * sequential (the rest: forward READs, and the windows pushed ahead of
+ * them).  Pushed bytes are read from the shards but served only if the
+ * reader takes them from the page cache, which the daemon does not see.
+ */
+static void render_stats_access(const struct control_source *src,
+				struct control_buf *b)
+{
+	const struct shardfs_counters *k = src->counters;
+	unsigned long long rand_read = counter(&k->random_read_bytes);
+	unsigned long long rand_store = rand_read + counter(&src->push->span_fetched);
+	unsigned long long all = counter(&k->backing_bytes);
+
+	buf_printf(b, "  \"access\": {\"sequential\": {\"read_bytes\": %llu, "
+		   "\"backing_bytes\": %llu}, \"random\": {\"read_bytes\": %llu, "
+		   "\"backing_bytes\": %llu}},\n",
+		   counter(&k->read_bytes) - rand_read,
+		   all > rand_store ? all - rand_store : 0, rand_read, rand_store);
 }
 
 static void render_stats(const struct control_source *src, struct control_buf *b)
@@ -163,6 +195,7 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 		   counter(&k->errors), log_errors(), (unsigned long long)src->opt->readahead,
 		   counter(&k->readahead_hits), counter(&k->readahead_misses));
 	render_stats_push(src, b);
+	render_stats_access(src, b);
 	buf_printf(b, "  \"io_uring_requests\": %llu\n}\n", counter(&k->uring_requests));
 }
 
@@ -222,10 +255,26 @@ static void render_metrics_push(const struct control_source *src,
 		  "were pushed after a random READ in them.", &p->spans },
 		{ "pushahead_ahead_bytes", "gauge", "Bytes the push-ahead windows hold now.",
 		  &p->ahead },
+		{ "pushahead_window_fetched_bytes_total", "counter",
+		  "Bytes read from the shards to push ahead of forward readers.",
+		  &p->window_fetched },
+		{ "pushahead_span_fetched_bytes_total", "counter",
+		  "Bytes read from the shards to push pieces and spans for READs "
+		  "at random.", &p->span_fetched },
+		{ "pushahead_passes_total", "counter",
+		  "Passes at random begun again: READs at random of files this "
+		  "pass had read (a new epoch, or another reader).", &p->passes },
+		{ "random_read_bytes_total", "counter",
+		  "Bytes returned by READs that jumped (read from the shards as much).",
+		  &src->counters->random_read_bytes },
 	};
 
 	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
 		metric(b, m[i].name, m[i].type, m[i].help, counter(m[i].value));
+	metric(b, "pushahead_density", "gauge",
+	       "Share of the set's bytes the current pass at random took "
+	       "(READ, or pushed with pieces): the reader's density, once its pass ends.",
+	       push_density(p));
 }
 
 static void render_metrics(const struct control_source *src, struct control_buf *b)
@@ -239,6 +288,9 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	       counter(&k->read_bytes));
 	metric(b, "backing_reads_total", "counter", "Reads issued on shard files.",
 	       counter(&k->backing_reads));
+	metric(b, "backing_read_bytes_total", "counter",
+	       "Bytes read from the shards, for READs and for push-ahead.",
+	       counter(&k->backing_bytes));
 	metric(b, "read_errors_total", "counter", "Requests answered with EIO.",
 	       counter(&k->errors));
 	metric(b, "lookups_total", "counter", "Lookup requests answered.",

@@ -477,6 +477,9 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 					    in->size < SHARDFS_WILLREAD_MAX ? in->size :
 					    SHARDFS_WILLREAD_MAX, SHARD_SOURCE_WILLREAD);
 		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &forward);
+		if (rc >= 0 && !forward)
+			atomic_fetch_add_explicit(&fs->counters.random_read_bytes,
+						  rc, memory_order_relaxed);
 		if (rc >= 0)
 			pushahead_read(&fs->push, (uint32_t)(ino - 1), in->data + off,
 				       in->data + off + size, forward);

@@ -99,6 +99,56 @@ static int build_order(struct pushahead *p)
 	return 0;
 }
 
+/* Piece of plain-shard member @in (pushahead_init: pieces of plain
+ * shards only). */
+static uint32_t piece_of(const struct pushahead *p, const struct shard_inode *in)
+{
+	return p->piece_start[in->shard] +
+	       (uint32_t)(in->data / SHARDFS_PUSHAHEAD_REGION);
+}
+
+/* Whether shard @s is plain (not compressed, not a bad shard skipped). */
+static bool plain_shard(const struct shard_set *set, uint32_t s)
+{
+	return set->shards[s].src && !set->shards[s].src->encoding;
+}
+
+/* The pieces of plain shards, and the bytes of the members that start in
+ * each; the entries' pass marks. */
+static int build_pieces(struct pushahead *p)
+{
+	const struct shard_set *set = p->set;
+	uint64_t n = 0;
+
+	p->piece_start = calloc((size_t)set->nr + 1, sizeof(*p->piece_start));
+	p->pass_of = calloc((size_t)p->idx->nr_inodes + 1, sizeof(*p->pass_of));
+	if (!p->piece_start || !p->pass_of)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < set->nr; s++) {
+		p->piece_start[s] = (uint32_t)n;
+		if (plain_shard(set, s))
+			n += (set->shards[s].src->size + SHARDFS_PUSHAHEAD_REGION - 1) /
+			     SHARDFS_PUSHAHEAD_REGION;
+		if (n > UINT32_MAX - 1)
+			return -ENOMEM;
+	}
+	p->piece_start[set->nr] = (uint32_t)n;
+	p->pieces = calloc(n + 1, sizeof(*p->pieces));
+	p->piece_bytes = calloc(n + 1, sizeof(*p->piece_bytes));
+	if (!p->pieces || !p->piece_bytes)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < set->nr; s++)
+		for (uint32_t i = p->order_start[s];
+		     plain_shard(set, s) && i < p->order_start[s + 1]; i++) {
+			const struct shard_inode *in = entry_inode(p, p->order[i]);
+
+			p->piece_bytes[piece_of(p, in)] += (uint32_t)in->size;
+			p->counters.set_bytes += in->size;
+		}
+	atomic_init(&p->pass, 1);
+	return 0;
+}
+
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,
 		   pushahead_fetch_fn fetch, void *fetch_arg)
@@ -111,7 +161,7 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 	/* calloc'ed arrays are touched only where used: RSS follows use */
 	p->refs = calloc((size_t)idx->nr_inodes + 1, sizeof(*p->refs));
 	p->streams = calloc(set->nr ? set->nr : 1, sizeof(*p->streams));
-	if (!p->refs || !p->streams || build_order(p)) {
+	if (!p->refs || !p->streams || build_order(p) || build_pieces(p)) {
 		pushahead_release(p);
 		return -ENOMEM;
 	}
@@ -128,6 +178,13 @@ void pushahead_release(struct pushahead *p)
 	free(p->refs);
 	free(p->streams);
 	free(p->buf);
+	free(p->pass_of);
+	free(p->pieces);
+	free(p->piece_bytes);
+	free(p->piece_start);
+	p->pass_of = NULL;
+	p->pieces = NULL;
+	p->piece_bytes = p->piece_start = NULL;
 	p->order = p->order_start = NULL;
 	p->refs = NULL;
 	p->streams = NULL;
@@ -374,6 +431,10 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 	bool inside = to && off >= s->from && off < to + SHARDFS_PUSHAHEAD_SLACK;
 
 	atomic_store_explicit(&s->active_ns, monotonic_ns(), memory_order_relaxed);
+	s->near = off >= s->last_end && off - s->last_end <= SHARDFS_PUSHAHEAD_NEAR ?
+		  s->near + 1 : 0;
+	s->last_end = end;
+	streak = streak && s->near >= SHARDFS_READAHEAD_STREAK;
 	if (!inside && !streak) {
 		end_window(p, shard);
 		return;
@@ -389,6 +450,131 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
 }
 
 /*
+ * Density.  A shuffled reader that reads every file (one epoch reader)
+ * is served best by pushing each 4 MiB piece of a plain shard whole; a
+ * node that reads a 1/N share of the files (DistributedSampler) uses a
+ * 1/N of each piece, and a whole piece costs the storage N times the
+ * bytes it uses (docs/benchmarks.md).  Until a reader has read a part of
+ * the set, nothing tells the two apart: a 1/N share of a shuffled order
+ * is a uniform sample of the set, and its first READs fall on the pieces
+ * as the epoch reader's do (docs/bench-shuffled.md).  So a piece is
+ * pushed only once the READs at random of this pass took
+ * FILL_TENTHS of its bytes: a dense reader then has the last 30 % of
+ * each piece pushed; a node of N >= 2, whose share of a piece is about
+ * half at most, almost never reaches it, and when it does, the piece is
+ * mostly read.  Once the pass took DENSE_TENTHS of the set's bytes (more
+ * than a share of N >= 2 holds), the reader is dense, and each piece goes
+ * whole at its first READ, as before.
+ *
+ * The pass: READs at random of members this pass had READ (at random or
+ * not; SHARDFS_PUSHAHEAD_REREADS of them) mean the reader began again (a
+ * new epoch after the kernel dropped the pages, or another reader): a
+ * new pass begins, the
+ * pieces' counts and the density start from nothing, so that a reader
+ * that follows another on the mount is learned anew.  A piece's word
+ * holds the pass it counts for (7 bits; a word of an older pass counts
+ * as empty), whether it was pushed in it, and the bytes READ.  A READ of
+ * a member pushed in this pass is not a new pass: a READ that raced with
+ * the push, or the kernel dropped the pages (read_anyway).
+ */
+#define PIECE_FILLED 0x80000000u
+#define PIECE_PASS_SHIFT 24
+#define PIECE_PASS_MAX 127u
+#define PIECE_BYTES ((1u << PIECE_PASS_SHIFT) - 1)
+/* In pass_of[], beside the pass: pushed in it, not READ. */
+#define PASS_PUSHED 0x80u
+
+static unsigned piece_pass(unsigned w)
+{
+	return (w >> PIECE_PASS_SHIFT) & PIECE_PASS_MAX;
+}
+
+/* Begin the pass after @g, unless another thread did; returns the pass. */
+static unsigned next_pass(struct pushahead *p, unsigned g)
+{
+	unsigned next = g % PIECE_PASS_MAX + 1;
+
+	if (!atomic_compare_exchange_strong(&p->pass, &g, next))
+		return g;
+	atomic_store_explicit(&p->counters.pass_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->rereads, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->dense, false, memory_order_relaxed);
+	relaxed_add(&p->counters.passes, 1);
+	return next;
+}
+
+/* Count @n bytes taken by this pass; true once it took DENSE_TENTHS of
+ * the set. */
+static bool pass_took(struct pushahead *p, uint64_t n)
+{
+	unsigned long long took = relaxed_add(&p->counters.pass_bytes, n);
+
+	if (took * 10 >= p->counters.set_bytes * SHARDFS_PUSHAHEAD_DENSE_TENTHS)
+		atomic_store_explicit(&p->dense, true, memory_order_relaxed);
+	return atomic_load_explicit(&p->dense, memory_order_relaxed);
+}
+
+/* Post entry @e (+ @flags) in a free slot of spans_wanted[]; false when
+ * the slot it took was still full. */
+static bool post_span(struct pushahead *p, unsigned w)
+{
+	unsigned expected = 0;
+	unsigned slot = atomic_fetch_add_explicit(&p->span_next, 1,
+						  memory_order_relaxed) %
+			SHARDFS_PUSHAHEAD_SPAN_QUEUE;
+
+	if (!atomic_compare_exchange_strong(&p->spans_wanted[slot], &expected, w))
+		return false;
+	sem_post(&p->wake);
+	return true;
+}
+
+/*
+ * A reader jumped to the start of member @e of a plain shard: count it in
+ * its piece and in the pass, and have the worker push the piece once the
+ * pass took enough of it (see Density above).
+ */
+static void piece_read(struct pushahead *p, uint32_t e)
+{
+	const struct shard_inode *in = entry_inode(p, e);
+	uint32_t k = piece_of(p, in);
+	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
+	unsigned w, cur, next, bytes, was;
+	bool dense;
+
+	was = atomic_exchange_explicit(&p->pass_of[e], (unsigned char)g,
+				       memory_order_relaxed);
+	if (was == (g | PASS_PUSHED))	/* counted with its piece */
+		return;
+	if (was == g && atomic_fetch_add_explicit(&p->rereads, 1,
+						  memory_order_relaxed) + 1 >=
+			SHARDFS_PUSHAHEAD_REREADS) {
+		g = next_pass(p, g);
+		atomic_store_explicit(&p->pass_of[e], (unsigned char)g,
+				      memory_order_relaxed);
+	}
+	dense = pass_took(p, in->size);
+	w = atomic_load_explicit(&p->pieces[k], memory_order_relaxed);
+	do {		/* a word of an older pass counts as empty */
+		cur = piece_pass(w) == g ? w : g << PIECE_PASS_SHIFT;
+		bytes = (cur & PIECE_BYTES) + (unsigned)in->size;
+		next = (cur & ~PIECE_BYTES) | (bytes < PIECE_BYTES ? bytes : PIECE_BYTES);
+		if (!(cur & PIECE_FILLED) &&
+		    (dense || (uint64_t)bytes * 10 >=
+		     (uint64_t)p->piece_bytes[k] * SHARDFS_PUSHAHEAD_FILL_TENTHS))
+			next |= PIECE_FILLED;
+	} while (!atomic_compare_exchange_weak_explicit(&p->pieces[k], &w, next,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	if ((next & ~cur & PIECE_FILLED) &&
+	    (atomic_load_explicit(&p->spans_off, memory_order_relaxed) ||
+	     atomic_load_explicit(&p->cheap_reads, memory_order_relaxed) ||
+	     !post_span(p, e + 1)))	/* not now: a later READ asks again */
+		atomic_fetch_and_explicit(&p->pieces[k], ~PIECE_FILLED,
+					  memory_order_relaxed);
+}
+
+/*
  * A reader jumped to the start of member @e: mark it READ at random and
  * have the worker push the rest of its span (dropped when the slot it
  * takes is still full).  A member whose span was pushed before is READ
@@ -397,18 +583,14 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
  */
 static void want_span(struct pushahead *p, uint32_t e)
 {
-	unsigned expected = 0, dropped, slot;
+	unsigned dropped;
 
 	if (atomic_load_explicit(&p->spans_off, memory_order_relaxed))
 		return;
 	dropped = atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
 					   memory_order_relaxed) &
 		  PUSHAHEAD_SPANNED ? SPAN_DROPPED : 0;
-	slot = atomic_fetch_add_explicit(&p->span_next, 1, memory_order_relaxed) %
-	       SHARDFS_PUSHAHEAD_SPAN_QUEUE;
-	if (atomic_compare_exchange_strong(&p->spans_wanted[slot], &expected,
-					   (e + 1) | dropped))
-		sem_post(&p->wake);
+	post_span(p, (e + 1) | dropped);
 }
 
 void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
@@ -428,12 +610,17 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 		window_on_read(p, in->shard, off, end, streak);
 		atomic_flag_clear_explicit(&s->busy, memory_order_release);
 	}
-	/* a jump to a file's start that no window covers */
-	if (!forward && off == in->data &&
-	    !atomic_load_explicit(&s->to, memory_order_relaxed) &&
-	    (p->set->shards[in->shard].src->encoding ||
-	     !atomic_load_explicit(&p->cheap_reads, memory_order_relaxed)))
-		want_span(p, e);
+	if (off != in->data)
+		return;
+	if (forward || atomic_load_explicit(&s->to, memory_order_relaxed))
+		/* READ in this pass: READs at random of such begin the next */
+		atomic_store_explicit(&p->pass_of[e],
+				      (unsigned char)atomic_load(&p->pass),
+				      memory_order_relaxed);
+	else if (p->set->shards[in->shard].src->encoding)
+		want_span(p, e);	/* a jump that no window covers */
+	else
+		piece_read(p, e);
 }
 
 void pushahead_cheap_reads(struct pushahead *p)
@@ -442,10 +629,11 @@ void pushahead_cheap_reads(struct pushahead *p)
 }
 
 /*
- * Push member @e whole, in CHUNK pieces.  Returns 0, or -EIO when the
- * shard cannot be read or changed (then nothing more is pushed from it).
+ * Push member @e whole, in CHUNK pieces, counting the bytes read in
+ * @fetched.  Returns 0, or -EIO when the shard cannot be read or changed
+ * (then nothing more is pushed from it).
  */
-static int push_member(struct pushahead *p, uint32_t e)
+static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 {
 	const struct shard_inode *in = entry_inode(p, e);
 	uint64_t off = 0;
@@ -456,6 +644,7 @@ static int push_member(struct pushahead *p, uint32_t e)
 
 		if (p->fetch(p->fetch_arg, e, p->buf, n, off) < 0)
 			return -EIO;
+		relaxed_add(fetched, n);
 		if (p->store(p->store_arg, (uint64_t)e + 1, off, p->buf, n)) {
 			relaxed_add(&p->counters.refused, 1);
 			return 0;
@@ -463,6 +652,8 @@ static int push_member(struct pushahead *p, uint32_t e)
 		off += n;
 	}
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_STORED, memory_order_relaxed);
+	atomic_store_explicit(&p->pass_of[e], (unsigned char)
+			      (atomic_load(&p->pass) | PASS_PUSHED), memory_order_relaxed);
 	relaxed_add(&p->counters.files, 1);
 	relaxed_add(&p->counters.bytes, in->size);
 	return 0;
@@ -601,31 +792,40 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 }
 
 /*
- * Push the members the kernel holds of the span around entry @e,
- * which a READ is reading (it is left out: the READ holds its pages),
- * while the bound has room for all of the span.  Not before a second READ
- * at random came in a span: a reader that reads a span once (a sample of
- * the data set, not an epoch) is not worth pushing spans for; from then
- * on, at the first READ in each span.  Members READ or pushed before
- * are left out (the kernel has them, or a READ raced with their push),
- * unless @dropped: then the kernel dropped them.
+ * Whether member @m, with refs[] word @r, is left out of a span push for
+ * a READ of entry @e: @e itself (the READ holds its pages), and one the
+ * kernel was given or READ before: of a plain shard's piece, in pass
+ * @pass; of a compressed shard's span (@pass 0), ever, unless @dropped
+ * (then the kernel dropped them).
  */
-static void push_span(struct pushahead *p, uint32_t e, bool dropped)
+static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
+		       unsigned r, unsigned pass, bool dropped)
+{
+	if (m == e)
+		return true;
+	if (pass)
+		return (atomic_load_explicit(&p->pass_of[m], memory_order_relaxed) &
+			PIECE_PASS_MAX) == pass;
+	return !dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED));
+}
+
+/*
+ * Push the members the kernel holds, or holds once their directory was
+ * listed, of [@start, @end) of entry @e's shard (span_skips() says which
+ * are left out), while the bound has room
+ * for all of it, marking each one pushed (@pass: for span_skips()).
+ * Returns the bytes pushed.
+ */
+static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
+			   uint64_t end, unsigned pass, bool dropped)
 {
 	const struct shard_inode *in = entry_inode(p, e);
 	struct shard_source *src = p->set->shards[in->shard].src;
 	uint32_t last = p->order_start[in->shard + 1];
-	uint64_t start, end, got;
+	uint64_t got = reserve(p, end - start), pushed = 0;
 	unsigned long long files = atomic_load(&p->counters.files);
 	bool asked = false;
 
-	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
-		return;
-	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end))
-		return;
-	p->spans_on = true;
-	got = reserve(p, end - start);
-	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
 	for (uint32_t i = order_at(p, in->shard, start);
 	     got == end - start && i < last; i++) {
 		uint32_t m = p->order[i];
@@ -634,21 +834,69 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 
 		if (mi->data + mi->size > end)
 			break;
-		if (m == e || !(r & PUSHAHEAD_REFS) ||
-		    (!dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED))))
+		if (span_skips(p, e, m, r, pass, dropped))
 			continue;
+		if (!known(p, m)) {	/* the kernel forgot it: listed once */
+			relaxed_add(&p->counters.unknown, 1);
+			continue;
+		}
 		if (!asked)	/* the storage reads the rest at once */
 			shard_source_advise(src, mi->data, end - mi->data,
 					    SHARD_SOURCE_WILLNEED);
 		asked = true;
-		if (push_member(p, m))
+		if (push_member(p, m, &p->counters.span_fetched))
 			break;
-		atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
-					 memory_order_relaxed);
+		pushed += mi->size;
+		if (!pass)
+			atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
+						 memory_order_relaxed);
 	}
 	if (atomic_load(&p->counters.files) != files)
 		relaxed_add(&p->counters.spans, 1);
 	atomic_fetch_sub_explicit(&p->counters.ahead, got, memory_order_relaxed);
+	return pushed;
+}
+
+/*
+ * Push the span of a compressed shard around entry @e, which a READ is
+ * reading.  Not before a second READ at random came in a span: a reader
+ * that reads a span once (a sample of the data set, not an epoch) is not
+ * worth pushing spans for; from then on, at the first READ in each span.
+ * Members READ or pushed before are left out (the kernel has them, or a
+ * READ raced with their push), unless @dropped: then the kernel dropped
+ * them.
+ */
+static void push_span(struct pushahead *p, uint32_t e, bool dropped)
+{
+	const struct shard_inode *in = entry_inode(p, e);
+	uint64_t start, end;
+
+	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
+		return;
+	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end))
+		return;
+	p->spans_on = true;
+	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
+	push_range(p, e, start, end, 0, dropped);
+}
+
+/*
+ * Push the piece of a plain shard that entry @e's READ at random asked
+ * for (piece_read), unless a new pass began since: the members that this
+ * pass neither READ nor pushed.
+ */
+static void push_piece(struct pushahead *p, uint32_t e)
+{
+	const struct shard_inode *in = entry_inode(p, e);
+	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
+	unsigned w = atomic_load_explicit(&p->pieces[piece_of(p, in)],
+					  memory_order_relaxed);
+	uint64_t start, end;
+
+	if (piece_pass(w) != g || !(w & PIECE_FILLED) ||
+	    !span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
+		return;
+	pass_took(p, push_range(p, e, start, end, g, false));
 }
 
 /* Push the spans pushahead_read() asked for. */
@@ -660,7 +908,12 @@ static void push_wanted_spans(struct pushahead *p)
 
 		if (w && (w = atomic_exchange(&p->spans_wanted[i], 0))) {
 			list_wanted_dir(p);	/* a reader waits on it */
-			push_span(p, (w & ~SPAN_DROPPED) - 1, w & SPAN_DROPPED);
+			uint32_t e = (w & ~SPAN_DROPPED) - 1;
+
+			if (p->set->shards[entry_inode(p, e)->shard].src->encoding)
+				push_span(p, e, w & SPAN_DROPPED);
+			else
+				push_piece(p, e);
 		}
 	}
 }
@@ -738,7 +991,7 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 			continue;
 		}
 		s->pushed = in->data;
-		if (push_member(p, e))
+		if (push_member(p, e, &p->counters.window_fetched))
 			return;
 	}
 }

@@ -58,6 +58,8 @@ struct shardfs_op_counter {
 struct shardfs_counters {
 	struct shardfs_op_counter ops[SHARDFS_NR_OPS]; /* per operation */
 	atomic_ullong read_bytes;	/* bytes returned by reads */
+	atomic_ullong random_read_bytes; /* of them, by READs that jumped
+					 * (read from the shards as much) */
 	atomic_ullong backing_reads;	/* pread calls on shards */
 	atomic_ullong backing_bytes;	/* bytes those calls returned */
 	atomic_ullong errors;		/* requests answered with EIO */
@@ -114,6 +116,18 @@ struct pushahead_counters {
 					 * after a READ at random in them */
 	atomic_ullong ahead;		/* bytes held by windows now */
 	atomic_ullong ahead_max;	/* most ever held at once */
+	atomic_ullong window_fetched;	/* bytes read from the shards for
+					 * windows (sequential readers) */
+	atomic_ullong span_fetched;	/* bytes read from the shards for
+					 * spans (readers at random) */
+	atomic_ullong passes;		/* passes at random begun again:
+					 * READs at random of members this
+					 * pass had READ start the next */
+	atomic_ullong pass_bytes;	/* bytes this pass READ at random or
+					 * pushed with pieces */
+	uint64_t set_bytes;		/* bytes of the members of plain
+					 * shards' pieces (set at mount): the
+					 * pass's density is pass_bytes of it */
 };
 
 #endif

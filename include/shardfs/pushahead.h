@@ -32,10 +32,18 @@
  * then decodes each span about twice instead of half a span per member
  * read.  A plain shard read at random over /dev/fuse costs a round
  * trip and a small random read of the storage per member; its span is
- * the aligned SHARDFS_PUSHAHEAD_REGION around the READ, which the worker
- * reads at once (not over io_uring: pushahead_cheap_reads).  This starts
- * once a second READ at random came in one span (a reader that samples a
- * few files is not worth it).  Where the kernel drops what was pushed
+ * the aligned SHARDFS_PUSHAHEAD_REGION around the READ (a piece), which
+ * the worker reads at once (not over io_uring: pushahead_cheap_reads).
+ * A compressed span goes once a second READ at random came in it (a
+ * reader that samples a few files is not worth it); a plain piece only
+ * once this pass's READs at random took SHARDFS_PUSHAHEAD_FILL_TENTHS of
+ * its bytes, or SHARDFS_PUSHAHEAD_DENSE_TENTHS of the set's: a node that
+ * reads a 1/N share (DistributedSampler) would have the rest read from
+ * the storage for nothing, and nothing before tells it from a reader of
+ * every file.  READs at random of members this pass READ
+ * (SHARDFS_PUSHAHEAD_REREADS of them) begin a new pass, which learns that
+ * density anew (pushahead.c).
+ * Where the kernel drops what was pushed
  * before it is read (a data set larger than its page cache: a quarter of
  * the files pushed are READ all the same, after
  * SHARDFS_PUSHAHEAD_SPAN_PROBE), span pushes stop.
@@ -83,6 +91,16 @@
 /* A READ this far past the window still continues it (a reader that
  * outran the pushes); as SHARDFS_READAHEAD_GAP in mount.h. */
 #define SHARDFS_PUSHAHEAD_SLACK (1u << 20)
+/* A READ at most this far past the previous one of its shard is near
+ * it: a window opens after SHARDFS_READAHEAD_STREAK near READs in a row
+ * (a reader at random lands within the 1 MiB of SHARDFS_READAHEAD_GAP
+ * now and then; a reader in shard order skips a sample's small members
+ * at most). */
+#define SHARDFS_PUSHAHEAD_NEAR (64u << 10)
+/* READs at random of members READ before in the pass that begin a new
+ * one: one alone may be the kernel reading a file again whose pages were
+ * dropped while its reader read it (a drop_caches elsewhere on the host). */
+#define SHARDFS_PUSHAHEAD_REREADS 4
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
 /* Largest directory a reader's LOOKUPs in it have listed (entries). */
@@ -95,6 +113,12 @@
 #define SHARDFS_PUSHAHEAD_REGION (4u << 20)
 /* READs whose spans wait for the worker at once; more are dropped. */
 #define SHARDFS_PUSHAHEAD_SPAN_QUEUE 16
+/* A piece of a plain shard is pushed once its READs at random in this
+ * pass took this many tenths of its bytes (pushahead.c says why). */
+#define SHARDFS_PUSHAHEAD_FILL_TENTHS 7
+/* From when a pass took this many tenths of the set's bytes, a piece is
+ * pushed at its first READ at random: denser than any 1/N share, N >= 2. */
+#define SHARDFS_PUSHAHEAD_DENSE_TENTHS 6
 
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
@@ -127,6 +151,8 @@ struct pushahead_stream {
 				 * the worker without the lock */
 	atomic_ullong to;	/* end of the window (0: none) */
 	uint64_t held;		/* bytes of the bound this window holds */
+	uint64_t last_end;	/* end of the latest READ seen */
+	unsigned near;		/* READs in a row near the one before */
 	atomic_uint trip;	/* entry left for the reader to READ */
 	atomic_uint gen;	/* bumped when the window restarts or ends */
 	atomic_ullong active_ns; /* when the reader was last seen */
@@ -162,6 +188,20 @@ struct pushahead {
 					 * whose spans to push, + 1
 					 * (0: a free slot) */
 	atomic_uint span_next;		/* slot the next one takes */
+	atomic_uchar *pass_of;		/* per entry: the pass (1..127) in
+					 * which a READ at random or a piece
+					 * push took it (0: none) */
+	atomic_uint *pieces;		/* per piece of a plain shard: the
+					 * pass, whether it was pushed, the
+					 * bytes READ at random (pushahead.c) */
+	uint32_t *piece_bytes;		/* per piece: bytes of the pushable
+					 * members that start in it */
+	uint32_t *piece_start;		/* per shard: its first piece; nr + 1 */
+	atomic_uint pass;		/* the reader's pass (1..127) */
+	atomic_uint rereads;		/* READs at random in it of members
+					 * READ in it before */
+	atomic_bool dense;		/* this pass took DENSE_TENTHS of the
+					 * set: pieces go at their first READ */
 	atomic_bool spans_off;		/* span pushes were found wasted */
 	atomic_bool cheap_reads;	/* plain shards get no span pushes
 					 * (pushahead_cheap_reads) */

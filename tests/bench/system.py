@@ -29,7 +29,8 @@ ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 @contextlib.contextmanager
 def fuse_io_uring(mode):
     """For the block, set the fuse module's enable_uring ("on", "off";
-    "keep" leaves it alone), then put back what it was.  Yields what the
+    "keep" leaves it alone), then put back what it was; a setting that
+    is already what is asked for is not written.  Yields what the
     run had: "on", "off", or "not in this kernel"."""
     if not os.path.exists(ENABLE_URING):
         yield "not in this kernel"
@@ -37,6 +38,9 @@ def fuse_io_uring(mode):
     with open(ENABLE_URING) as f:
         before = f.read().strip()
     want = {"on": "Y", "off": "N"}.get(mode, before)
+    if want == before:      # nothing to switch: leave the module alone
+        yield "on" if want == "Y" else "off"
+        return
     with open(ENABLE_URING, "w") as f:
         f.write(want)
     try:

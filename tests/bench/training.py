@@ -37,12 +37,12 @@ after the other, so that the machine's drift hits them alike.
 
 --shares N,N,... reads, for each N, what one of N nodes reads of a
 shuffled epoch under DistributedSampler (every N-th JPEG of the shuffled
-order, 2 threads, after a listing, page cache dropped), on a mount with
-push-ahead and on one without, and reports the bytes read from the
-shards against the bytes used: span pushes read whole 4 MiB pieces of
-plain shards, whichever of their files the node wants.
+order, --threads threads, after a listing, page cache dropped), on the
+loose tree and, for each of --builds, on a mount with push-ahead and on
+one without, one after the other, and reports the bytes read from the
+shards against the bytes used and the rate against the loose tree's.
 
-    tests/bench/training.sh --shares 1,2,4,8
+    tests/bench/training.sh --shares 1,2,4,8,16 --builds BEFORE,AFTER
 """
 import argparse
 import contextlib
@@ -83,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="--ab: rounds")
     p.add_argument("--shares", metavar="N,N,...",
                    help="one node's part of a shuffled epoch on N nodes (see above)")
+    p.add_argument("--builds", metavar="BUILD_DIR,BUILD_DIR",
+                   help="--shares: the builds to compare (default: --shardfs's)")
+    p.add_argument("--threads", type=int, default=2, help="--shares: reader threads")
     p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "bench-runs", "runs.md"),
                    help="add the result section to docs/bench-runs/runs.md (or PATH)")
     return p.parse_args(argv)
@@ -287,31 +290,46 @@ def shuffled_ab(ds, mp, builds, rounds):
                     "%.2f" % m["daemon_cpu"] if daemon else "-"), flush=True)
 
 
-def node_shares(ds, mp, shares):
+def node_shares(ds, mp, shares, builds, threads):
     """One node's part of a shuffled epoch when N nodes, each with its own
     mount, read under DistributedSampler: every N-th JPEG of the shuffled
-    order, 2 threads, after a listing, with push-ahead and without; the
-    bytes read from the shards against the bytes the node used."""
+    order, THREADS threads, after a listing, page cache dropped; the loose
+    tree, then each build with push-ahead and without, one after the
+    other for each N.  The bytes read from the shards against the bytes
+    the node used, and the rate against the loose tree's."""
     jpegs = [n for n in ds.shuffled_order(SEED) if n.endswith(".jpg")]
-    print("| nodes | mount | seconds | MB used | MB read from the shards | "
-          "read ÷ used | READs |")
-    print("|---|---|---|---|---|---|---|")
+    print("| nodes | tree | mount | seconds | files/s ÷ loose | MB used | "
+          "MB read from the shards | read ÷ used | READs per file | "
+          "daemon CPU µs per file | density estimate |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in shares:
         mine = jpegs[::n]
         used = sum(ds.by_name[name].size for name in mine)
-        for system_name in ("shardfs", "shardfs_nopush"):
-            with tree(system_name, ds, mp) as (root, daemon):
-                list_then_drop_pages(root)
-                before = daemon.stats()
-                r = wl.read_files(root, mine, threads=2)
-                time.sleep(1)   # pushes still under way count too
-                after = daemon.stats()
-            got = after["backing_read_bytes"] - before["backing_read_bytes"]
-            print("| %d | %s | %.2f | %.0f | %.0f | %.1f | %d |" % (
-                n, "default" if system_name == "shardfs" else "pushahead=0",
-                r.seconds, used / 1e6, got / 1e6, got / used,
-                after["ops"]["read"]["count"] - before["ops"]["read"]["count"]),
-                flush=True)
+        system.drop_caches()
+        wl.walk_stat(ds.loose_dir)
+        system.drop_caches()
+        loose = wl.read_files(ds.loose_dir, mine, threads=threads)
+        print("| %d | loose | - | %.2f | 1.00 | %.0f | - | - | - | - | - |" % (
+            n, loose.seconds, used / 1e6), flush=True)
+        for build in builds:
+            testlib.SHARDFS = os.path.join(build, "shardfs")
+            for system_name in ("shardfs", "shardfs_nopush"):
+                with tree(system_name, ds, mp) as (root, daemon):
+                    system.drop_caches()
+                    list_then_drop_pages(root)
+                    before, cpu = daemon.stats(), daemon.cpu()
+                    r = wl.read_files(root, mine, threads=threads)
+                    time.sleep(1)   # pushes still under way count too
+                    after, cpu = daemon.stats(), daemon.cpu() - cpu
+                got = after["backing_read_bytes"] - before["backing_read_bytes"]
+                density = after["pushahead"].get("density")
+                print("| %d | %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %.0f | %s |" % (
+                    n, build, "default" if system_name == "shardfs" else "pushahead=0",
+                    r.seconds, loose.seconds / r.seconds, used / 1e6, got / 1e6,
+                    got / used, (after["ops"]["read"]["count"] -
+                                 before["ops"]["read"]["count"]) / len(mine),
+                    cpu * 1e6 / len(mine),
+                    "-" if density is None else "%.2f" % density), flush=True)
 
 
 def main():
@@ -330,7 +348,9 @@ def main():
             if args.ab:
                 shuffled_ab(ds, mp, args.ab.split(","), args.rounds)
             else:
-                node_shares(ds, mp, [int(n) for n in args.shares.split(",")])
+                node_shares(ds, mp, [int(n) for n in args.shares.split(",")],
+                            args.builds.split(",") if args.builds else
+                            [os.path.dirname(args.shardfs)], args.threads)
         return
     machine = system.machine_info(args.workdir)
     run = {"date": started.isoformat(timespec="seconds"),

@@ -334,6 +334,20 @@ def read_stats(mountpoint):
         return json.loads(f.read())
 
 
+
+def settled_stats(mountpoint):
+    """/.shardfs/stats once the push-ahead counters stop moving (10 s),
+    so that pushes still under way count too."""
+    last = None
+    for _ in range(100):
+        now = read_stats(mountpoint)
+        if last and now["pushahead"] == last["pushahead"]:
+            return now
+        last = now
+        time.sleep(0.1)
+    return last
+
+
 def drop_caches(what=3):
     """Make the kernel forget cached pages (and dentries/inodes) so that
     reads reach shardfs and the backing store again."""

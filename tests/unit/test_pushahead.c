@@ -11,7 +11,9 @@
  * is listed at the second LOOKUP in it; the bytes held
  * ahead never exceed the bound; a shard that changed size is never pushed
  * from; a READ at random in a compressed shard has the rest of its
- * decoded span pushed, until the kernel is seen to drop such pushes.
+ * decoded span pushed, until the kernel is seen to drop such pushes; a
+ * plain shard's piece is pushed only once the READs at random of this
+ * pass took most of it (or of the set), learned again in each pass.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -405,12 +407,139 @@ static void test_random_read_of_compressed_shard_pushes_its_span(void **state)
 	check_span_pushes(e);
 }
 
-static void test_random_read_of_plain_shard_pushes_its_region(void **state)
+/* The bytes of the shard's one piece (a plain shard of MEMBERS files). */
+#define PIECE_BYTES ((uint64_t)MEMBERS * MEMBER_SIZE)
+/* READs at random that take FILL_TENTHS of the piece. */
+#define FILL_READS ((int)((PIECE_BYTES * SHARDFS_PUSHAHEAD_FILL_TENTHS / 10 + \
+			   MEMBER_SIZE - 1) / MEMBER_SIZE))
+
+/* The piece's share of the set the tests say it is in: a set of ten
+ * pieces, so that the piece fills before the pass turns dense. */
+#define SET_PIECES 10
+
+/* A plain shard whose members the kernel all holds, push-ahead on. */
+static void setup_piece(struct tb_env *e)
+{
+	setup(e, 1 << 20);
+	assert_int_equal(e->fs.set.shards[0].src->size < SHARDFS_PUSHAHEAD_REGION, 1);
+	assert_int_equal(e->fs.push.counters.set_bytes, PIECE_BYTES);
+	e->fs.push.counters.set_bytes = SET_PIECES * PIECE_BYTES;
+	for (int i = 0; i < MEMBERS; i++)
+		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+}
+
+/* READ members @from, @from + @step, ... below @to at random. */
+static void read_every(struct tb_env *e, int from, int to, int step)
+{
+	for (int i = from; i < to; i += step)
+		read_at_random(e, i);
+	settle(e);
+}
+
+/* The stores so far are @to - @from, and of the members @from.. below
+ * MEMBERS and @to. */
+static void assert_stored(struct tb_env *e, int from, int to)
+{
+	assert_int_equal(atomic_load(&kernel.stores), to - from);
+	for (int i = from; i < to && i < MEMBERS; i++)
+		assert_true(atomic_load(&kernel.stored[ino_of(e, i)]));
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+}
+
+/* The piece's share the pass took (the counter's density times
+ * SET_PIECES). */
+static double density(struct tb_env *e)
+{
+	return (double)atomic_load(&e->fs.push.counters.pass_bytes) /
+	       (double)PIECE_BYTES;
+}
+
+/* A plain shard's piece is pushed once READs at random took FILL_TENTHS
+ * of its bytes: the members not READ, every byte right.  A READ of one of
+ * them later begins no new pass. */
+static void test_plain_piece_is_pushed_once_reads_took_most_of_it(void **state)
 {
 	struct tb_env *e = *state;
 
-	setup(e, 1 << 20);
-	check_span_pushes(e);
+	setup_piece(e);
+	read_every(e, 0, FILL_READS - 1, 1);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	read_every(e, FILL_READS - 1, FILL_READS, 1);
+	assert_stored(e, FILL_READS, MEMBERS);
+	assert_int_equal(atomic_load(&e->fs.push.counters.spans), 1);
+	assert_int_equal(atomic_load(&e->fs.push.counters.span_fetched),
+			 (MEMBERS - FILL_READS) * MEMBER_SIZE);
+	assert_true(density(e) > 0.99);
+	assert_int_equal(atomic_load(&e->fs.push.counters.ahead), 0);
+	/* a READ of a pushed member (dropped, or it raced with the push)
+	 * is no new pass */
+	read_every(e, MEMBERS - 1, MEMBERS, 1);
+	assert_int_equal(atomic_load(&e->fs.push.counters.read_anyway), 1);
+	assert_int_equal(atomic_load(&e->fs.push.counters.passes), 0);
+}
+
+/* A reader of every other file (one node of two) has nothing pushed; the
+ * density says a half. */
+static void test_sparse_reader_has_no_piece_pushed(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup_piece(e);
+	read_every(e, 0, MEMBERS, 2);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	assert_int_equal(atomic_load(&e->fs.push.counters.spans), 0);
+	assert_true(density(e) > 0.49 && density(e) < 0.51);
+}
+
+/* Once a pass took DENSE_TENTHS of the set, a piece goes whole at its
+ * first READ at random. */
+static void test_dense_pass_pushes_a_piece_at_its_first_read(void **state)
+{
+	struct tb_env *e = *state;
+
+	setup_piece(e);
+	atomic_store(&e->fs.push.counters.pass_bytes,
+		     SET_PIECES * PIECE_BYTES * SHARDFS_PUSHAHEAD_DENSE_TENTHS / 10);
+	read_every(e, 0, 1, 1);
+	assert_true(atomic_load(&e->fs.push.dense));
+	assert_stored(e, 1, MEMBERS);
+}
+
+/*
+ * READs of members the pass READ before (SHARDFS_PUSHAHEAD_REREADS of
+ * them) begin a new pass: the density is learned again.  A dense reader
+ * after a sparse one has the piece pushed once it took most of it; a
+ * sparse one after a dense one has nothing more pushed.
+ */
+static void test_a_new_pass_learns_the_density_again(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+	const int rereads = SHARDFS_PUSHAHEAD_REREADS;
+
+	setup_piece(e);
+	read_every(e, 1, MEMBERS, 2);		/* sparse: odd members */
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+	read_every(e, 1, 2 * rereads - 2, 2);	/* again: one short of it */
+	assert_int_equal(atomic_load(&c->passes), 0);
+	read_every(e, 2 * rereads - 1, 2 * rereads, 1);	/* a new pass */
+	assert_int_equal(atomic_load(&c->passes), 1);
+	assert_true(density(e) < 0.03);
+	/* dense: the even members, then odd ones up to FILL_READS */
+	read_every(e, 0, MEMBERS, 2);
+	read_every(e, 2 * rereads + 1,
+		   2 * rereads + 1 + 2 * (FILL_READS - 1 - MEMBERS / 2), 2);
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
+	assert_true(atomic_load(&kernel.stored[ino_of(e, 1)]));
+	assert_true(atomic_load(&kernel.stored[ino_of(e, MEMBERS - 1)]));
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_true(density(e) > 0.99);
+	/* sparse again: every fourth even member, READ in the dense pass */
+	read_every(e, 2, MEMBERS, 4);
+	assert_int_equal(atomic_load(&c->passes), 2);
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
+	assert_true(density(e) > 0.18 && density(e) < 0.19);
+	assert_false(atomic_load(&e->fs.push.dense));
 }
 
 /* Over a transport with cheap READs a plain shard gets no span pushes. */
@@ -473,7 +602,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
 		TB_ENV_TEST(test_random_read_of_compressed_shard_pushes_its_span),
-		TB_ENV_TEST(test_random_read_of_plain_shard_pushes_its_region),
+		TB_ENV_TEST(test_plain_piece_is_pushed_once_reads_took_most_of_it),
+		TB_ENV_TEST(test_sparse_reader_has_no_piece_pushed),
+		TB_ENV_TEST(test_dense_pass_pushes_a_piece_at_its_first_read),
+		TB_ENV_TEST(test_a_new_pass_learns_the_density_again),
 		TB_ENV_TEST(test_cheap_reads_push_no_region),
 		TB_ENV_TEST(test_span_pushes_stop_when_they_are_wasted),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),

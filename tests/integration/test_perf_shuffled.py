@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a shuffled reader costs the local storage: bytes read from the
+shards (backing_read_bytes in /.shardfs/stats) against the bytes of the
+files it read, with push-ahead at its default.
+
+One node of N under DistributedSampler reads every N-th file of a
+shuffled order: a 1/N share of every 4 MiB piece of the shards.  Pushing
+pieces whole would read N times what the node uses; push-ahead learns
+how much of each piece the reader takes before it pushes one, so the
+storage reads at most 1.1x the bytes used (issue 29).  The density is
+learned again when another reader follows on the same mount: a dense
+reader after a sparse one has pieces pushed, a sparse one after a dense
+one has none pushed for it.  Every byte read is checked.
+
+Counts, not timings (docs/bench-shuffled.md has the timings).  The
+mounts' counters are read once push-ahead has settled, so that pushes
+still under way count too.  On the transport the host gives (the fuse
+module's enable_uring is left alone): over io_uring plain shards get no
+pushes at random, and the dense reader is checked for that instead.
+"""
+import os
+import random
+
+import pytest
+
+import shardfs_testlib as lib
+
+SHARDS = 4
+FILES = 480             # per shard: ~14 MiB, 4 pieces of 4 MiB
+SIZE_MIN, SIZE_SPREAD = 20_000, 20_000
+BOUND = 1.1             # bytes read from the shards per byte used
+
+
+def file_size(i):
+    return SIZE_MIN + (i * 7919) % SIZE_SPREAD
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """SHARDS plain shards of FILES files each (sNN/kNNNN.bin, sizes 20
+    to 40 kB), written by GNU tar; the files' bytes by name."""
+    root = tmp_path_factory.mktemp("shuffled")
+    shards, content = root / "shards", {}
+    os.makedirs(shards)
+    for s in range(SHARDS):
+        stage = root / ("stage%d" % s)
+        names = []
+        for i in range(FILES):
+            name = "s%02d/k%04d.bin" % (s, i)
+            content[name] = lib.deterministic_bytes(("shuffled", s, i), file_size(i))
+            lib.write_file(stage / name, content[name])
+            names.append(name)
+        lib.gnu_tar_create(shards / ("shard-%02d.tar" % s), stage, names, "gnu")
+    return shards, content
+
+
+def shuffled(content, seed):
+    names = sorted(content)
+    random.Random(seed).shuffle(names)
+    return names
+
+
+def read_share(mnt, content, names):
+    """Read NAMES whole, checking every byte; the bytes read from the
+    shards meanwhile, the bytes used, and the counters after."""
+    before = lib.settled_stats(mnt)
+    for name in names:
+        with open(os.path.join(mnt, name), "rb") as f:
+            assert f.read() == content[name], name
+    after = lib.settled_stats(mnt)
+    used = sum(len(content[name]) for name in names)
+    return after["backing_read_bytes"] - before["backing_read_bytes"], used, after
+
+
+def forget_pages(mnt, content):
+    """Have the kernel drop the mount's cached pages of every file (as a
+    new epoch after the page cache was reclaimed), keeping its inodes."""
+    for name in content:
+        fd = os.open(os.path.join(mnt, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def list_tree(mnt):
+    for _ in os.walk(mnt):      # as ImageFolder does first
+        pass
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nodes", [2, 8])
+def test_a_node_share_costs_at_most_the_bound(tmp_path, dataset, nodes):
+    shards, content = dataset
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards, mnt):
+        list_tree(mnt)
+        got, used, stats = read_share(mnt, content, shuffled(content, nodes)[::nodes])
+    assert got <= BOUND * used, (nodes, got, used, stats["pushahead"])
+    # the density estimate: the share of the set this pass took
+    assert abs(stats["pushahead"]["density"] - 1 / nodes) < 0.05, stats["pushahead"]
+    assert stats["access"]["random"]["read_bytes"] >= 0.9 * used, stats["access"]
+
+
+@pytest.mark.timeout(300)
+def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
+    """Sparse, then dense, then sparse again on one mount, each after the
+    kernel dropped the pages: every reader within the bound, the dense
+    one served mostly by pushed pieces."""
+    shards, content = dataset
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards, mnt):
+        list_tree(mnt)
+        got, used, stats = read_share(mnt, content, shuffled(content, 1)[::8])
+        assert got <= BOUND * used, ("sparse first", got, used, stats["pushahead"])
+        assert stats["pushahead"]["spans"] == 0, stats["pushahead"]
+        reads_before = stats["ops"]["read"]["count"]
+
+        forget_pages(mnt, content)
+        every = shuffled(content, 2)
+        got, used, stats = read_share(mnt, content, every)
+        assert got <= BOUND * used, ("dense after sparse", got, used, stats["pushahead"])
+        assert stats["pushahead"]["passes"] >= 1, stats["pushahead"]
+        assert stats["pushahead"]["density"] > 0.9, stats["pushahead"]
+        # pieces were pushed: well under one READ per file; over io_uring,
+        # where a READ is cheap, plain shards get no pushes at random
+        reads = stats["ops"]["read"]["count"] - reads_before
+        spans = stats["pushahead"]["spans"]
+        if stats["io_uring_requests"]:
+            assert spans == 0, stats["pushahead"]
+        else:
+            assert reads < 0.8 * len(every), (reads, len(every), stats["pushahead"])
+
+        forget_pages(mnt, content)
+        got, used, stats = read_share(mnt, content, shuffled(content, 3)[::4])
+        assert got <= BOUND * used, ("sparse after dense", got, used, stats["pushahead"])
+        assert stats["pushahead"]["passes"] >= 2, stats["pushahead"]
+        assert abs(stats["pushahead"]["density"] - 0.25) < 0.05, stats["pushahead"]
+        assert stats["pushahead"]["spans"] == spans, stats["pushahead"]
