@@ -457,7 +457,7 @@ static void window_on_read(struct pushahead *p, uint32_t shard, uint64_t off,
  * bytes it uses (docs/benchmarks.md).  Until a reader has read a part of
  * the set, nothing tells the two apart: a 1/N share of a shuffled order
  * is a uniform sample of the set, and its first READs fall on the pieces
- * as the epoch reader's do (docs/bench-shuffled.md).  So a piece is
+ * as the epoch reader's do (docs/bench-runs/shuffled-shares.md).  So a piece is
  * pushed only once the READs at random of this pass took
  * FILL_TENTHS of its bytes: a dense reader then has the last 30 % of
  * each piece pushed; a node of N >= 2, whose share of a piece is about

@@ -12,7 +12,7 @@ learned again when another reader follows on the same mount: a dense
 reader after a sparse one has pieces pushed, a sparse one after a dense
 one has none pushed for it.  Every byte read is checked.
 
-Counts, not timings (docs/bench-shuffled.md has the timings).  The
+Counts, not timings (docs/bench-runs/shuffled-shares.md has the timings).  The
 mounts' counters are read once push-ahead has settled, so that pushes
 still under way count too.  On the transport the host gives (the fuse
 module's enable_uring is left alone): over io_uring plain shards get no
