@@ -246,7 +246,7 @@ static void make_free(struct chunk *c)
  */
 static struct chunk *victim(bool prefetch)
 {
-	uint64_t now = remote_now_ms();
+	uint64_t now = monotonic_ms();
 
 	for (int pass = 0; pass < (prefetch ? 1 : 2); pass++)
 		for (struct chunk *c = cc.lru.next; c != &cc.lru; c = c->next)
@@ -273,7 +273,7 @@ static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool pref
 	c->done = false;
 	c->missed = false;
 	c->run = NULL;
-	c->used_ms = remote_now_ms();
+	c->used_ms = monotonic_ms();
 	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
 	c->owner = ow;
 	c->index = index;
@@ -553,7 +553,7 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 		}
 		pthread_mutex_lock(&cc.lock);
 		c->consumed = true;
-		c->used_ms = remote_now_ms();
+		c->used_ms = monotonic_ms();
 		put(c);
 		pthread_mutex_unlock(&cc.lock);
 		if (failed)

@@ -71,12 +71,6 @@ struct remote_config {
 
 extern struct remote_config remote_cfg;
 
-/* Milliseconds of CLOCK_MONOTONIC, for timeouts and ages. */
-static inline uint64_t remote_now_ms(void)
-{
-	return monotonic_ns() / 1000000;
-}
-
 /* One remote object (a shard), as opened. */
 struct remote_object {
 	char *name;		/* as named: s3://bucket/key or the URL */
