@@ -20,9 +20,11 @@
  * (backpressure) and prefetching stops: memory never grows past
  * cache_mem.
  *
- * Fetches run in REMOTE_FETCH_THREADS threads, reads that missed first;
- * at most REMOTE_PREFETCH_THREADS of them fetch ahead at a time, so that
- * a miss never waits behind a window of prefetches.
+ * Fetches run in fetch_threads threads, reads that missed first; at most
+ * prefetch_threads of them fetch ahead at a time, so that a miss never
+ * waits behind a window of prefetches.  What a fetch is (a ranged GET,
+ * after a look in the disk cache) is the caller's: the cache calls the
+ * callbacks of its configuration (shardfs/chunk_cache.h).
  *
  * A reader moving forward through a shard gets chunks fetched ahead of it
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
@@ -51,9 +53,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "remote_internal.h"
-#include "shardfs/log.h"
-#include "shardfs/remote.h"
+#include "shardfs/chunk_cache.h"
+#include "shardfs/util.h"
 
 /* A chunk not read for this long (ms) may be evicted although its reader
  * has not finished it: a stream that is still reading keeps its chunk,
@@ -93,7 +94,7 @@ struct chunk {
 	struct chunk *run;	/* next chunk the same GET fills (loading,
 				 * set when queued), or NULL */
 	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
-	struct remote_progress progress; /* bytes of data filled so far,
+	struct fetch_progress progress; /* bytes of data filled so far,
 				 * while loading: readers need not wait for
 				 * the whole chunk */
 };
@@ -109,7 +110,7 @@ static struct {
 	pthread_mutex_t lock;	/* guards everything below */
 	pthread_cond_t changed;	/* a chunk settled or was released */
 	pthread_cond_t work;	/* a queue has entries a worker may take */
-	uint64_t chunk_size;	/* bytes per chunk */
+	struct chunk_cache_config cfg; /* sizes, callbacks, counters */
 	unsigned nr;		/* slots */
 	struct chunk *chunks;	/* the slots */
 	struct chunk **buckets;	/* hash table of non-free slots */
@@ -119,7 +120,7 @@ static struct {
 	struct ring demand;	/* chunks a reader waits for: first */
 	struct ring ahead;	/* chunks fetched ahead of readers */
 	unsigned busy_ahead;	/* workers fetching ahead now */
-	pthread_t workers[REMOTE_FETCH_THREADS]; /* fetch threads */
+	pthread_t *workers;	/* fetch threads, cfg.fetch_threads */
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
@@ -133,26 +134,32 @@ static void register_fork_handler(void);
 static void stop_workers(void);
 static void cancel_queued(const struct chunk_owner *ow);
 
-int chunk_cache_init(uint64_t chunk_size, uint64_t mem)
+int chunk_cache_init(const struct chunk_cache_config *cfg)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	uint64_t nr = mem / chunk_size;
+	uint64_t nr = cfg->mem / cfg->chunk_size;
 
+	assert(cfg->fetch && cfg->counters && cfg->fetch_threads &&
+	       cfg->prefetch_threads);
 	pthread_once(&once, register_fork_handler);
 
-	cc.chunk_size = chunk_size;
-	cc.nr = nr < REMOTE_CACHE_MIN_CHUNKS ? REMOTE_CACHE_MIN_CHUNKS : (unsigned)nr;
+	cc.cfg = *cfg;
+	cc.nr = nr < CHUNK_CACHE_MIN_CHUNKS ? CHUNK_CACHE_MIN_CHUNKS : (unsigned)nr;
 	for (cc.nbuckets = 1; cc.nbuckets < 2 * cc.nr; cc.nbuckets <<= 1)
 		;
 	cc.chunks = calloc(cc.nr, sizeof(*cc.chunks));
 	cc.buckets = calloc(cc.nbuckets, sizeof(*cc.buckets));
 	cc.demand.slot = calloc(cc.nr, sizeof(*cc.demand.slot));
 	cc.ahead.slot = calloc(cc.nr, sizeof(*cc.ahead.slot));
-	if (!cc.chunks || !cc.buckets || !cc.demand.slot || !cc.ahead.slot) {
+	cc.workers = calloc(cfg->fetch_threads, sizeof(*cc.workers));
+	if (!cc.chunks || !cc.buckets || !cc.demand.slot || !cc.ahead.slot ||
+	    !cc.workers) {
 		chunk_cache_release();
 		return -ENOMEM;
 	}
 	cc.lru.next = cc.lru.prev = &cc.lru;
+	cc.free_list = NULL;
+	cc.demand.head = cc.demand.len = cc.ahead.head = cc.ahead.len = 0;
 	for (unsigned i = 0; i < cc.nr; i++) {
 		cc.chunks[i].next = cc.free_list;
 		cc.free_list = &cc.chunks[i];
@@ -173,9 +180,11 @@ void chunk_cache_release(void)
 	free(cc.buckets);
 	free(cc.demand.slot);
 	free(cc.ahead.slot);
+	free(cc.workers);
 	cc.chunks = NULL;
 	cc.buckets = NULL;
 	cc.demand.slot = cc.ahead.slot = NULL;
+	cc.workers = NULL;
 }
 
 static unsigned bucket_of(const struct chunk_owner *ow, uint64_t index)
@@ -343,7 +352,7 @@ static char *chunk_buffer_alloc(size_t len)
 }
 
 /* A piece of a chunk arrived: readers waiting for it look again. */
-static void progress_notify(struct remote_progress *p)
+static void progress_notify(struct fetch_progress *p)
 {
 	pthread_cond_broadcast(&cc.changed);
 }
@@ -351,10 +360,10 @@ static void progress_notify(struct remote_progress *p)
 /* Bytes of chunk @c: chunk_size, less for the object's last one. */
 static size_t chunk_bytes(const struct chunk *c)
 {
-	uint64_t off = c->index * cc.chunk_size;
+	uint64_t off = c->index * cc.cfg.chunk_size;
 
-	return c->owner->size - off < cc.chunk_size ? (size_t)(c->owner->size - off)
-						       : (size_t)cc.chunk_size;
+	return c->owner->size - off < cc.cfg.chunk_size ? (size_t)(c->owner->size - off)
+						       : (size_t)cc.cfg.chunk_size;
 }
 
 /* Does loading chunk @c hold all its bytes? */
@@ -368,18 +377,18 @@ static bool complete(struct chunk *c)
  * (excluded); those that came whole go to the disk cache. */
 static void get_stretch(struct chunk *first, struct chunk *end)
 {
-	struct remote_piece piece[CHUNK_RUN_MAX];
+	struct fetch_piece piece[CHUNK_RUN_MAX];
 	struct chunk *r = first;
 	unsigned n = 0;
 
 	do {
 		assert(n < CHUNK_RUN_MAX);	/* extend_run() */
-		piece[n++] = (struct remote_piece){ r->data, chunk_bytes(r), &r->progress };
+		piece[n++] = (struct fetch_piece){ r->data, chunk_bytes(r), &r->progress };
 	} while ((r = r->run) != end);
-	remote_http_read(first->owner->obj, piece, n, first->index * cc.chunk_size);
-	for (r = first; r != end; r = r->run)
+	cc.cfg.fetch(first->owner->obj, piece, n, first->index * cc.cfg.chunk_size);
+	for (r = first; r != end && cc.cfg.store; r = r->run)
 		if (complete(r))
-			disk_cache_store(r->owner->obj, r->index, r->data, chunk_bytes(r));
+			cc.cfg.store(r->owner->obj, r->index, r->data, chunk_bytes(r));
 }
 
 /*
@@ -395,9 +404,9 @@ static void fetch(struct chunk *c)
 	for (r = c; r; r = r->run) {
 		r->progress.notify = progress_notify;
 		if (!r->data)
-			r->data = chunk_buffer_alloc(cc.chunk_size); /* once per slot */
-		if (r->data && !disk_cache_load(r->owner->obj, r->index, r->data,
-						chunk_bytes(r)))
+			r->data = chunk_buffer_alloc(cc.cfg.chunk_size); /* once per slot */
+		if (r->data && cc.cfg.load &&
+		    !cc.cfg.load(r->owner->obj, r->index, r->data, chunk_bytes(r)))
 			atomic_store_explicit(&r->progress.bytes, chunk_bytes(r),
 					      memory_order_release);
 	}
@@ -510,23 +519,22 @@ static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, uint64_t la
 	*avail = c->state == CHUNK_READY ? c->len : c->state == CHUNK_FAILED ? 0 :
 		 atomic_load_explicit(&c->progress.bytes, memory_order_acquire);
 	pthread_mutex_unlock(&cc.lock);
-	atomic_fetch_add_explicit(load ? &remote_cfg.counters.cache_misses :
-				  &remote_cfg.counters.cache_hits, 1,
-				  memory_order_relaxed);
+	atomic_fetch_add_explicit(load ? &cc.cfg.counters->misses :
+				  &cc.cfg.counters->hits, 1, memory_order_relaxed);
 	return c;
 }
 
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off)
 {
-	uint64_t first = off / cc.chunk_size, last, prev;
+	uint64_t first = off / cc.cfg.chunk_size, last, prev;
 	size_t done = 0;
 
 	if (off >= ow->size || !len)
 		return 0;
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
-	last = (off + len - 1) / cc.chunk_size;
+	last = (off + len - 1) / cc.cfg.chunk_size;
 	/* a reader stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
 	 * ahead of it (from the next chunk: starting past the chunks of this
@@ -534,15 +542,15 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	 * slots fetched a chunk twice) */
 	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
 	if (prev != UINT64_MAX && prev + 1 == first) {
-		chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
+		chunk_cache_dontneed(ow, prev * cc.cfg.chunk_size, cc.cfg.chunk_size);
 		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
 		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
-			chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
+			chunk_cache_willneed(ow, (first + 1) * cc.cfg.chunk_size, cc.cfg.chunk_size);
 	}
 	while (done < len) {
-		uint64_t pos = off + done, index = pos / cc.chunk_size;
-		size_t in = (size_t)(pos % cc.chunk_size), avail;
-		size_t n = len - done < cc.chunk_size - in ? len - done : cc.chunk_size - in;
+		uint64_t pos = off + done, index = pos / cc.cfg.chunk_size;
+		size_t in = (size_t)(pos % cc.cfg.chunk_size), avail;
+		size_t n = len - done < cc.cfg.chunk_size - in ? len - done : cc.cfg.chunk_size - in;
 		/* referenced: its first avail bytes stay as they are */
 		struct chunk *c = acquire(ow, index, last, in + n, &avail);
 		bool failed = avail <= in;
@@ -564,11 +572,11 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 }
 
 /* Is there a chunk a worker may take (lock held)?  Reads that missed
- * first; fetches ahead only while fewer than REMOTE_PREFETCH_THREADS run,
+ * first; fetches ahead only while fewer than cfg.prefetch_threads run,
  * so that a miss never waits behind a window of prefetches. */
 static bool work_to_do(void)
 {
-	return cc.demand.len || (cc.ahead.len && cc.busy_ahead < REMOTE_PREFETCH_THREADS);
+	return cc.demand.len || (cc.ahead.len && cc.busy_ahead < cc.cfg.prefetch_threads);
 }
 
 static void *fetch_worker(void *arg)
@@ -588,7 +596,7 @@ static void *fetch_worker(void *arg)
 		pthread_mutex_unlock(&cc.lock);
 		fetch(c);
 		if (ahead)
-			atomic_fetch_add_explicit(&remote_cfg.counters.prefetches, 1,
+			atomic_fetch_add_explicit(&cc.cfg.counters->prefetches, 1,
 						  memory_order_relaxed);
 		pthread_mutex_lock(&cc.lock);
 		cc.busy_ahead -= ahead;
@@ -608,7 +616,7 @@ static void start_workers(void)
 		return;
 	cc.workers_pid = getpid();
 	cc.nworkers = 0;
-	while (cc.nworkers < REMOTE_FETCH_THREADS &&
+	while (cc.nworkers < cc.cfg.fetch_threads &&
 	       !pthread_create(&cc.workers[cc.nworkers], NULL, fetch_worker, NULL))
 		cc.nworkers++;
 }
@@ -621,13 +629,13 @@ static unsigned window_max(void)
 
 uint64_t chunk_cache_ahead_max(void)
 {
-	return window_max() * cc.chunk_size / 2;
+	return window_max() * cc.cfg.chunk_size / 2;
 }
 
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
-	uint64_t first = off / cc.chunk_size, nchunks = (ow->size + cc.chunk_size - 1) /
-							 cc.chunk_size;
+	uint64_t first = off / cc.cfg.chunk_size, nchunks = (ow->size + cc.cfg.chunk_size - 1) /
+							 cc.cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
 	unsigned cap = window_max();
 
@@ -654,12 +662,12 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 
 void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
-	uint64_t index = off / cc.chunk_size, last;
+	uint64_t index = off / cc.cfg.chunk_size, last;
 	struct chunk *c;
 
 	if (off >= ow->size || !len)
 		return;
-	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc.chunk_size;
+	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc.cfg.chunk_size;
 	atomic_store_explicit(&ow->file_first, index, memory_order_relaxed);
 	atomic_store_explicit(&ow->file_last, last, memory_order_relaxed);
 	pthread_mutex_lock(&cc.lock);
@@ -679,10 +687,10 @@ void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	uint64_t end = off + len;
 	struct chunk *c;
 
-	if ((off / cc.chunk_size + 1) * cc.chunk_size > end)
+	if ((off / cc.cfg.chunk_size + 1) * cc.cfg.chunk_size > end)
 		return;	/* [off, end) reaches no chunk's end */
 	pthread_mutex_lock(&cc.lock);
-	for (uint64_t i = off / cc.chunk_size; (i + 1) * cc.chunk_size <= end; i++) {
+	for (uint64_t i = off / cc.cfg.chunk_size; (i + 1) * cc.cfg.chunk_size <= end; i++) {
 		c = find(ow, i);
 		if (c)
 			c->done = true;

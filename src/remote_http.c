@@ -107,7 +107,7 @@ struct transfer {
 	bool checked;		/* this attempt's response was checked */
 	bool headers_done;	/* this attempt's headers ended (blank line) */
 	bool bad_object;	/* it came from another object: aborted */
-	const struct remote_piece *piece; /* where a read's body goes (buf
+	const struct fetch_piece *piece; /* where a read's body goes (buf
 				 * unused), or NULL */
 	unsigned npieces;	/* entries of piece */
 	unsigned key_gen;	/* generation of the keys that signed it */
@@ -429,7 +429,7 @@ static void store_body(struct transfer *t, const char *data, size_t n)
 		return;
 	}
 	for (unsigned i = 0; n && i < t->npieces; i++) {
-		const struct remote_piece *p = &t->piece[i];
+		const struct fetch_piece *p = &t->piece[i];
 		size_t k;
 
 		if (at >= p->len) {
@@ -892,7 +892,7 @@ static int run(struct transfer *t,
 	return -EIO;
 }
 
-ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
+ssize_t remote_http_read(struct remote_object *o, const struct fetch_piece *piece,
 			 unsigned n, uint64_t off)
 {
 	struct transfer t = { .o = o, .ranged = true, .validate = true,

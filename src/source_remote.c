@@ -52,7 +52,7 @@ static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
 	struct source_remote *r = (struct source_remote *)src;
 
 	if (atomic_load_explicit(&r->ranged_scan, memory_order_relaxed))
-		return remote_http_read(&r->obj, &(struct remote_piece){ buf, len, NULL }, 1,
+		return remote_http_read(&r->obj, &(struct fetch_piece){ buf, len, NULL }, 1,
 					off);
 	return chunk_cache_read(&r->owner, buf, len, off);
 }
