@@ -137,7 +137,7 @@ int remote_init(const struct remote_options *ro)
 	rc = remote_http_init();
 	if (rc)
 		goto out_release;
-	rc = chunk_cache_init(&(struct chunk_cache_config){
+	rc = chunk_cache_init(&remote_cfg.chunk_cache, &(struct chunk_cache_config){
 			.chunk_size = remote_cfg.chunk_size,
 			.mem = remote_cfg.cache_mem,
 			.fetch_threads = REMOTE_FETCH_THREADS,
@@ -147,8 +147,6 @@ int remote_init(const struct remote_options *ro)
 	     disk_cache_init(ro->cache_dir, remote_cfg.cache_size);
 	if (!rc)
 		return 0;
-	chunk_cache_release();
-	remote_http_release();
 out_release:
 	remote_release();
 	return rc;
@@ -157,7 +155,7 @@ out_release:
 void remote_release(void)
 {
 	if (remote_cfg.chunk_size) {
-		chunk_cache_release();
+		chunk_cache_release(remote_cfg.chunk_cache);
 		disk_cache_release();
 		remote_http_release();
 	}

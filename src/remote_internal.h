@@ -67,6 +67,7 @@ struct remote_config {
 	bool used;		/* a remote shard was opened */
 	atomic_bool unvalidated; /* one had no validator (said once) */
 	struct remote_counters counters; /* see above */
+	struct chunk_cache *chunk_cache; /* remote objects' chunks in memory */
 };
 
 extern struct remote_config remote_cfg;

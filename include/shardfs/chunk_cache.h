@@ -11,9 +11,10 @@
  * owner is an opaque pointer handed to those callbacks.
  *
  * Contract:
- * - chunk_cache_init() once, before any other call; chunk_cache_release()
- *   after every owner was forgotten.  The cache is one per process (its
- *   state is file-scope in chunk_cache.c for now; see issue 31).
+ * - chunk_cache_init() makes a cache, before any other call on it;
+ *   chunk_cache_release() frees it after every owner was forgotten.
+ *   Caches are independent (each its slots, lock and threads); a process
+ *   may hold several.
  * - A read returns the bytes asked for (fewer only at the owner's end) or
  *   -EIO when a fetch of one of its chunks failed; a failed chunk is not
  *   kept: once the fetch thread has let it go, a read fetches it again.
@@ -21,7 +22,8 @@
  *   every slot is in use, readers wait for one (backpressure) and
  *   prefetching stops.
  * - fork(2): fetch threads stop before a fork and restart after it in both
- *   processes (pthread_atfork, registered by the first chunk_cache_init).
+ *   processes (pthread_atfork, registered by the first chunk_cache_init,
+ *   for every cache alive).
  *   A fetcher with fork handlers of its own (remote_http.c's event thread)
  *   must register them before chunk_cache_init, so that the cache's run
  *   first at prepare and last after the fork.
@@ -87,8 +89,12 @@ struct chunk_cache_config {
 	struct chunk_cache_counters *counters; /* bumped; outlives the cache */
 };
 
+/* One cache: opaque. */
+struct chunk_cache;
+
 /* Per-object state the cache keeps; embedded in the remote source. */
 struct chunk_owner {
+	struct chunk_cache *cache; /* whose chunks these are */
 	void *obj;		/* what chunks are fetched from (callbacks) */
 	uint64_t size;		/* bytes of the object */
 	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
@@ -100,13 +106,13 @@ struct chunk_owner {
 				 * (0, 0: none) */
 };
 
-/* Size the cache and keep @cfg's callbacks; threads start on first use.
- * 0 or -ENOMEM. */
-int chunk_cache_init(const struct chunk_cache_config *cfg);
+/* Make a cache sized by @cfg, keeping its callbacks, in *@cachep;
+ * threads start on first use.  0 or -ENOMEM (*@cachep NULL). */
+int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_config *cfg);
 
-/* Stop the fetch threads (waiting for fetches running), fail what is
- * queued and free every buffer. */
-void chunk_cache_release(void);
+/* Stop @cache's fetch threads (waiting for fetches running), fail what is
+ * queued and free it and every buffer.  NULL: nothing. */
+void chunk_cache_release(struct chunk_cache *cache);
 
 /* Bytes a reader ahead of the readers of a shard (push-ahead) may read
  * past them: half of what the cache fetches ahead of one stream (which is
@@ -114,7 +120,7 @@ void chunk_cache_release(void);
  * for the stream and evict none that the readers still need.  Measured
  * with 8 slots of 256 KiB, three shards read in turn: the full window
  * fetched one chunk twice, half of it none. */
-uint64_t chunk_cache_ahead_max(void);
+uint64_t chunk_cache_ahead_max(struct chunk_cache *cache);
 
 /* Read through the cache; the shard_source read() contract. */
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,

@@ -4,7 +4,7 @@
  * served and counted, concurrent readers of one chunk sharing one fetch,
  * eviction in a small cache, readers waiting while every slot is busy,
  * a failed fetch giving -EIO and being fetched again, prefetch windows,
- * and forgetting an owner.  No network: the fetcher fills chunks with a
+ * forgetting an owner, and two caches side by side.  No network: the fetcher fills chunks with a
  * pattern of their offset and can be held (a gate) or made to fail.
  */
 #include <errno.h>
@@ -48,6 +48,7 @@ static struct {
 };
 
 static struct chunk_cache_counters counters;
+static struct chunk_cache *cache;	/* the test's */
 
 static unsigned char byte_at(const struct object *o, uint64_t off)
 {
@@ -118,7 +119,7 @@ static void cache_init(unsigned chunks, unsigned threads)
 	fake.calls = fake.pieces = 0;
 	fake.fail_off = UINT64_MAX;
 	counters = (struct chunk_cache_counters){ 0 };
-	assert_int_equal(chunk_cache_init(&(struct chunk_cache_config){
+	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
 				 .chunk_size = CHUNK, .mem = (uint64_t)chunks * CHUNK,
 				 .fetch_threads = threads, .prefetch_threads = 1,
 				 .fetch = fake_fetch, .counters = &counters }),
@@ -127,7 +128,7 @@ static void cache_init(unsigned chunks, unsigned threads)
 
 static void owner_init(struct chunk_owner *ow, struct object *o, uint64_t size)
 {
-	*ow = (struct chunk_owner){ .obj = o, .size = size };
+	*ow = (struct chunk_owner){ .cache = cache, .obj = o, .size = size };
 	atomic_store(&ow->last_chunk, UINT64_MAX);
 }
 
@@ -365,11 +366,45 @@ static void test_forget_owner(void **state)
 	chunk_cache_forget(&b);
 }
 
+static void test_two_caches(void **state)
+{
+	struct chunk_cache_counters other_counters = { 0 };
+	struct chunk_cache *other;
+	struct object o = { 9 };
+	struct chunk_owner a, b;
+
+	cache_init(4, 1);
+	assert_int_equal(chunk_cache_init(&other, &(struct chunk_cache_config){
+				 .chunk_size = 2 * CHUNK, .mem = 8 * CHUNK,
+				 .fetch_threads = 1, .prefetch_threads = 1,
+				 .fetch = fake_fetch, .counters = &other_counters }),
+			 0);
+	owner_init(&a, &o, 8 * CHUNK);
+	owner_init(&b, &o, 8 * CHUNK);
+	b.cache = other;
+	/* one object through both: each cache fetches, counts and sizes its
+	 * own chunks */
+	assert_int_equal(read_check(&a, CHUNK, 10), 10);
+	assert_int_equal(read_check(&b, CHUNK, 10), 10);
+	assert_int_equal(read_check(&b, 0, 10), 10);	/* in b's chunk 0 */
+	assert_int_equal(fetch_calls(), 2);
+	assert_int_equal(count(&counters.misses), 1);
+	assert_int_equal(count(&other_counters.misses), 1);
+	assert_int_equal(count(&other_counters.hits), 1);
+	assert_int_equal(chunk_cache_ahead_max(other), 2 * CHUNK / 2);
+	chunk_cache_forget(&b);
+	chunk_cache_release(other);
+	assert_int_equal(read_check(&a, CHUNK, 10), 10);	/* a's still there */
+	assert_int_equal(count(&counters.hits), 1);
+	chunk_cache_forget(&a);
+}
+
 /* After each test, passed or not: no fetch left waiting at the gate. */
 static int cache_release(void **state)
 {
 	gate(false);
-	chunk_cache_release();
+	chunk_cache_release(cache);
+	cache = NULL;
 	return 0;
 }
 
@@ -383,6 +418,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_fetch_error, cache_release),
 		cmocka_unit_test_teardown(test_willneed_prefetch, cache_release),
 		cmocka_unit_test_teardown(test_forget_owner, cache_release),
+		cmocka_unit_test_teardown(test_two_caches, cache_release),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
