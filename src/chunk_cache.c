@@ -20,9 +20,11 @@
  * (backpressure) and prefetching stops: memory never grows past
  * cache_mem.
  *
- * Fetches run in REMOTE_FETCH_THREADS threads, reads that missed first;
- * at most REMOTE_PREFETCH_THREADS of them fetch ahead at a time, so that
- * a miss never waits behind a window of prefetches.
+ * Fetches run in fetch_threads threads, reads that missed first; at most
+ * prefetch_threads of them fetch ahead at a time, so that a miss never
+ * waits behind a window of prefetches.  What a fetch is (a ranged GET,
+ * after a look in the disk cache) is the caller's: the cache calls the
+ * callbacks of its configuration (shardfs/chunk_cache.h).
  *
  * A reader moving forward through a shard gets chunks fetched ahead of it
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
@@ -44,6 +46,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +54,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "remote_internal.h"
-#include "shardfs/log.h"
-#include "shardfs/remote.h"
+#include "shardfs/chunk_cache.h"
+#include "shardfs/util.h"
 
 /* A chunk not read for this long (ms) may be evicted although its reader
  * has not finished it: a stream that is still reading keeps its chunk,
@@ -93,7 +95,7 @@ struct chunk {
 	struct chunk *run;	/* next chunk the same GET fills (loading,
 				 * set when queued), or NULL */
 	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
-	struct remote_progress progress; /* bytes of data filled so far,
+	struct fetch_progress progress; /* bytes of data filled so far,
 				 * while loading: readers need not wait for
 				 * the whole chunk */
 };
@@ -105,11 +107,12 @@ struct ring {
 	unsigned len;		/* entries */
 };
 
-static struct {
+/* One cache (shardfs/chunk_cache.h). */
+struct chunk_cache {
 	pthread_mutex_t lock;	/* guards everything below */
 	pthread_cond_t changed;	/* a chunk settled or was released */
 	pthread_cond_t work;	/* a queue has entries a worker may take */
-	uint64_t chunk_size;	/* bytes per chunk */
+	struct chunk_cache_config cfg; /* sizes, callbacks, counters */
 	unsigned nr;		/* slots */
 	struct chunk *chunks;	/* the slots */
 	struct chunk **buckets;	/* hash table of non-free slots */
@@ -119,75 +122,113 @@ static struct {
 	struct ring demand;	/* chunks a reader waits for: first */
 	struct ring ahead;	/* chunks fetched ahead of readers */
 	unsigned busy_ahead;	/* workers fetching ahead now */
-	pthread_t workers[REMOTE_FETCH_THREADS]; /* fetch threads */
+	pthread_t *workers;	/* fetch threads, cfg.fetch_threads */
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
-} cc = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.changed = PTHREAD_COND_INITIALIZER,
-	.work = PTHREAD_COND_INITIALIZER,
+	struct chunk_cache *live_next; /* next in live.caches */
 };
 
-static void register_fork_handler(void);
-static void stop_workers(void);
-static void cancel_queued(const struct chunk_owner *ow);
+/*
+ * Every cache of the process, for the pthread_atfork handlers (which take
+ * no argument): the one process-wide state of this file.
+ */
+static struct {
+	pthread_mutex_t lock;	/* guards caches; held across a fork */
+	struct chunk_cache *caches; /* initialised, not yet released */
+} live = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-int chunk_cache_init(uint64_t chunk_size, uint64_t mem)
+static void register_fork_handler(void);
+static void stop_workers(struct chunk_cache *cc);
+static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
+
+/* Free @cc and its tables (not the chunks' buffers). */
+static void cache_free(struct chunk_cache *cc)
+{
+	free(cc->chunks);
+	free(cc->buckets);
+	free(cc->demand.slot);
+	free(cc->ahead.slot);
+	free(cc->workers);
+	pthread_cond_destroy(&cc->work);
+	pthread_cond_destroy(&cc->changed);
+	pthread_mutex_destroy(&cc->lock);
+	free(cc);
+}
+
+int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_config *cfg)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	uint64_t nr = mem / chunk_size;
+	uint64_t nr = cfg->mem / cfg->chunk_size;
+	struct chunk_cache *cc;
 
+	assert(cfg->fetch && cfg->counters && cfg->fetch_threads &&
+	       cfg->prefetch_threads);
 	pthread_once(&once, register_fork_handler);
-
-	cc.chunk_size = chunk_size;
-	cc.nr = nr < REMOTE_CACHE_MIN_CHUNKS ? REMOTE_CACHE_MIN_CHUNKS : (unsigned)nr;
-	for (cc.nbuckets = 1; cc.nbuckets < 2 * cc.nr; cc.nbuckets <<= 1)
+	*cachep = NULL;
+	cc = calloc(1, sizeof(*cc));
+	if (!cc)
+		return -ENOMEM;
+	pthread_mutex_init(&cc->lock, NULL);
+	pthread_cond_init(&cc->changed, NULL);
+	pthread_cond_init(&cc->work, NULL);
+	cc->cfg = *cfg;
+	cc->nr = nr < CHUNK_CACHE_MIN_CHUNKS ? CHUNK_CACHE_MIN_CHUNKS : (unsigned)nr;
+	for (cc->nbuckets = 1; cc->nbuckets < 2 * cc->nr; cc->nbuckets <<= 1)
 		;
-	cc.chunks = calloc(cc.nr, sizeof(*cc.chunks));
-	cc.buckets = calloc(cc.nbuckets, sizeof(*cc.buckets));
-	cc.demand.slot = calloc(cc.nr, sizeof(*cc.demand.slot));
-	cc.ahead.slot = calloc(cc.nr, sizeof(*cc.ahead.slot));
-	if (!cc.chunks || !cc.buckets || !cc.demand.slot || !cc.ahead.slot) {
-		chunk_cache_release();
+	cc->chunks = calloc(cc->nr, sizeof(*cc->chunks));
+	cc->buckets = calloc(cc->nbuckets, sizeof(*cc->buckets));
+	cc->demand.slot = calloc(cc->nr, sizeof(*cc->demand.slot));
+	cc->ahead.slot = calloc(cc->nr, sizeof(*cc->ahead.slot));
+	cc->workers = calloc(cfg->fetch_threads, sizeof(*cc->workers));
+	if (!cc->chunks || !cc->buckets || !cc->demand.slot || !cc->ahead.slot ||
+	    !cc->workers) {
+		cache_free(cc);
 		return -ENOMEM;
 	}
-	cc.lru.next = cc.lru.prev = &cc.lru;
-	for (unsigned i = 0; i < cc.nr; i++) {
-		cc.chunks[i].next = cc.free_list;
-		cc.free_list = &cc.chunks[i];
+	cc->lru.next = cc->lru.prev = &cc->lru;
+	for (unsigned i = 0; i < cc->nr; i++) {
+		cc->chunks[i].next = cc->free_list;
+		cc->free_list = &cc->chunks[i];
 	}
+	pthread_mutex_lock(&live.lock);
+	cc->live_next = live.caches;
+	live.caches = cc;
+	pthread_mutex_unlock(&live.lock);
+	*cachep = cc;
 	return 0;
 }
 
-void chunk_cache_release(void)
+void chunk_cache_release(struct chunk_cache *cc)
 {
-	stop_workers();
-	pthread_mutex_lock(&cc.lock);
-	if (cc.chunks)
-		cancel_queued(NULL);
-	pthread_mutex_unlock(&cc.lock);
-	for (unsigned i = 0; cc.chunks && i < cc.nr; i++)
-		free(cc.chunks[i].data);
-	free(cc.chunks);
-	free(cc.buckets);
-	free(cc.demand.slot);
-	free(cc.ahead.slot);
-	cc.chunks = NULL;
-	cc.buckets = NULL;
-	cc.demand.slot = cc.ahead.slot = NULL;
+	struct chunk_cache **p;
+
+	if (!cc)
+		return;
+	pthread_mutex_lock(&live.lock);
+	for (p = &live.caches; *p != cc; p = &(*p)->live_next)
+		;
+	*p = cc->live_next;
+	pthread_mutex_unlock(&live.lock);
+	stop_workers(cc);
+	pthread_mutex_lock(&cc->lock);
+	cancel_queued(cc, NULL);
+	pthread_mutex_unlock(&cc->lock);
+	for (unsigned i = 0; i < cc->nr; i++)
+		free(cc->chunks[i].data);
+	cache_free(cc);
 }
 
-static unsigned bucket_of(const struct chunk_owner *ow, uint64_t index)
+static unsigned bucket_of(struct chunk_cache *cc, const struct chunk_owner *ow, uint64_t index)
 {
 	uint64_t h = ((uintptr_t)ow >> 4) * 0x9e3779b97f4a7c15ull ^ index * 0xff51afd7ed558ccdull;
 
-	return (unsigned)(h ^ (h >> 29)) & (cc.nbuckets - 1);
+	return (unsigned)(h ^ (h >> 29)) & (cc->nbuckets - 1);
 }
 
-static struct chunk *find(const struct chunk_owner *ow, uint64_t index)
+static struct chunk *find(struct chunk_cache *cc, const struct chunk_owner *ow, uint64_t index)
 {
-	struct chunk *c = cc.buckets[bucket_of(ow, index)];
+	struct chunk *c = cc->buckets[bucket_of(cc, ow, index)];
 
 	while (c && (c->owner != ow || c->index != index))
 		c = c->hnext;
@@ -204,9 +245,9 @@ static void lru_remove(struct chunk *c)
 }
 
 /* Put @c on the LRU list: at the tail, or at the head (evict first). */
-static void lru_insert(struct chunk *c, bool first)
+static void lru_insert(struct chunk_cache *cc, struct chunk *c, bool first)
 {
-	struct chunk *at = first ? &cc.lru : cc.lru.prev;
+	struct chunk *at = first ? &cc->lru : cc->lru.prev;
 
 	c->prev = at;
 	c->next = at->next;
@@ -215,23 +256,23 @@ static void lru_insert(struct chunk *c, bool first)
 	c->in_lru = true;
 }
 
-static void unhash(struct chunk *c)
+static void unhash(struct chunk_cache *cc, struct chunk *c)
 {
-	struct chunk **p = &cc.buckets[bucket_of(c->owner, c->index)];
+	struct chunk **p = &cc->buckets[bucket_of(cc, c->owner, c->index)];
 
 	while (*p != c)
 		p = &(*p)->hnext;
 	*p = c->hnext;
 }
 
-static void make_free(struct chunk *c)
+static void make_free(struct chunk_cache *cc, struct chunk *c)
 {
 	lru_remove(c);
-	unhash(c);
+	unhash(cc, c);
 	c->owner = NULL;
 	c->state = CHUNK_FREE;
-	c->next = cc.free_list;
-	cc.free_list = c;
+	c->next = cc->free_list;
+	cc->free_list = c;
 }
 
 /*
@@ -244,12 +285,12 @@ static void make_free(struct chunk *c)
  * fetched ahead that no reader has used.  NULL: wait.  O(slots) under the
  * lock, on a miss only.
  */
-static struct chunk *victim(bool prefetch)
+static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 {
-	uint64_t now = remote_now_ms();
+	uint64_t now = monotonic_ms();
 
 	for (int pass = 0; pass < (prefetch ? 1 : 2); pass++)
-		for (struct chunk *c = cc.lru.next; c != &cc.lru; c = c->next)
+		for (struct chunk *c = cc->lru.next; c != &cc->lru; c = c->next)
 			if (c->done || (now - c->used_ms >= CHUNK_IDLE_MS &&
 					c->consumed == !pass))
 				return c;
@@ -257,15 +298,16 @@ static struct chunk *victim(bool prefetch)
 }
 
 /* A slot for chunk @index of @ow, loading, referenced once; or NULL. */
-static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool prefetch)
+static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
+			       bool prefetch)
 {
-	struct chunk *c = cc.free_list;
+	struct chunk *c = cc->free_list;
 
 	if (c) {
-		cc.free_list = c->next;
-	} else if ((c = victim(prefetch))) {
+		cc->free_list = c->next;
+	} else if ((c = victim(cc, prefetch))) {
 		lru_remove(c);
-		unhash(c);
+		unhash(cc, c);
 	} else {
 		return NULL;
 	}
@@ -273,52 +315,52 @@ static struct chunk *take_slot(struct chunk_owner *ow, uint64_t index, bool pref
 	c->done = false;
 	c->missed = false;
 	c->run = NULL;
-	c->used_ms = remote_now_ms();
+	c->used_ms = monotonic_ms();
 	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
 	c->owner = ow;
 	c->index = index;
 	c->state = CHUNK_LOADING;
 	c->refs = 1;
 	c->len = 0;
-	c->hnext = cc.buckets[bucket_of(ow, index)];
-	cc.buckets[bucket_of(ow, index)] = c;
+	c->hnext = cc->buckets[bucket_of(cc, ow, index)];
+	cc->buckets[bucket_of(cc, ow, index)] = c;
 	return c;
 }
 
 /* Drop a reference (lock held); an unused chunk becomes evictable. */
-static void put(struct chunk *c)
+static void put(struct chunk_cache *cc, struct chunk *c)
 {
 	if (--c->refs)
 		return;
 	if (c->state == CHUNK_FAILED)
-		make_free(c);
+		make_free(cc, c);
 	else
-		lru_insert(c, false);
-	pthread_cond_broadcast(&cc.changed);
+		lru_insert(cc, c, false);
+	pthread_cond_broadcast(&cc->changed);
 }
 
 /* Drop the fetcher's reference to each chunk of run @c (lock held). */
-static void put_run(struct chunk *c)
+static void put_run(struct chunk_cache *cc, struct chunk *c)
 {
 	while (c) {
 		struct chunk *next = c->run;
 
 		c->run = NULL;
-		put(c);
+		put(cc, c);
 		c = next;
 	}
 }
 
-static void ring_push(struct ring *r, struct chunk *c)
+static void ring_push(struct chunk_cache *cc, struct ring *r, struct chunk *c)
 {
-	r->slot[(r->head + r->len++) % cc.nr] = c;
+	r->slot[(r->head + r->len++) % cc->nr] = c;
 }
 
-static struct chunk *ring_pop(struct ring *r)
+static struct chunk *ring_pop(struct chunk_cache *cc, struct ring *r)
 {
 	struct chunk *c = r->slot[r->head];
 
-	r->head = (r->head + 1) % cc.nr;
+	r->head = (r->head + 1) % cc->nr;
 	r->len--;
 	return c;
 }
@@ -343,43 +385,45 @@ static char *chunk_buffer_alloc(size_t len)
 }
 
 /* A piece of a chunk arrived: readers waiting for it look again. */
-static void progress_notify(struct remote_progress *p)
+static void progress_notify(struct fetch_progress *p)
 {
-	pthread_cond_broadcast(&cc.changed);
+	struct chunk *c = (struct chunk *)((char *)p - offsetof(struct chunk, progress));
+
+	pthread_cond_broadcast(&c->owner->cache->changed);
 }
 
 /* Bytes of chunk @c: chunk_size, less for the object's last one. */
-static size_t chunk_bytes(const struct chunk *c)
+static size_t chunk_bytes(struct chunk_cache *cc, const struct chunk *c)
 {
-	uint64_t off = c->index * cc.chunk_size;
+	uint64_t off = c->index * cc->cfg.chunk_size;
 
-	return c->owner->size - off < cc.chunk_size ? (size_t)(c->owner->size - off)
-						       : (size_t)cc.chunk_size;
+	return c->owner->size - off < cc->cfg.chunk_size ? (size_t)(c->owner->size - off)
+						       : (size_t)cc->cfg.chunk_size;
 }
 
 /* Does loading chunk @c hold all its bytes? */
-static bool complete(struct chunk *c)
+static bool complete(struct chunk_cache *cc, struct chunk *c)
 {
 	return atomic_load_explicit(&c->progress.bytes, memory_order_acquire) ==
-	       chunk_bytes(c);
+	       chunk_bytes(cc, c);
 }
 
 /* One GET fills the adjacent chunks of a run from @first up to @end
  * (excluded); those that came whole go to the disk cache. */
-static void get_stretch(struct chunk *first, struct chunk *end)
+static void get_stretch(struct chunk_cache *cc, struct chunk *first, struct chunk *end)
 {
-	struct remote_piece piece[CHUNK_RUN_MAX];
+	struct fetch_piece piece[CHUNK_RUN_MAX];
 	struct chunk *r = first;
 	unsigned n = 0;
 
 	do {
 		assert(n < CHUNK_RUN_MAX);	/* extend_run() */
-		piece[n++] = (struct remote_piece){ r->data, chunk_bytes(r), &r->progress };
+		piece[n++] = (struct fetch_piece){ r->data, chunk_bytes(cc, r), &r->progress };
 	} while ((r = r->run) != end);
-	remote_http_read(first->owner->obj, piece, n, first->index * cc.chunk_size);
-	for (r = first; r != end; r = r->run)
-		if (complete(r))
-			disk_cache_store(r->owner->obj, r->index, r->data, chunk_bytes(r));
+	cc->cfg.fetch(first->owner->obj, piece, n, first->index * cc->cfg.chunk_size);
+	for (r = first; r != end && cc->cfg.store; r = r->run)
+		if (complete(cc, r))
+			cc->cfg.store(r->owner->obj, r->index, r->data, chunk_bytes(cc, r));
 }
 
 /*
@@ -388,43 +432,43 @@ static void get_stretch(struct chunk *first, struct chunk *end)
  * of adjacent ones (lock not held).  A chunk is ready when all its bytes
  * came, even if a later one of its GET failed.
  */
-static void fetch(struct chunk *c)
+static void fetch(struct chunk_cache *cc, struct chunk *c)
 {
 	struct chunk *r, *first = NULL;
 
 	for (r = c; r; r = r->run) {
 		r->progress.notify = progress_notify;
 		if (!r->data)
-			r->data = chunk_buffer_alloc(cc.chunk_size); /* once per slot */
-		if (r->data && !disk_cache_load(r->owner->obj, r->index, r->data,
-						chunk_bytes(r)))
-			atomic_store_explicit(&r->progress.bytes, chunk_bytes(r),
+			r->data = chunk_buffer_alloc(cc->cfg.chunk_size); /* once per slot */
+		if (r->data && cc->cfg.load &&
+		    !cc->cfg.load(r->owner->obj, r->index, r->data, chunk_bytes(cc, r)))
+			atomic_store_explicit(&r->progress.bytes, chunk_bytes(cc, r),
 					      memory_order_release);
 	}
 	for (r = c;; r = r->run) {
-		bool get = r && r->data && !complete(r);
+		bool get = r && r->data && !complete(cc, r);
 
 		if (get && !first)
 			first = r;
 		if (!get && first) {
-			get_stretch(first, r);
+			get_stretch(cc, first, r);
 			first = NULL;
 		}
 		if (!r)
 			break;
 	}
-	pthread_mutex_lock(&cc.lock);
+	pthread_mutex_lock(&cc->lock);
 	for (r = c; r; r = r->run) {
-		r->len = complete(r) ? chunk_bytes(r) : 0;
+		r->len = complete(cc, r) ? chunk_bytes(cc, r) : 0;
 		r->state = r->len ? CHUNK_READY : CHUNK_FAILED;
 	}
-	pthread_cond_broadcast(&cc.changed);
-	pthread_mutex_unlock(&cc.lock);
+	pthread_cond_broadcast(&cc->changed);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 /* Wait (lock held) for a chunk to be released, or for CHUNK_WAIT_MS, after
  * which one may have become idle. */
-static void wait_a_little(void)
+static void wait_a_little(struct chunk_cache *cc)
 {
 	struct timespec ts;
 
@@ -434,25 +478,25 @@ static void wait_a_little(void)
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	pthread_cond_timedwait(&cc.changed, &cc.lock, &ts);
+	pthread_cond_timedwait(&cc->changed, &cc->lock, &ts);
 }
 
-static void start_workers(void);
+static void start_workers(struct chunk_cache *cc);
 
 /* Have a worker fetch loading chunk @c for a reader, ahead of any
  * prefetch (lock held); without workers, fetch it here. */
-static void fetch_for_reader(struct chunk *c)
+static void fetch_for_reader(struct chunk_cache *cc, struct chunk *c)
 {
-	start_workers();
-	if (cc.nworkers) {
-		ring_push(&cc.demand, c);
-		pthread_cond_signal(&cc.work);
+	start_workers(cc);
+	if (cc->nworkers) {
+		ring_push(cc, &cc->demand, c);
+		pthread_cond_signal(&cc->work);
 		return;
 	}
-	pthread_mutex_unlock(&cc.lock);
-	fetch(c);
-	pthread_mutex_lock(&cc.lock);
-	put_run(c);	/* the fetcher's references */
+	pthread_mutex_unlock(&cc->lock);
+	fetch(cc, c);
+	pthread_mutex_lock(&cc->lock);
+	put_run(cc, c);	/* the fetcher's references */
 }
 
 /*
@@ -460,12 +504,12 @@ static void fetch_for_reader(struct chunk *c)
  * chunks after it up to @last that are not cached either, while slots are
  * free or evictable, so that one GET fetches them all (lock held).
  */
-static void extend_run(struct chunk *c, uint64_t last)
+static void extend_run(struct chunk_cache *cc, struct chunk *c, uint64_t last)
 {
 	struct chunk *tail = c, *n;
 
 	for (uint64_t i = c->index + 1; i <= last && i - c->index < CHUNK_RUN_MAX; i++) {
-		if (find(c->owner, i) || !(n = take_slot(c->owner, i, false)))
+		if (find(cc, c->owner, i) || !(n = take_slot(cc, c->owner, i, false)))
 			break;
 		n->missed = true;
 		tail->run = n;
@@ -480,53 +524,53 @@ static void extend_run(struct chunk *c, uint64_t last)
  * miss fetches the chunks after it up to @last that are missing too with
  * the same GET.  *@avail gets the bytes that may be copied (0: failed).
  */
-static struct chunk *acquire(struct chunk_owner *ow, uint64_t index, uint64_t last,
-			     size_t need, size_t *avail)
+static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
+			     uint64_t last, size_t need, size_t *avail)
 {
 	struct chunk *c;
 	bool load = false;
 
-	pthread_mutex_lock(&cc.lock);
+	pthread_mutex_lock(&cc->lock);
 	for (;;) {
-		if ((c = find(ow, index))) {
+		if ((c = find(cc, ow, index))) {
 			c->refs++;
 			lru_remove(c);
 			load = c->missed;
 			c->missed = false;
 			break;
 		}
-		if ((c = take_slot(ow, index, false))) {
+		if ((c = take_slot(cc, ow, index, false))) {
 			load = true;
 			c->refs++;	/* the reader's; the fetcher has one */
-			extend_run(c, last);
-			fetch_for_reader(c);
+			extend_run(cc, c, last);
+			fetch_for_reader(cc, c);
 			break;
 		}
-		wait_a_little();	/* backpressure */
+		wait_a_little(cc);	/* backpressure */
 	}
 	while (c->state == CHUNK_LOADING &&
 	       atomic_load_explicit(&c->progress.bytes, memory_order_acquire) < need)
-		wait_a_little();	/* woken by each piece that arrives */
+		wait_a_little(cc);	/* woken by each piece that arrives */
 	*avail = c->state == CHUNK_READY ? c->len : c->state == CHUNK_FAILED ? 0 :
 		 atomic_load_explicit(&c->progress.bytes, memory_order_acquire);
-	pthread_mutex_unlock(&cc.lock);
-	atomic_fetch_add_explicit(load ? &remote_cfg.counters.cache_misses :
-				  &remote_cfg.counters.cache_hits, 1,
-				  memory_order_relaxed);
+	pthread_mutex_unlock(&cc->lock);
+	atomic_fetch_add_explicit(load ? &cc->cfg.counters->misses :
+				  &cc->cfg.counters->hits, 1, memory_order_relaxed);
 	return c;
 }
 
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off)
 {
-	uint64_t first = off / cc.chunk_size, last, prev;
+	struct chunk_cache *cc = ow->cache;
+	uint64_t first = off / cc->cfg.chunk_size, last, prev;
 	size_t done = 0;
 
 	if (off >= ow->size || !len)
 		return 0;
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
-	last = (off + len - 1) / cc.chunk_size;
+	last = (off + len - 1) / cc->cfg.chunk_size;
 	/* a reader stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
 	 * ahead of it (from the next chunk: starting past the chunks of this
@@ -534,28 +578,28 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	 * slots fetched a chunk twice) */
 	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
 	if (prev != UINT64_MAX && prev + 1 == first) {
-		chunk_cache_dontneed(ow, prev * cc.chunk_size, cc.chunk_size);
+		chunk_cache_dontneed(ow, prev * cc->cfg.chunk_size, cc->cfg.chunk_size);
 		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
 		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
-			chunk_cache_willneed(ow, (first + 1) * cc.chunk_size, cc.chunk_size);
+			chunk_cache_willneed(ow, (first + 1) * cc->cfg.chunk_size, cc->cfg.chunk_size);
 	}
 	while (done < len) {
-		uint64_t pos = off + done, index = pos / cc.chunk_size;
-		size_t in = (size_t)(pos % cc.chunk_size), avail;
-		size_t n = len - done < cc.chunk_size - in ? len - done : cc.chunk_size - in;
+		uint64_t pos = off + done, index = pos / cc->cfg.chunk_size;
+		size_t in = (size_t)(pos % cc->cfg.chunk_size), avail;
+		size_t n = len - done < cc->cfg.chunk_size - in ? len - done : cc->cfg.chunk_size - in;
 		/* referenced: its first avail bytes stay as they are */
-		struct chunk *c = acquire(ow, index, last, in + n, &avail);
+		struct chunk *c = acquire(cc, ow, index, last, in + n, &avail);
 		bool failed = avail <= in;
 
 		if (!failed) {
 			n = avail - in < n ? avail - in : n;
 			memcpy((char *)buf + done, c->data + in, n);
 		}
-		pthread_mutex_lock(&cc.lock);
+		pthread_mutex_lock(&cc->lock);
 		c->consumed = true;
-		c->used_ms = remote_now_ms();
-		put(c);
-		pthread_mutex_unlock(&cc.lock);
+		c->used_ms = monotonic_ms();
+		put(cc, c);
+		pthread_mutex_unlock(&cc->lock);
 		if (failed)
 			return -EIO;
 		done += n;
@@ -564,158 +608,163 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 }
 
 /* Is there a chunk a worker may take (lock held)?  Reads that missed
- * first; fetches ahead only while fewer than REMOTE_PREFETCH_THREADS run,
+ * first; fetches ahead only while fewer than cfg.prefetch_threads run,
  * so that a miss never waits behind a window of prefetches. */
-static bool work_to_do(void)
+static bool work_to_do(struct chunk_cache *cc)
 {
-	return cc.demand.len || (cc.ahead.len && cc.busy_ahead < REMOTE_PREFETCH_THREADS);
+	return cc->demand.len || (cc->ahead.len && cc->busy_ahead < cc->cfg.prefetch_threads);
 }
 
 static void *fetch_worker(void *arg)
 {
-	pthread_mutex_lock(&cc.lock);
+	struct chunk_cache *cc = arg;
+
+	pthread_mutex_lock(&cc->lock);
 	for (;;) {
 		struct chunk *c;
 		bool ahead;
 
-		while (!work_to_do() && !cc.stopping)
-			pthread_cond_wait(&cc.work, &cc.lock);
-		if (cc.stopping)
+		while (!work_to_do(cc) && !cc->stopping)
+			pthread_cond_wait(&cc->work, &cc->lock);
+		if (cc->stopping)
 			break;
-		ahead = !cc.demand.len;
-		c = ring_pop(ahead ? &cc.ahead : &cc.demand);
-		cc.busy_ahead += ahead;
-		pthread_mutex_unlock(&cc.lock);
-		fetch(c);
+		ahead = !cc->demand.len;
+		c = ring_pop(cc, ahead ? &cc->ahead : &cc->demand);
+		cc->busy_ahead += ahead;
+		pthread_mutex_unlock(&cc->lock);
+		fetch(cc, c);
 		if (ahead)
-			atomic_fetch_add_explicit(&remote_cfg.counters.prefetches, 1,
+			atomic_fetch_add_explicit(&cc->cfg.counters->prefetches, 1,
 						  memory_order_relaxed);
-		pthread_mutex_lock(&cc.lock);
-		cc.busy_ahead -= ahead;
-		if (ahead && cc.ahead.len)
-			pthread_cond_signal(&cc.work);
-		put_run(c);	/* the fetcher's references */
+		pthread_mutex_lock(&cc->lock);
+		cc->busy_ahead -= ahead;
+		if (ahead && cc->ahead.len)
+			pthread_cond_signal(&cc->work);
+		put_run(cc, c);	/* the fetcher's references */
 	}
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_unlock(&cc->lock);
 	return NULL;
 }
 
 /* Start the workers in this process (lock held); not before the daemon
  * forks, as threads do not survive fork(2). */
-static void start_workers(void)
+static void start_workers(struct chunk_cache *cc)
 {
-	if (cc.workers_pid == getpid() && cc.nworkers)
+	if (cc->workers_pid == getpid() && cc->nworkers)
 		return;
-	cc.workers_pid = getpid();
-	cc.nworkers = 0;
-	while (cc.nworkers < REMOTE_FETCH_THREADS &&
-	       !pthread_create(&cc.workers[cc.nworkers], NULL, fetch_worker, NULL))
-		cc.nworkers++;
+	cc->workers_pid = getpid();
+	cc->nworkers = 0;
+	while (cc->nworkers < cc->cfg.fetch_threads &&
+	       !pthread_create(&cc->workers[cc->nworkers], NULL, fetch_worker, cc))
+		cc->nworkers++;
 }
 
 /* Chunks fetched ahead of one stream at most: a quarter of the cache. */
-static unsigned window_max(void)
+static unsigned window_max(struct chunk_cache *cc)
 {
-	return cc.nr / 4 ? cc.nr / 4 : 1;
+	return cc->nr / 4 ? cc->nr / 4 : 1;
 }
 
-uint64_t chunk_cache_ahead_max(void)
+uint64_t chunk_cache_ahead_max(struct chunk_cache *cc)
 {
-	return window_max() * cc.chunk_size / 2;
+	return window_max(cc) * cc->cfg.chunk_size / 2;
 }
 
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
-	uint64_t first = off / cc.chunk_size, nchunks = (ow->size + cc.chunk_size - 1) /
-							 cc.chunk_size;
+	struct chunk_cache *cc = ow->cache;
+	uint64_t first = off / cc->cfg.chunk_size, nchunks = (ow->size + cc->cfg.chunk_size - 1) /
+							 cc->cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
-	unsigned cap = window_max();
+	unsigned cap = window_max(cc);
 
 	if (off >= ow->size)
 		return;
 	window = window ? (window * 2 < cap ? window * 2 : cap) : 1;
 	atomic_store_explicit(&ow->window, window, memory_order_relaxed);
-	pthread_mutex_lock(&cc.lock);
-	start_workers();
-	for (uint64_t i = first; i < first + window && i < nchunks && cc.nworkers; i++) {
+	pthread_mutex_lock(&cc->lock);
+	start_workers(cc);
+	for (uint64_t i = first; i < first + window && i < nchunks && cc->nworkers; i++) {
 		struct chunk *c;
 
-		if (find(ow, i))
+		if (find(cc, ow, i))
 			continue;
-		c = take_slot(ow, i, true);
+		c = take_slot(cc, ow, i, true);
 		if (!c)
 			break;	/* every slot is busy or unread: no prefetch
 				 * past cache_mem */
-		ring_push(&cc.ahead, c);
-		pthread_cond_signal(&cc.work);
+		ring_push(cc, &cc->ahead, c);
+		pthread_cond_signal(&cc->work);
 	}
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
-	uint64_t index = off / cc.chunk_size, last;
+	struct chunk_cache *cc = ow->cache;
+	uint64_t index = off / cc->cfg.chunk_size, last;
 	struct chunk *c;
 
 	if (off >= ow->size || !len)
 		return;
-	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc.chunk_size;
+	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc->cfg.chunk_size;
 	atomic_store_explicit(&ow->file_first, index, memory_order_relaxed);
 	atomic_store_explicit(&ow->file_last, last, memory_order_relaxed);
-	pthread_mutex_lock(&cc.lock);
-	while (index <= last && find(ow, index))
+	pthread_mutex_lock(&cc->lock);
+	while (index <= last && find(cc, ow, index))
 		index++;
 	/* a hint: no waiting for a slot, the read that follows does that */
-	if (index <= last && (c = take_slot(ow, index, false))) {
+	if (index <= last && (c = take_slot(cc, ow, index, false))) {
 		c->missed = true;
-		extend_run(c, last);
-		fetch_for_reader(c);
+		extend_run(cc, c, last);
+		fetch_for_reader(cc, c);
 	}
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
+	struct chunk_cache *cc = ow->cache;
 	uint64_t end = off + len;
 	struct chunk *c;
 
-	if ((off / cc.chunk_size + 1) * cc.chunk_size > end)
+	if ((off / cc->cfg.chunk_size + 1) * cc->cfg.chunk_size > end)
 		return;	/* [off, end) reaches no chunk's end */
-	pthread_mutex_lock(&cc.lock);
-	for (uint64_t i = off / cc.chunk_size; (i + 1) * cc.chunk_size <= end; i++) {
-		c = find(ow, i);
+	pthread_mutex_lock(&cc->lock);
+	for (uint64_t i = off / cc->cfg.chunk_size; (i + 1) * cc->cfg.chunk_size <= end; i++) {
+		c = find(cc, ow, i);
 		if (c)
 			c->done = true;
 		if (c && c->in_lru) {
 			lru_remove(c);
-			lru_insert(c, true);
+			lru_insert(cc, c, true);
 		}
 	}
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 /* Drop the queued fetches of @ow (of every owner: NULL) from @r, lock
  * held; a reader waiting for one sees a failed read (EIO). */
-static void cancel_ring(struct ring *r, const struct chunk_owner *ow)
+static void cancel_ring(struct chunk_cache *cc, struct ring *r, const struct chunk_owner *ow)
 {
 	for (unsigned i = 0, n = r->len; i < n; i++) {
-		struct chunk *c = ring_pop(r);
+		struct chunk *c = ring_pop(cc, r);
 
 		if (!ow || c->owner == ow) {
 			for (struct chunk *q = c; q; q = q->run)
 				q->state = CHUNK_FAILED;
-			pthread_cond_broadcast(&cc.changed);
-			put_run(c);
+			pthread_cond_broadcast(&cc->changed);
+			put_run(cc, c);
 		} else {
-			ring_push(r, c);
+			ring_push(cc, r, c);
 		}
 	}
 }
 
-static void cancel_queued(const struct chunk_owner *ow)
+static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow)
 {
-	cancel_ring(&cc.demand, ow);
-	cancel_ring(&cc.ahead, ow);
+	cancel_ring(cc, &cc->demand, ow);
+	cancel_ring(cc, &cc->ahead, ow);
 }
 
 /*
@@ -725,46 +774,61 @@ static void cancel_queued(const struct chunk_owner *ow)
  * workers finish their fetch and exit; after it, both processes start new
  * ones if fetches are still queued (readers may be waiting for them).
  */
-static void stop_workers(void)
+static void stop_workers(struct chunk_cache *cc)
 {
-	pthread_mutex_lock(&cc.lock);
-	cc.stopping = true;
-	pthread_cond_broadcast(&cc.work);
-	pthread_mutex_unlock(&cc.lock);
-	if (cc.workers_pid == getpid())
-		for (unsigned i = 0; i < cc.nworkers; i++)
-			pthread_join(cc.workers[i], NULL);
-	pthread_mutex_lock(&cc.lock);
-	cc.nworkers = 0;
-	cc.stopping = false;
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_lock(&cc->lock);
+	cc->stopping = true;
+	pthread_cond_broadcast(&cc->work);
+	pthread_mutex_unlock(&cc->lock);
+	if (cc->workers_pid == getpid())
+		for (unsigned i = 0; i < cc->nworkers; i++)
+			pthread_join(cc->workers[i], NULL);
+	pthread_mutex_lock(&cc->lock);
+	cc->nworkers = 0;
+	cc->stopping = false;
+	pthread_mutex_unlock(&cc->lock);
 }
 
-static void resume_workers(void)
+static void resume_workers(struct chunk_cache *cc)
 {
-	pthread_mutex_lock(&cc.lock);
-	if (cc.demand.len || cc.ahead.len)
-		start_workers();
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_lock(&cc->lock);
+	if (cc->demand.len || cc->ahead.len)
+		start_workers(cc);
+	pthread_mutex_unlock(&cc->lock);
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&live.lock);
+	for (struct chunk_cache *cc = live.caches; cc; cc = cc->live_next)
+		stop_workers(cc);
+}
+
+static void fork_done(void)
+{
+	for (struct chunk_cache *cc = live.caches; cc; cc = cc->live_next)
+		resume_workers(cc);
+	pthread_mutex_unlock(&live.lock);
 }
 
 static void register_fork_handler(void)
 {
-	pthread_atfork(stop_workers, resume_workers, resume_workers);
+	pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
 void chunk_cache_forget(struct chunk_owner *ow)
 {
-	pthread_mutex_lock(&cc.lock);
+	struct chunk_cache *cc = ow->cache;
+	pthread_mutex_lock(&cc->lock);
 	/* queued fetches of @ow are cancelled, running ones waited for */
-	cancel_queued(ow);
-	for (unsigned i = 0; i < cc.nr; i++) {
-		struct chunk *c = &cc.chunks[i];
+	cancel_queued(cc, ow);
+	for (unsigned i = 0; i < cc->nr; i++) {
+		struct chunk *c = &cc->chunks[i];
 
 		while (c->owner == ow && c->refs)
-			pthread_cond_wait(&cc.changed, &cc.lock);
+			pthread_cond_wait(&cc->changed, &cc->lock);
 		if (c->owner == ow)
-			make_free(c);
+			make_free(cc, c);
 	}
-	pthread_mutex_unlock(&cc.lock);
+	pthread_mutex_unlock(&cc->lock);
 }

@@ -84,10 +84,10 @@ static int parse_numbers(const struct remote_options *ro)
 		return -EINVAL;
 	remote_cfg.timeout = (uint32_t)timeout;
 	remote_cfg.attempts = (uint32_t)attempts;
-	if (remote_cfg.cache_mem < REMOTE_CACHE_MIN_CHUNKS * remote_cfg.chunk_size)
+	if (remote_cfg.cache_mem < CHUNK_CACHE_MIN_CHUNKS * remote_cfg.chunk_size)
 		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
-			 "using %u chunks", ro->cache_mem, REMOTE_CACHE_MIN_CHUNKS,
-			 remote_cfg.chunk_size, REMOTE_CACHE_MIN_CHUNKS);
+			 "using %u chunks", ro->cache_mem, CHUNK_CACHE_MIN_CHUNKS,
+			 remote_cfg.chunk_size, CHUNK_CACHE_MIN_CHUNKS);
 	return 0;
 }
 
@@ -101,6 +101,24 @@ static int parse_index_fetch(const char *s)
 	else
 		return log_error("bad index_fetch '%s' (stream or ranged)", s), -EINVAL;
 	return 0;
+}
+
+/* The chunk cache's callbacks: its objects are remote objects, fetched
+ * with ranged GETs and kept in the disk cache. */
+static ssize_t fetch_chunks(void *obj, const struct fetch_piece *piece,
+			    unsigned n, uint64_t off)
+{
+	return remote_http_read(obj, piece, n, off);
+}
+
+static int load_chunk(void *obj, uint64_t index, void *buf, size_t len)
+{
+	return disk_cache_load(obj, index, buf, len);
+}
+
+static void store_chunk(void *obj, uint64_t index, const void *buf, size_t len)
+{
+	disk_cache_store(obj, index, buf, len);
 }
 
 int remote_init(const struct remote_options *ro)
@@ -119,12 +137,16 @@ int remote_init(const struct remote_options *ro)
 	rc = remote_http_init();
 	if (rc)
 		goto out_release;
-	rc = chunk_cache_init(remote_cfg.chunk_size, remote_cfg.cache_mem) ?:
+	rc = chunk_cache_init(&remote_cfg.chunk_cache, &(struct chunk_cache_config){
+			.chunk_size = remote_cfg.chunk_size,
+			.mem = remote_cfg.cache_mem,
+			.fetch_threads = REMOTE_FETCH_THREADS,
+			.prefetch_threads = REMOTE_PREFETCH_THREADS,
+			.fetch = fetch_chunks, .load = load_chunk, .store = store_chunk,
+			.counters = &remote_cfg.counters.cache }) ?:
 	     disk_cache_init(ro->cache_dir, remote_cfg.cache_size);
 	if (!rc)
 		return 0;
-	chunk_cache_release();
-	remote_http_release();
 out_release:
 	remote_release();
 	return rc;
@@ -133,7 +155,7 @@ out_release:
 void remote_release(void)
 {
 	if (remote_cfg.chunk_size) {
-		chunk_cache_release();
+		chunk_cache_release(remote_cfg.chunk_cache);
 		disk_cache_release();
 		remote_http_release();
 	}
@@ -297,7 +319,7 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"# TYPE shardfs_remote_disk_store_errors_total counter\n"
 			"shardfs_remote_disk_store_errors_total %llu\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
-			counter(&k->cache_hits), counter(&k->cache_misses), lat / 1e6,
+			counter(&k->cache.hits), counter(&k->cache.misses), lat / 1e6,
 			counter(&k->disk_hits), counter(&k->disk_store_errors));
 	else
 		n = snprintf(buf, cap,
@@ -309,8 +331,8 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"\"disk_store_errors\": %llu, "
 			"\"chunk_size\": %llu, \"cache_mem\": %llu},\n",
 			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
-			counter(&k->replaced), counter(&k->cache_hits),
-			counter(&k->cache_misses), counter(&k->prefetches),
+			counter(&k->replaced), counter(&k->cache.hits),
+			counter(&k->cache.misses), counter(&k->cache.prefetches),
 			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,
 			counter(&k->disk_hits), counter(&k->disk_misses),
 			counter(&k->disk_corrupt), counter(&k->disk_store_errors),

@@ -95,7 +95,7 @@ struct transfer {
 	bool ranged;		/* send Range: bytes=off-(off+len-1) */
 	bool validate;		/* send the validator, check the answer's */
 	uint64_t off;		/* first byte wanted (ranged) */
-	uint64_t deadline_ms;	/* give up at this remote_now_ms(); 0: none */
+	uint64_t deadline_ms;	/* give up at this monotonic_ms(); 0: none */
 	char *buf;		/* where the body goes */
 	size_t len;		/* bytes wanted (the size of buf) */
 	size_t got;		/* bytes of the body stored so far */
@@ -107,7 +107,7 @@ struct transfer {
 	bool checked;		/* this attempt's response was checked */
 	bool headers_done;	/* this attempt's headers ended (blank line) */
 	bool bad_object;	/* it came from another object: aborted */
-	const struct remote_piece *piece; /* where a read's body goes (buf
+	const struct fetch_piece *piece; /* where a read's body goes (buf
 				 * unused), or NULL */
 	unsigned npieces;	/* entries of piece */
 	unsigned key_gen;	/* generation of the keys that signed it */
@@ -429,7 +429,7 @@ static void store_body(struct transfer *t, const char *data, size_t n)
 		return;
 	}
 	for (unsigned i = 0; n && i < t->npieces; i++) {
-		const struct remote_piece *p = &t->piece[i];
+		const struct fetch_piece *p = &t->piece[i];
 		size_t k;
 
 		if (at >= p->len) {
@@ -607,7 +607,7 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	curl_easy_setopt(h, CURLOPT_PRIVATE, t);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t->curl_error);
 	if (t->deadline_ms) {
-		uint64_t now = remote_now_ms();
+		uint64_t now = monotonic_ms();
 
 		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
 				 (long)(t->deadline_ms > now ? t->deadline_ms - now : 1));
@@ -812,7 +812,7 @@ static enum outcome read_outcome(struct transfer *t, CURLcode cerr, char *why,
 /* Sleep before retry @n (1, 2, ...): exponential, jittered, capped. */
 static void backoff(unsigned n, uint64_t deadline)
 {
-	uint64_t ms = HTTP_BACKOFF_FIRST_MS << (n < 10 ? n - 1 : 9), now = remote_now_ms();
+	uint64_t ms = HTTP_BACKOFF_FIRST_MS << (n < 10 ? n - 1 : 9), now = monotonic_ms();
 	unsigned seed = (unsigned)(now ^ (uintptr_t)&n);
 
 	if (ms > HTTP_BACKOFF_MAX_MS)
@@ -854,7 +854,7 @@ static int run(struct transfer *t,
 	       enum outcome (*classify)(struct transfer *, CURLcode, char *, size_t),
 	       char *why, size_t why_len)
 {
-	uint64_t progress = remote_now_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
+	uint64_t progress = monotonic_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
 	unsigned attempt = 0;
 
 	for (;;) {
@@ -871,17 +871,17 @@ static int run(struct transfer *t,
 		if (out == OUTCOME_RETRY && headers_too_large(t, cerr))
 			out = OUTCOME_FAIL;
 		if (t->got > before)
-			progress = remote_now_ms();
+			progress = monotonic_ms();
 		if (out == OUTCOME_DONE)
 			return 0;
-		if (out != OUTCOME_FAIL && t->deadline_ms && remote_now_ms() >= t->deadline_ms) {
+		if (out != OUTCOME_FAIL && t->deadline_ms && monotonic_ms() >= t->deadline_ms) {
 			snprintf(why + strlen(why), why_len - strlen(why), "; gave up after "
 				 "%" PRIu64 " s in all (remote_timeout x remote_attempts)",
 				 (uint64_t)remote_cfg.timeout * remote_cfg.attempts);
 			break;
 		}
 		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
-		    remote_now_ms() - progress >= limit)
+		    monotonic_ms() - progress >= limit)
 			break;
 		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
 					  memory_order_relaxed);
@@ -892,12 +892,12 @@ static int run(struct transfer *t,
 	return -EIO;
 }
 
-ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
+ssize_t remote_http_read(struct remote_object *o, const struct fetch_piece *piece,
 			 unsigned n, uint64_t off)
 {
 	struct transfer t = { .o = o, .ranged = true, .validate = true,
 			      .off = off, .piece = piece, .npieces = n,
-			      .deadline_ms = remote_now_ms() + (uint64_t)remote_cfg.timeout *
+			      .deadline_ms = monotonic_ms() + (uint64_t)remote_cfg.timeout *
 					     remote_cfg.attempts * 1000 };
 	size_t len = 0;
 	char why[256];

@@ -3,7 +3,8 @@
  * remote_internal.h - what the pieces of the remote shard reader share:
  * the resolved configuration, one remote object, the HTTP request layer
  * (remote_http.c), S3 addressing, credentials and listing (remote_s3.c)
- * and the chunk cache (chunk_cache.c).
+ * and the disk cache (disk_cache.c); the chunk cache has its own header,
+ * shardfs/chunk_cache.h.
  */
 #ifndef SHARDFS_REMOTE_INTERNAL_H
 #define SHARDFS_REMOTE_INTERNAL_H
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "shardfs/chunk_cache.h"
 #include "shardfs/util.h"
 
 /* Longest ETag kept (S3's are 34 bytes, quotes included). */
@@ -34,9 +36,7 @@ struct remote_counters {
 	atomic_ullong retries;		/* attempts after a failed one */
 	atomic_ullong errors;		/* data reads given up (EIO) */
 	atomic_ullong replaced;		/* objects found replaced */
-	atomic_ullong cache_hits;	/* chunk reads served from memory */
-	atomic_ullong cache_misses;	/* chunk reads that waited for a GET */
-	atomic_ullong prefetches;	/* chunks fetched ahead of a reader */
+	struct chunk_cache_counters cache; /* hits, misses, prefetches */
 	atomic_ullong disk_hits;	/* chunks read from cache_dir */
 	atomic_ullong disk_misses;	/* chunks not in cache_dir */
 	atomic_ullong disk_corrupt;	/* cache files that failed a check */
@@ -67,15 +67,10 @@ struct remote_config {
 	bool used;		/* a remote shard was opened */
 	atomic_bool unvalidated; /* one had no validator (said once) */
 	struct remote_counters counters; /* see above */
+	struct chunk_cache *chunk_cache; /* remote objects' chunks in memory */
 };
 
 extern struct remote_config remote_cfg;
-
-/* Milliseconds of CLOCK_MONOTONIC, for timeouts and ages. */
-static inline uint64_t remote_now_ms(void)
-{
-	return monotonic_ns() / 1000000;
-}
 
 /* One remote object (a shard), as opened. */
 struct remote_object {
@@ -183,21 +178,6 @@ int remote_s3_list(const char *bucket, const char *prefix,
 		   int (*add)(void *arg, const char *name, size_t len), void *arg,
 		   char *msg, size_t msg_len);
 
-/* How much of a GET's body has arrived, for readers that need only the
- * start of it: bytes is stored (release) after they are in the buffer,
- * and notify() called, after each piece. */
-struct remote_progress {
-	atomic_size_t bytes;	/* bytes of the buffer filled, in order */
-	void (*notify)(struct remote_progress *p); /* after each piece */
-};
-
-/* Where a part of a read's body goes. */
-struct remote_piece {
-	char *buf;		/* len bytes */
-	size_t len;		/* bytes of the body that go here */
-	struct remote_progress *progress; /* follows this piece, or NULL */
-};
-
 /*
  * GET [@off, @off + the pieces' lengths) of @o with ONE ranged request,
  * filling the @n pieces in order (adjacent chunks of the cache), with
@@ -209,7 +189,7 @@ struct remote_piece {
  * Returns the bytes read (fewer only at the end of the object) or -EIO;
  * after -EIO, the pieces whose progress reached their length are whole.
  */
-ssize_t remote_http_read(struct remote_object *o, const struct remote_piece *piece,
+ssize_t remote_http_read(struct remote_object *o, const struct fetch_piece *piece,
 			 unsigned n, uint64_t off);
 
 /*
@@ -266,49 +246,5 @@ int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
 /* Keep chunk @index of @o on disk; failures only cost a later fetch. */
 void disk_cache_store(const struct remote_object *o, uint64_t index,
 		      const void *buf, size_t len);
-
-/* The chunk cache (chunk_cache.c). */
-struct chunk_cache;
-
-/* Per-source state the cache keeps; embedded in the remote source. */
-struct chunk_owner {
-	struct remote_object *obj; /* what chunks are fetched from */
-	uint64_t size;		/* bytes of the object */
-	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
-				 * none): a read of the next one is forward */
-	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
-	atomic_ullong file_first; /* chunks of the file the latest WILLREAD */
-	atomic_ullong file_last; /* announced: stepping from the first into
-				 * the others is that file's read, no stream
-				 * (0, 0: none) */
-};
-
-int chunk_cache_init(uint64_t chunk_size, uint64_t mem);
-void chunk_cache_release(void);
-
-/* Bytes a reader ahead of the readers of a shard (push-ahead) may read
- * past them: half of what the cache fetches ahead of one stream (which is
- * a quarter of the cache), so that its reads find the chunks prefetched
- * for the stream and evict none that the readers still need.  Measured
- * with 8 slots of 256 KiB, three shards read in turn: the full window
- * fetched one chunk twice, half of it none. */
-uint64_t chunk_cache_ahead_max(void);
-
-/* Read through the cache; the shard_source read() contract. */
-ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
-			 uint64_t off);
-
-/* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
-void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
-
-/* [@off, @off + @len) is being read (one file, in several reads): fetch
- * its first stretch of missing chunks with one GET, as a read's miss. */
-void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len);
-
-/* Chunks of [@off, @off + @len) were consumed: evict them first. */
-void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
-
-/* Drop every chunk of @ow (before it is freed); waits for fetches. */
-void chunk_cache_forget(struct chunk_owner *ow);
 
 #endif

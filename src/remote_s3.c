@@ -299,7 +299,7 @@ static bool file_changed(const struct stat *a, const struct stat *b)
  * S3_KEYS_CHECK_MS looks. */
 static void keys_check(void)
 {
-	unsigned long long now = remote_now_ms();
+	unsigned long long now = monotonic_ms();
 	unsigned long long last = atomic_load_explicit(&keys.checked_ms, memory_order_relaxed);
 	struct stat st;
 
@@ -362,7 +362,7 @@ static int keys_follow(char *from, const char *profile)
 		return -ENOMEM;
 	if (stat(from, &keys.seen))
 		memset(&keys.seen, 0, sizeof(keys.seen));
-	atomic_store_explicit(&keys.checked_ms, remote_now_ms(), memory_order_relaxed);
+	atomic_store_explicit(&keys.checked_ms, monotonic_ms(), memory_order_relaxed);
 	return 0;
 }
 

@@ -52,7 +52,7 @@ static ssize_t remote_read(struct shard_source *src, void *buf, size_t len,
 	struct source_remote *r = (struct source_remote *)src;
 
 	if (atomic_load_explicit(&r->ranged_scan, memory_order_relaxed))
-		return remote_http_read(&r->obj, &(struct remote_piece){ buf, len, NULL }, 1,
+		return remote_http_read(&r->obj, &(struct fetch_piece){ buf, len, NULL }, 1,
 					off);
 	return chunk_cache_read(&r->owner, buf, len, off);
 }
@@ -136,9 +136,9 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 			 "cache_dir; said once for all such shards", url);
 	remote_cfg.used = true;
 	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
-					 .ahead_max = chunk_cache_ahead_max() };
-	r->owner = (struct chunk_owner){ .obj = &r->obj, .size = r->obj.size,
-					 .last_chunk = UINT64_MAX };
+					 .ahead_max = chunk_cache_ahead_max(remote_cfg.chunk_cache) };
+	r->owner = (struct chunk_owner){ .cache = remote_cfg.chunk_cache, .obj = &r->obj,
+					 .size = r->obj.size, .last_chunk = UINT64_MAX };
 	info->stored_size = r->obj.size;
 	info->mtime = (struct timespec){ .tv_sec = r->obj.mtime };
 	info->ctime = (struct timespec){

@@ -18,8 +18,8 @@
  * never mixed bytes.
  *
  * Data is fetched in aligned chunks (chunk_size) into a bounded memory
- * cache (cache_mem); see chunk_cache.c (its functions are declared in
- * src/remote_internal.h).
+ * cache (cache_mem) of at least CHUNK_CACHE_MIN_CHUNKS chunks; see
+ * shardfs/chunk_cache.h.
  *
  * Configuration is process-wide: remote_init() once, before any shard is
  * opened, single-threaded; remote_release() after every remote source
@@ -45,8 +45,6 @@
 #define REMOTE_CHUNK_MAX (256u << 20)
 /* Default memory for cached chunks: 256 MiB. */
 #define REMOTE_CACHE_MEM_DEFAULT (256ull << 20)
-/* Chunks the cache holds at least, whatever cache_mem says. */
-#define REMOTE_CACHE_MIN_CHUNKS 4
 /* Default seconds without progress before a request is given up. */
 #define REMOTE_TIMEOUT_DEFAULT 30
 /* Default attempts per request (the first plus retries). */

@@ -61,6 +61,12 @@ int parse_size(const char *s, uint64_t *out);
 /* Nanoseconds of CLOCK_MONOTONIC: for timeouts, ages and op timings. */
 uint64_t monotonic_ns(void);
 
+/* Milliseconds of CLOCK_MONOTONIC, for timeouts and ages. */
+static inline uint64_t monotonic_ms(void)
+{
+	return monotonic_ns() / 1000000;
+}
+
 /*
  * The trust rule for state another user could plant (index files, the
  * disk cache): the file @st describes is owned by us (the effective uid)

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * chunk_cache.h - the bytes of remote objects in aligned chunks, in
+ * bounded memory (chunk_cache.c).
+ *
+ * An object is read in chunks of chunk_size bytes at multiples of
+ * chunk_size.  The cache knows nothing of HTTP, S3 or disks: it fills a
+ * chunk through the callbacks of its configuration, load() (a local copy,
+ * optional), else fetch() (one ranged read for a run of adjacent chunks),
+ * and keeps it where store() (optional) may copy it.  The object behind an
+ * owner is an opaque pointer handed to those callbacks.
+ *
+ * Contract:
+ * - chunk_cache_init() makes a cache, before any other call on it;
+ *   chunk_cache_release() frees it after every owner was forgotten.
+ *   Caches are independent (each its slots, lock and threads); a process
+ *   may hold several.
+ * - A read returns the bytes asked for (fewer only at the owner's end) or
+ *   -EIO when a fetch of one of its chunks failed; a failed chunk is not
+ *   kept: once the fetch thread has let it go, a read fetches it again.
+ * - Memory never grows past max(mem, CHUNK_CACHE_MIN_CHUNKS chunks): when
+ *   every slot is in use, readers wait for one (backpressure) and
+ *   prefetching stops.
+ * - fork(2): fetch threads stop before a fork and restart after it in both
+ *   processes (pthread_atfork, registered by the first chunk_cache_init,
+ *   for every cache alive).
+ *   A fetcher with fork handlers of its own (remote_http.c's event thread)
+ *   must register them before chunk_cache_init, so that the cache's run
+ *   first at prepare and last after the fork.
+ *
+ * Thread-safety: after chunk_cache_init(), every function but
+ * chunk_cache_release() may be called from any thread.  The callbacks run
+ * in the fetch threads (or the reader's, before the threads started) with
+ * no lock of the cache held.
+ */
+#ifndef SHARDFS_CHUNK_CACHE_H
+#define SHARDFS_CHUNK_CACHE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Chunks the cache holds at least, whatever mem says. */
+#define CHUNK_CACHE_MIN_CHUNKS 4
+
+/* How much of a fetch's body has arrived, for readers that need only the
+ * start of it: bytes is stored (release) after they are in the buffer,
+ * and notify() called, after each piece. */
+struct fetch_progress {
+	atomic_size_t bytes;	/* bytes of the buffer filled, in order */
+	void (*notify)(struct fetch_progress *p); /* after each piece */
+};
+
+/* Where a part of a fetch's body goes. */
+struct fetch_piece {
+	char *buf;		/* len bytes */
+	size_t len;		/* bytes of the body that go here */
+	struct fetch_progress *progress; /* follows this piece, or NULL */
+};
+
+/* What the cache counts (relaxed atomics; the caller reports them). */
+struct chunk_cache_counters {
+	atomic_ullong hits;	/* chunk reads served from memory */
+	atomic_ullong misses;	/* chunk reads that waited for a fetch */
+	atomic_ullong prefetches; /* chunks fetched ahead of a reader */
+};
+
+/* How the cache is sized and filled. */
+struct chunk_cache_config {
+	uint64_t chunk_size;	/* bytes per chunk, > 0 */
+	uint64_t mem;		/* bytes of chunk buffers */
+	unsigned fetch_threads;	/* threads running fetch(), > 0 */
+	unsigned prefetch_threads; /* of those, at most this many fetch
+				 * ahead at once (the others stay free for
+				 * reads that miss), > 0 */
+	/* Read [@off, @off + the pieces' lengths) of @obj into the @n
+	 * pieces in order, storing each piece's progress as bytes arrive.
+	 * The cache looks only at progress: a chunk whose progress reached
+	 * its length is whole, even if the call failed later. */
+	ssize_t (*fetch)(void *obj, const struct fetch_piece *piece, unsigned n,
+			 uint64_t off);
+	/* Chunk @index of @obj (@len bytes) into @buf from a local copy: 0,
+	 * or -errno (not there).  NULL: none. */
+	int (*load)(void *obj, uint64_t index, void *buf, size_t len);
+	/* Keep a local copy of chunk @index of @obj, just fetched whole.
+	 * NULL: none. */
+	void (*store)(void *obj, uint64_t index, const void *buf, size_t len);
+	struct chunk_cache_counters *counters; /* bumped; outlives the cache */
+};
+
+/* One cache: opaque. */
+struct chunk_cache;
+
+/* Per-object state the cache keeps; embedded in the remote source. */
+struct chunk_owner {
+	struct chunk_cache *cache; /* whose chunks these are */
+	void *obj;		/* what chunks are fetched from (callbacks) */
+	uint64_t size;		/* bytes of the object */
+	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
+				 * none): a read of the next one is forward */
+	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
+	atomic_ullong file_first; /* chunks of the file the latest WILLREAD */
+	atomic_ullong file_last; /* announced: stepping from the first into
+				 * the others is that file's read, no stream
+				 * (0, 0: none) */
+};
+
+/* Make a cache sized by @cfg, keeping its callbacks, in *@cachep;
+ * threads start on first use.  0 or -ENOMEM (*@cachep NULL). */
+int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_config *cfg);
+
+/* Stop @cache's fetch threads (waiting for fetches running), fail what is
+ * queued and free it and every buffer.  NULL: nothing. */
+void chunk_cache_release(struct chunk_cache *cache);
+
+/* Bytes a reader ahead of the readers of a shard (push-ahead) may read
+ * past them: half of what the cache fetches ahead of one stream (which is
+ * a quarter of the cache), so that its reads find the chunks prefetched
+ * for the stream and evict none that the readers still need.  Measured
+ * with 8 slots of 256 KiB, three shards read in turn: the full window
+ * fetched one chunk twice, half of it none. */
+uint64_t chunk_cache_ahead_max(struct chunk_cache *cache);
+
+/* Read through the cache; the shard_source read() contract. */
+ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
+			 uint64_t off);
+
+/* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
+void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* [@off, @off + @len) is being read (one file, in several reads): fetch
+ * its first stretch of missing chunks with one GET, as a read's miss. */
+void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* Chunks of [@off, @off + @len) were consumed: evict them first. */
+void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* Drop every chunk of @ow (before it is freed); queued fetches of it are
+ * cancelled (a reader waiting for one gets -EIO), running ones waited
+ * for. */
+void chunk_cache_forget(struct chunk_owner *ow);
+
+#endif
