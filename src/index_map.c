@@ -320,6 +320,26 @@ int index_map_open(struct index_map **out, int fd, const char *path,
 	return log_format(msg, msg_len, -EINVAL, "offset 0: file too short for a header");
 }
 
+/*
+ * Take this process's watcher off duty (caller holds the lock): true, with
+ * the thread in *@t to end by watch_end() once the lock is let go.
+ */
+static bool watch_take(pthread_t *t)
+{
+	if (watch.pid != getpid())
+		return false;
+	*t = watch.thread;
+	watch.pid = 0;
+	return true;
+}
+
+/* End watcher @t: it can be cancelled only while it waits, holding nothing. */
+static void watch_end(pthread_t t)
+{
+	pthread_cancel(t);
+	pthread_join(t, NULL);
+}
+
 void index_map_free(struct index_map *m)
 {
 	pthread_t stop = 0;
@@ -333,16 +353,11 @@ void index_map_free(struct index_map *m)
 			*pp = m->next;
 			break;
 		}
-	if (!watch.maps && watch.pid == getpid()) {
-		last = true;
-		stop = watch.thread;
-		watch.pid = 0;
-	}
+	if (!watch.maps)
+		last = watch_take(&stop);
 	pthread_mutex_unlock(&watch.lock);
-	if (last) {
-		pthread_cancel(stop);
-		pthread_join(stop, NULL);
-	}
+	if (last)
+		watch_end(stop);
 	if (m->addr)
 		munmap((void *)m->addr, m->len);
 	if (m->fd >= 0)
@@ -351,12 +366,25 @@ void index_map_free(struct index_map *m)
 	free(m);
 }
 
+/*
+ * No thread crosses the fork: a thread of the parent stays in the child's
+ * sanitizer and allocator state (LeakSanitizer then warns of a thread it
+ * cannot suspend at every exit, and a thread caught starting left the
+ * child's threads hung on the allocator's lock under ASan).  The process
+ * that serves starts its own in index_map_adopt().
+ */
 void index_map_handoff(void)
 {
+	pthread_t stop;
+	bool running;
+
 	pthread_mutex_lock(&watch.lock);
 	for (struct index_map *m = watch.maps; m; m = m->next)
 		fcntl(m->fd, F_SETOWN, 0);
+	running = watch_take(&stop);
 	pthread_mutex_unlock(&watch.lock);
+	if (running)
+		watch_end(stop);
 }
 
 void index_map_adopt(void)

@@ -69,7 +69,8 @@ int index_map_open(struct index_map **out, int fd, const char *path,
 /* Unmap @m and let its lease go (NULL: nothing). */
 void index_map_free(struct index_map *m);
 
-/* Before a fork whose child serves the maps: no one is told of a break. */
+/* Before a fork whose child serves the maps: no one is told of a break,
+ * and this process's watcher thread has ended. */
 void index_map_handoff(void);
 
 /*
