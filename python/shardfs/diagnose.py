@@ -45,8 +45,11 @@ PAGE_CACHE_SHARE = 0.9
 STORAGE_BOUND_IO_SHARE = 0.3
 # the machine waits for local storage this share of its time
 LOCAL_STORAGE_IOWAIT = 0.15
-# the data waits less than this share of a step (mean): the compute, not
-# the data, sets the pace
+# the data waits less than this share of the measured time: the compute,
+# not the data, sets the pace.  The share of the time, not the mean of
+# each step's share: a loader slower than the steps delivers in bursts
+# (every worker's batch at once, then a long wait), and the mean of the
+# steps' shares hid a loader that kept the steps waiting 80% of the time.
 GPU_BOUND_WAIT = 0.1
 
 
@@ -333,8 +336,8 @@ def _remote_verdict(storage, need_bps, seconds):
 
 
 def _gpu_verdict(verdict, gpu_util):
-    figure = "waiting for data %.1f%% of each step on average" % (
-        100 * verdict["wait_fraction_mean"])
+    figure = "waiting for data %.1f%% of the measured time" % (
+        100 * verdict["wait_share"])
     if gpu_util is not None:
         figure += ", GPU busy %.0f%%" % gpu_util
     hint = "none for the data: the step's compute sets the pace" \
@@ -392,9 +395,9 @@ def _daemon_bound(system):
 
 def diagnose(verdict, system, storage, gpu_util=None):
     """{bottleneck, figure, suggestion} for the measured steps: the GPU
-    when the data waits less than GPU_BOUND_WAIT of a step, else what kept
+    when the data waits less than GPU_BOUND_WAIT of the time, else what kept
     the loaders late (_starved_verdict)."""
-    if verdict["wait_fraction_mean"] < GPU_BOUND_WAIT:
+    if verdict["wait_share"] < GPU_BOUND_WAIT:
         name, figure, hint = _gpu_verdict(verdict, gpu_util)
     else:
         name, figure, hint = _starved_verdict(verdict, system, storage)

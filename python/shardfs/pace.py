@@ -352,6 +352,7 @@ def summarize(records, shape, tolerance):
     samples = sum(r["samples"] for r in records)
     delivered = samples / elapsed if elapsed > 0 else 0.0
     fractions = [r["wait"] / r["step"] for r in records if r["step"] > 0]
+    waited = sum(r["wait"] for r in records)
     return {
         "required_per_node": shape["required_per_node"],
         "delivered_per_node": delivered,
@@ -364,6 +365,7 @@ def summarize(records, shape, tolerance):
         "wait_fraction_p50": percentile(fractions, 50),
         "wait_fraction_p95": percentile(fractions, 95),
         "wait_fraction_mean": statistics.fmean(fractions) if fractions else 0.0,
+        "wait_share": waited / elapsed if elapsed > 0 else 0.0,
     }
 
 
