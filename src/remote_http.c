@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * remote_http.c - ranged GETs over libcurl, signed for S3, retried.
+ * remote_http.c - ranged GETs over libcurl, signed, retried.
+ *
+ * Signing is the object's signer's (struct remote_signer; remote_s3.c
+ * signs S3 requests with SigV4): this file asks it for each attempt's
+ * headers and, after a 403, whether the keys went stale, and knows
+ * nothing of S3 itself beyond reading an error body's <Code>.
  *
  * Every transfer runs on one curl multi handle, driven by one event
  * thread (curl_multi_poll; curl_multi_wakeup when a transfer is
@@ -59,7 +64,6 @@
 #include "remote_internal.h"
 #include "shardfs/log.h"
 #include "shardfs/remote.h"
-#include "shardfs/sigv4.h"
 
 /* Idle easy handles kept (the connections are the multi handle's). */
 #define HTTP_POOL_MAX 64
@@ -114,7 +118,6 @@ struct transfer {
 	bool keys_refreshed;	/* refused for stale keys once: re-read */
 	const char *upload;	/* a PUT's body (the request is a PUT), or NULL */
 	size_t upload_len;	/* bytes of upload */
-	char upload_sha256[SIGV4_HEX_LEN]; /* of upload, for the signature */
 	struct remote_response resp; /* from the headers */
 	char error_body[HTTP_ERROR_BODY_MAX]; /* of a failed response */
 	char curl_error[CURL_ERROR_SIZE]; /* libcurl's account of a failure */
@@ -498,46 +501,24 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	return n;
 }
 
-/* Add the SigV4 headers for @t's request to @hdrs.  0 or -errno. */
+static void add_header(void *ctx, const char *line)
+{
+	struct curl_slist **hdrs = ctx;
+
+	*hdrs = curl_slist_append(*hdrs, line);
+}
+
+/* Add the headers that sign @t's request (its object's signer) to
+ * @hdrs.  0 or -errno. */
 static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 {
-	struct sigv4_signature *sig = malloc(sizeof(*sig));
-	struct sigv4_header host = { "host", t->o->host };
-	struct remote_keys k;
-	struct sigv4_key key = { k.key_id, k.secret, NULL };
-	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
-	struct sigv4_request req = { t->upload ? "PUT" : "GET", t->o->sign_path,
-				     t->query, &host, 1,
-				     t->upload ? t->upload_sha256 : SIGV4_EMPTY_SHA256, true };
-	char line[SIGV4_AUTH_MAX + 32];
-	int rc;
+	const struct remote_sign_request req = {
+		.method = t->upload ? "PUT" : "GET", .host = t->o->host,
+		.path = t->o->sign_path, .query = t->query,
+		.body = t->upload, .body_len = t->upload_len,
+	};
 
-	if (!sig)
-		return -ENOMEM;
-	remote_s3_keys(&k);
-	t->key_gen = k.gen;
-	key.session_token = k.token[0] ? k.token : NULL;
-	rc = sigv4_sign(&req, &key, &scope, sig);
-	explicit_bzero(k.secret, sizeof(k.secret));
-	if (!rc) {
-		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
-		*hdrs = curl_slist_append(*hdrs, line);
-		snprintf(line, sizeof(line), "X-Amz-Content-Sha256: %s", req.payload_sha256);
-		*hdrs = curl_slist_append(*hdrs, line);
-		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
-		*hdrs = curl_slist_append(*hdrs, line);
-		explicit_bzero(line, sizeof(line));
-	}
-	if (!rc && key.session_token) {
-		char *tok;
-
-		if (asprintf(&tok, "X-Amz-Security-Token: %s", key.session_token) < 0)
-			rc = -ENOMEM;
-		else
-			*hdrs = curl_slist_append(*hdrs, tok), free(tok);
-	}
-	free(sig);
-	return rc;
+	return t->o->signer->sign(&req, add_header, hdrs, &t->key_gen);
 }
 
 /* The validator header of @o into @line: If-Match or
@@ -577,7 +558,7 @@ static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 		*hdrs = curl_slist_append(*hdrs, line);
 	if (t->upload)	/* no "Expect: 100-continue" wait */
 		*hdrs = curl_slist_append(*hdrs, "Expect:");
-	if (!t->o->sign_path)
+	if (!t->o->signer)
 		return 0;
 	snprintf(line, sizeof(line), "Host: %s", t->o->host);
 	*hdrs = curl_slist_append(*hdrs, line);
@@ -620,7 +601,7 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)t->upload_len);
 	}
 	/* a redirect would invalidate a signature: only unsigned follow */
-	if (!t->o->sign_path) {
+	if (!t->o->signer) {
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
 		curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)HTTP_MAX_REDIRECTS);
 		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -825,24 +806,18 @@ static void backoff(unsigned n, uint64_t deadline)
 
 /*
  * Was @t refused for keys that went stale (temporary credentials expired,
- * or rotated by a credential agent)?  Then they are re-read, once per
- * request, and it is worth one more try if they changed.
+ * or rotated by a credential agent)?  Its signer says, once per request;
+ * it is worth one more try if the keys changed.
  */
 static bool keys_stale(struct transfer *t)
 {
-	static const char *const stale[] = { " ExpiredToken", " InvalidAccessKeyId",
-		" SignatureDoesNotMatch", " InvalidToken", " TokenRefreshRequired" };
 	char code[64];
 
-	if (t->keys_refreshed || !t->o->sign_path || t->resp.status != 403)
+	if (t->keys_refreshed || !t->o->signer || t->resp.status != 403)
 		return false;
 	error_code(t, code, sizeof(code));
-	for (size_t i = 0; i < sizeof(stale) / sizeof(*stale); i++)
-		if (!strcmp(code, stale[i])) {
-			t->keys_refreshed = true;
-			return remote_s3_keys_refresh(t->key_gen);
-		}
-	return false;
+	t->keys_refreshed = true;
+	return t->o->signer->stale(code[0] ? code + 1 : code, t->key_gen);
 }
 
 /*
@@ -1010,7 +985,6 @@ int remote_http_put(struct remote_object *o, const void *body, size_t len,
 	struct transfer t = { .o = o, .upload = body, .upload_len = len };
 	char why[256];
 
-	sigv4_sha256_hex(body, len, t.upload_sha256);
 	if (run(&t, put_outcome, why, sizeof(why)))
 		return log_format(msg, msg_len, t.resp.status == 403 ? -EACCES : -EIO,
 				  "%s: PUT: %s", o->name, why);

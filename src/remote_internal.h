@@ -56,7 +56,7 @@ struct remote_config {
 	char *endpoint;		/* S3 endpoint URL, no trailing '/' */
 	char *region;		/* S3 region */
 	bool virtual_hosted;	/* bucket in the host name, else in the path */
-	bool sign;		/* SigV4-sign S3 requests (remote_s3_keys()) */
+	bool sign;		/* SigV4-sign S3 requests (remote_s3_signer) */
 	char *cacert;		/* CA bundle, NULL: the system's */
 	uint64_t chunk_size;	/* bytes per ranged GET */
 	uint64_t cache_mem;	/* bytes of chunk buffers */
@@ -72,12 +72,44 @@ struct remote_config {
 
 extern struct remote_config remote_cfg;
 
+/* A request to sign: what remote_http.c sends, as the signer sees it. */
+struct remote_sign_request {
+	const char *method;	/* "GET" or "PUT" */
+	const char *host;	/* host[:port], as sent in Host: */
+	const char *path;	/* the object's decoded path (sign_path) */
+	const char *query;	/* what follows '?', or NULL */
+	const void *body;	/* a PUT's body, or NULL (no body) */
+	size_t body_len;	/* bytes of body */
+};
+
+/*
+ * What signs the requests for an object, for the kind of server it lives
+ * on (remote_s3.c: SigV4 with the mount's keys).  The HTTP layer knows no
+ * more of signing than this: it asks for the headers of each attempt and,
+ * after a 403, whether the keys went stale.  Both may be called from any
+ * thread at once.
+ */
+struct remote_signer {
+	/* Call @add(@ctx, line) for each header ("Name: value") that signs
+	 * @r, and set *@gen to the generation of the keys used.  0 or -errno
+	 * (no header added). */
+	int (*sign)(const struct remote_sign_request *r,
+		    void (*add)(void *ctx, const char *line), void *ctx,
+		    unsigned *gen);
+	/* A request signed with keys of generation @gen was refused with
+	 * HTTP 403 and the server's error @code ("" if none): true when the
+	 * keys were stale and newer ones are there (worth one more try). */
+	bool (*stale)(const char *code, unsigned gen);
+};
+
 /* One remote object (a shard), as opened. */
 struct remote_object {
 	char *name;		/* as named: s3://bucket/key or the URL */
 	char url[REMOTE_URL_MAX]; /* what is fetched */
 	char host[REMOTE_HOST_MAX]; /* host[:port] of url, signed for S3 */
 	char *sign_path;	/* decoded path to sign (S3), NULL: unsigned */
+	const struct remote_signer *signer; /* signs its requests; set
+				 * with sign_path, NULL without */
 	char etag[REMOTE_ETAG_MAX]; /* at open; "" when the server sent none */
 	uint64_t size;		/* bytes, at open */
 	time_t mtime;		/* Last-Modified, at open (0: unknown) */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote_s3.c - S3: where an object is (endpoint, addressing), who asks
- * (credentials), and what a prefix holds (ListObjectsV2).
+ * (credentials, and the SigV4 signer that remote_http.c calls through
+ * the object's struct remote_signer), and what a prefix holds
+ * (ListObjectsV2, over remote_http.c: the calls go one way).
  *
  * Settings are resolved once, in the order the AWS CLI uses, except that
  * every one of them also has a -o form that wins (fstab passes no
@@ -341,6 +343,69 @@ bool remote_s3_keys_refresh(unsigned gen)
 	return newer;
 }
 
+/* The SigV4 headers of @r, signed with the current keys. */
+static int s3_sign(const struct remote_sign_request *r,
+		   void (*add)(void *ctx, const char *line), void *ctx,
+		   unsigned *gen)
+{
+	struct sigv4_signature *sig = malloc(sizeof(*sig));
+	struct sigv4_header host = { "host", r->host };
+	struct remote_keys k;
+	struct sigv4_key key = { k.key_id, k.secret, NULL };
+	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
+	char payload[SIGV4_HEX_LEN];
+	struct sigv4_request req = { r->method, r->path, r->query, &host, 1,
+				     SIGV4_EMPTY_SHA256, true };
+	char line[SIGV4_AUTH_MAX + 32];
+	int rc;
+
+	if (!sig)
+		return -ENOMEM;
+	if (r->body) {
+		sigv4_sha256_hex(r->body, r->body_len, payload);
+		req.payload_sha256 = payload;
+	}
+	remote_s3_keys(&k);
+	*gen = k.gen;
+	key.session_token = k.token[0] ? k.token : NULL;
+	rc = sigv4_sign(&req, &key, &scope, sig);
+	explicit_bzero(k.secret, sizeof(k.secret));
+	if (!rc) {
+		snprintf(line, sizeof(line), "X-Amz-Date: %s", sig->amz_date);
+		add(ctx, line);
+		snprintf(line, sizeof(line), "X-Amz-Content-Sha256: %s", req.payload_sha256);
+		add(ctx, line);
+		snprintf(line, sizeof(line), "Authorization: %s", sig->authorization);
+		add(ctx, line);
+		explicit_bzero(line, sizeof(line));
+	}
+	if (!rc && key.session_token) {
+		char *tok;
+
+		if (asprintf(&tok, "X-Amz-Security-Token: %s", key.session_token) < 0)
+			rc = -ENOMEM;
+		else
+			add(ctx, tok), free(tok);
+	}
+	free(sig);
+	return rc;
+}
+
+/* Was a 403 with S3 error @code a refusal of stale keys, and are newer
+ * ones there now? */
+static bool s3_stale(const char *code, unsigned gen)
+{
+	static const char *const stale[] = { "ExpiredToken", "InvalidAccessKeyId",
+		"SignatureDoesNotMatch", "InvalidToken", "TokenRefreshRequired" };
+
+	for (size_t i = 0; i < sizeof(stale) / sizeof(*stale); i++)
+		if (!strcmp(code, stale[i]))
+			return remote_s3_keys_refresh(gen);
+	return false;
+}
+
+static const struct remote_signer s3_signer = { s3_sign, s3_stale };
+
 void remote_s3_forget_keys(void)
 {
 	pthread_rwlock_wrlock(&keys.lock);
@@ -519,6 +584,7 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 		free(o->sign_path);
 		o->sign_path = NULL;
 	}
+	o->signer = o->sign_path ? &s3_signer : NULL;
 	return 0;
 }
 
