@@ -54,9 +54,8 @@
 #define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "remote_internal.h"
+#include "disk_cache.h"
 #include "shardfs/log.h"
-#include "shardfs/remote.h"
 #include "shardfs/util.h"
 
 #define DISK_CACHE_MAGIC 0x3243434b48435346ull	/* "FSCHKCC2": keyed */

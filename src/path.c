@@ -71,3 +71,17 @@ const char *path_verdict_str(enum path_verdict verdict)
 	}
 	return "unknown";
 }
+
+bool path_is_shard_name(const char *name)
+{
+	static const char *const suffixes[] = { ".tar", ".tar.gz", ".tgz", ".tar.zst" };
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(*suffixes); i++) {
+		size_t k = strlen(suffixes[i]);
+
+		if (n > k && !strcmp(name + n - k, suffixes[i]))
+			return true;
+	}
+	return false;
+}

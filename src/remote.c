@@ -13,7 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "remote_internal.h"
+#include "disk_cache.h"
+#include "remote_http.h"
+#include "remote_s3.h"
 #include "shardfs/log.h"
 #include "shardfs/remote.h"
 #include "shardfs/source.h"

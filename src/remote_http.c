@@ -61,9 +61,9 @@
 
 #include <curl/curl.h>
 
-#include "remote_internal.h"
+#include "remote_http.h"
 #include "shardfs/log.h"
-#include "shardfs/remote.h"
+#include "shardfs/remote_options.h"
 
 /* Idle easy handles kept (the connections are the multi handle's). */
 #define HTTP_POOL_MAX 64

@@ -34,10 +34,11 @@
 #include <unistd.h>
 #include <uthash.h>
 
-#include "remote_internal.h"
+#include "remote_s3.h"
+#include "remote_http.h"
 #include "shardfs/log.h"
-#include "shardfs/remote.h"
-#include "shardfs/shardset.h"
+#include "shardfs/remote_options.h"
+#include "shardfs/path.h"
 #include "shardfs/sigv4.h"
 #include "shardfs/util.h"
 
@@ -683,7 +684,7 @@ static int remember(const char *bucket, const char *key, const char *p,
 	return 0;
 }
 
-/* Collect the shard keys (shard_set_name_is_shard) of one page (into @l
+/* Collect the shard keys (path_is_shard_name) of one page (into @l
  * unless NULL) and remember
  * every object; its continuation token into @next. */
 static int parse_page(const char *body, const char *bucket, struct name_list *l,
@@ -699,7 +700,7 @@ static int parse_page(const char *body, const char *bucket, struct name_list *l,
 		if (!end || !xml_field(p, end, "Key", key, sizeof(key)))
 			return -EPROTO;
 		rc = remember(bucket, key, p, end);
-		if (!rc && l && shard_set_name_is_shard(key))
+		if (!rc && l && path_is_shard_name(key))
 			rc = list_push(l, bucket, key);
 		p = end;
 	}
@@ -849,7 +850,7 @@ int remote_s3_list(const char *bucket, const char *prefix,
 	int rc = list_prefix(bucket, prefix, &l, UINT32_MAX, msg, msg_len);
 
 	if (!rc && !l.nr)
-		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no " SHARD_SET_SUFFIXES
+		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no " PATH_SHARD_SUFFIXES
 				" objects under the prefix", bucket, prefix);
 	if (l.nr)
 		qsort(l.names, l.nr, sizeof(*l.names), cmp_name);

@@ -27,6 +27,7 @@
 #include "shardfs/fs.h"
 #include "shardfs/index_map.h"
 #include "shardfs/log.h"
+#include "shardfs/path.h"
 #include "shardfs/shardset.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
@@ -225,7 +226,7 @@ static int check_mountpoint(const char *mp, int nonempty)
 	if (!d)
 		return mountpoint_error(mp, errno);
 	while ((de = readdir(d))) {
-		bool shard = shard_set_name_is_shard(de->d_name);
+		bool shard = path_is_shard_name(de->d_name);
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;

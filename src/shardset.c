@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "shardfs/log.h"
+#include "shardfs/path.h"
 #include "shardfs/remote.h"
 #include "shardfs/shardset.h"
 #include "shardfs/util.h"
@@ -50,21 +51,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-bool shard_set_name_is_shard(const char *name)
-{
-	static const char *const suffixes[] = { ".tar", ".tar.gz", ".tgz", ".tar.zst" };
-	size_t n = strlen(name);
-
-	for (size_t i = 0; i < sizeof(suffixes) / sizeof(*suffixes); i++) {
-		size_t k = strlen(suffixes[i]);
-
-		if (n > k && !strcmp(name + n - k, suffixes[i]))
-			return true;
-	}
-	return false;
-}
-
-/* Every shard (shard_set_name_is_shard) directly in @dir, sorted by name. */
+/* Every shard (path_is_shard_name) directly in @dir, sorted by name. */
 static int add_directory(struct shard_set *set, const char *dir, char *msg,
 			 size_t msg_len)
 {
@@ -77,7 +64,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
-		if (!rc && shard_set_name_is_shard(names[i]->d_name)) {
+		if (!rc && path_is_shard_name(names[i]->d_name)) {
 			int len = snprintf(path, sizeof(path), "%s/%s", dir,
 					   names[i]->d_name);
 
@@ -89,7 +76,7 @@ static int add_directory(struct shard_set *set, const char *dir, char *msg,
 	}
 	free(names);
 	if (!rc && !found)
-		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no " SHARD_SET_SUFFIXES " shards", dir);
+		return log_format(msg, msg_len, -ENOENT, "%s: directory holds no " PATH_SHARD_SUFFIXES " shards", dir);
 	return rc ? log_format(msg, msg_len, rc, "%s: %s", dir, strerror(-rc)) : 0;
 }
 

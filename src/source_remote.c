@@ -32,7 +32,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "remote_internal.h"
+#include "remote_http.h"
+#include "remote_s3.h"
 #include "shardfs/log.h"
 #include "shardfs/remote.h"
 #include "shardfs/source.h"

@@ -15,6 +15,7 @@
 #ifndef SHARDFS_PATH_H
 #define SHARDFS_PATH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Longest single path component; Linux cannot look up anything longer. */
@@ -57,5 +58,17 @@ size_t path_sample_key_len(const char *path, size_t len);
 
 /* A short English description of a verdict, for warnings. */
 const char *path_verdict_str(enum path_verdict verdict);
+
+/*
+ * Whether a file or object called @name is taken as a shard when its
+ * directory (local) or prefix (s3://) is listed: *.tar, *.tar.gz, *.tgz,
+ * *.tar.zst.  One rule for both, so that a set packed with shardfs-pack
+ * --compress mounts the same from a disk and from S3.  What a shard is,
+ * its bytes tell; the name only picks the candidates.
+ */
+bool path_is_shard_name(const char *name);
+
+/* The suffixes of path_is_shard_name(), for messages. */
+#define PATH_SHARD_SUFFIXES "*.tar, *.tar.gz, *.tgz or *.tar.zst"
 
 #endif

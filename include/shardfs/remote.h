@@ -38,66 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Default bytes per ranged GET: 8 MiB. */
-#define REMOTE_CHUNK_DEFAULT (8u << 20)
-/* Smallest and largest chunk accepted. */
-#define REMOTE_CHUNK_MIN (64u << 10)
-#define REMOTE_CHUNK_MAX (256u << 20)
-/* Default memory for cached chunks: 256 MiB. */
-#define REMOTE_CACHE_MEM_DEFAULT (256ull << 20)
-/* Default seconds without progress before a request is given up. */
-#define REMOTE_TIMEOUT_DEFAULT 30
-/* Default attempts per request (the first plus retries). */
-#define REMOTE_ATTEMPTS_DEFAULT 6
-/* Default -o cache_size: 10 GiB of chunks, and as much of decoded spans. */
-#define REMOTE_CACHE_SIZE_DEFAULT (10ull << 30)
-/* Threads fetching chunks, and how many of them may fetch ahead of
- * readers at once (the others stay free for reads that miss). */
-#define REMOTE_FETCH_THREADS 8
-#define REMOTE_PREFETCH_THREADS 4
-
-/* The -o options of remote shard sets (strings malloc'ed). */
-struct remote_options {
-	char *endpoint;		/* -o endpoint=URL (else AWS_ENDPOINT_URL) */
-	char *region;		/* -o region= (else AWS_REGION, ...) */
-	char *addressing;	/* -o s3_addressing=path|virtual */
-	char *profile;		/* -o aws_profile= (else AWS_PROFILE) */
-	char *credentials;	/* -o credentials=FILE (an AWS ini file) */
-	int no_sign_request;	/* -o no_sign_request: anonymous S3 */
-	char *cacert;		/* -o cacert=FILE: CA bundle for TLS */
-	char *chunk_size;	/* -o chunk_size=SIZE */
-	char *cache_mem;	/* -o cache_mem=SIZE */
-	char *timeout;		/* -o remote_timeout=SECONDS */
-	char *attempts;		/* -o remote_attempts=N */
-	char *cache_dir;	/* -o cache_dir=DIR: chunks on local disk */
-	char *cache_size;	/* -o cache_size=SIZE of cache_dir */
-	char *index_fetch;	/* -o index_fetch=stream|ranged */
-};
-
-/* The help text of those options. */
-#define REMOTE_OPTIONS_HELP \
-	"remote shards (http://, https://, s3://):\n" \
-	"    -o endpoint=URL        S3 endpoint (default AWS_ENDPOINT_URL, else\n" \
-	"                           https://s3.REGION.amazonaws.com)\n" \
-	"    -o region=NAME         S3 region (default AWS_REGION,\n" \
-	"                           AWS_DEFAULT_REGION, the profile, us-east-1)\n" \
-	"    -o s3_addressing=MODE  path or virtual (default: virtual on AWS,\n" \
-	"                           path with an endpoint)\n" \
-	"    -o aws_profile=NAME    profile of ~/.aws/credentials and config\n" \
-	"    -o credentials=FILE    an AWS credentials file to use instead\n" \
-	"    -o no_sign_request     anonymous requests (public buckets)\n" \
-	"    -o cacert=FILE         CA certificates for TLS verification\n" \
-	"    -o chunk_size=SIZE     bytes per ranged GET (default 8M)\n" \
-	"    -o cache_mem=SIZE      memory for fetched chunks (default 256M)\n" \
-	"    -o remote_timeout=SECS give a request up after SECS without\n" \
-	"                           progress: EIO (default 30)\n" \
-	"    -o remote_attempts=N   tries per request (default 6)\n" \
-	"    -o cache_dir=DIR       keep fetched chunks in DIR, checksummed,\n" \
-	"                           shared by later mounts (default: none)\n" \
-	"    -o cache_size=SIZE     bytes of DIR to use, LRU (default 10G)\n" \
-	"    -o index_fetch=HOW     index build: stream (every chunk, several\n" \
-	"                           GETs in flight) or ranged (one small GET\n" \
-	"                           per member header) (default stream)\n"
+#include "shardfs/remote_options.h"
 
 /* Free the option strings (cli.c parses them with fuse_opt). */
 void remote_options_free(struct remote_options *ro);
@@ -128,6 +69,13 @@ void remote_release(void);
 int remote_expand(const char *item,
 		  int (*add)(void *arg, const char *name, size_t len), void *arg,
 		  char *msg, size_t msg_len);
+
+struct remote_object;
+
+/* Fill @o's url, host, sign_path and signer for @url: itself, or the S3
+ * object it names (src/remote_object.h).  0 or -errno with a message. */
+int remote_locate(struct remote_object *o, const char *url, char *msg,
+		  size_t msg_len);
 
 /* Largest file remote_fetch_file() accepts (a published index). */
 #define REMOTE_FILE_MAX (1ull << 30)

@@ -84,18 +84,6 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
  */
 int shard_set_open(struct shard_set *set, char *msg, size_t msg_len);
 
-/*
- * Whether a file or object called @name is taken as a shard when its
- * directory (local) or prefix (s3://) is listed: *.tar, *.tar.gz, *.tgz,
- * *.tar.zst.  One rule for both, so that a set packed with shardfs-pack
- * --compress mounts the same from a disk and from S3.  What a shard is,
- * its bytes tell; the name only picks the candidates.
- */
-bool shard_set_name_is_shard(const char *name);
-
-/* The suffixes of shard_set_name_is_shard(), for messages. */
-#define SHARD_SET_SUFFIXES "*.tar, *.tar.gz, *.tgz or *.tar.zst"
-
 /* Close the sources and free the set; the set is empty afterwards. */
 void shard_set_release(struct shard_set *set);
 

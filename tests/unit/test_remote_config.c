@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "remote_internal.h"
+#include "remote_s3.h"
 #include "shardfs/remote.h"
 #include "shardfs/source.h"
 

@@ -21,7 +21,8 @@
 
 #include <cmocka.h>
 
-#include "remote_internal.h"
+#include "disk_cache.h"
+#include "remote_http.h"
 #include "shardfs/remote.h"
 #include "shardfs/util.h"
 #include "tarbuild.h"

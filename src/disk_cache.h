@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * disk_cache.h - remote chunks kept on a node-local disk (disk_cache.c),
+ * under -o cache_dir=.  Without it, or for an object without a
+ * validator, load finds nothing and store does nothing.  Load and store
+ * may be called from any thread once disk_cache_init succeeded.
+ */
+#ifndef SHARDFS_DISK_CACHE_H
+#define SHARDFS_DISK_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remote_object.h"
+
+/* Random bytes of the key that names and checksums chunks (an XXH3
+ * secret: at least XXH3_SECRET_SIZE_MIN). */
+#define DISK_CACHE_KEY_BYTES 192
+/* A chunk file's name, "<32 hex>.chunk", and its NUL. */
+#define DISK_CACHE_NAME_MAX (32 + 6 + 1)
+
+/* Is @name that of a chunk file: 32 lower-case hex digits, ".chunk"?
+ * Nothing else in the cache is ever deleted. */
+bool disk_cache_chunk_name(const char *name);
+
+int disk_cache_init(const char *dir, uint64_t limit);
+void disk_cache_release(void);
+
+/* Chunk @index of @o (@len bytes) from disk into @buf: 0, or -ENOENT
+ * (absent) or -EBADMSG (failed a check: deleted). */
+int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
+		    size_t len);
+
+/* Keep chunk @index of @o on disk; failures only cost a later fetch. */
+void disk_cache_store(const struct remote_object *o, uint64_t index,
+		      const void *buf, size_t len);
+
+#endif
