@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * path.h - normalisation of member names taken from untrusted archives.
+ * path.h - normalisation of member names taken from untrusted archives,
+ * sample keys, and which listed file names are shards.
  *
  * Tar member names are raw bytes chosen by whoever wrote the shard.  Before
  * a name enters the index it is rewritten to the canonical relative form

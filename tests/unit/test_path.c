@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_path.c - path_normalise(), the gate between untrusted member names
- * and the namespace.
+ * and the namespace; and path_is_shard_name(), which listed names are
+ * shards.
  *
  * Every name in the index went through it, so it decides both what path a
  * member appears under (it must agree with GNU tar's extraction: leading
@@ -214,6 +215,27 @@ static void test_sample_key(void **state)
 	}
 }
 
+/* Which listed names are shards: the same rule for a local directory and
+ * an S3 prefix (shardfs-pack --compress writes every one of them). */
+static void test_shard_names(void **state)
+{
+	static const struct { const char *name; bool shard; } cases[] = {
+		{ "shard-000000.tar", true }, { "s.tar.gz", true },
+		{ "s.tgz", true }, { "s.tar.zst", true },
+		{ "prefix/deep/s.tar", true },		/* an S3 key */
+		{ ".tar", false },			/* nothing before it */
+		{ "s.tar.bz2", false }, { "s.zst", false }, { "s.gz", false },
+		{ "s.TAR", false },			/* case counts */
+		{ "s.tar.idx", false }, { "tar", false }, { "", false },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (path_is_shard_name(cases[i].name) != cases[i].shard)
+			fail_msg("'%s': expected %s", cases[i].name,
+				 cases[i].shard ? "a shard" : "not a shard");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +247,7 @@ int main(void)
 		cmocka_unit_test(test_bytes_are_not_decoded),
 		cmocka_unit_test(test_verdict_strings),
 		cmocka_unit_test(test_sample_key),
+		cmocka_unit_test(test_shard_names),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
