@@ -19,7 +19,7 @@
 #include "cli.h"
 #include "shardfs/log.h"
 #include "shardfs/util.h"
-#include "span_cache.h"
+#include "compress/span_cache.h"
 
 /* Longest option name compared for a suggestion; longer ones get none. */
 #define CLI_OPT_NAME_MAX 64

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Fail when the modules of src/ include each other in a cycle.
+"""Fail when the modules of src/ include each other in a cycle, or when
+a header private to a subsystem is included from outside it.
 
 A module is a source file and its header: src/fs.c and
 include/shardfs/fs.h are module "fs", src/pack/plan.c is "pack/plan".  A
@@ -9,6 +10,13 @@ other's headers ("shardfs/x.h", or a header beside the including file).
 Dependencies must point one way (docs/design.md): any cycle, such as
 fs.c including control.h while control.c includes fs.h, is printed and
 the exit status is 1.
+
+The subsystems in their own directories (src/remote/, src/compress/,
+src/pack/) keep their headers to themselves: a header under src/X/ may
+be included only by files under src/X/, unless it is one of INTERFACES,
+each with the reason the rest of the tree needs it.  What others use of
+a subsystem is in include/shardfs/ (source.h opens remote and compressed
+shards; remote.h the remote layer's options and set-up).
 
     tests/check-includes.py [TOP]      check the tree at TOP (default: ..)
     tests/check-includes.py --self-test
@@ -19,6 +27,12 @@ import sys
 import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+# Subsystem headers the rest of src/ may include, and why.
+INTERFACES = {
+    "compress/span_cache.h": "cli.c sets the decoded-span cache up from "
+                             "-o cache_dir before the shards open",
+}
 
 
 def module_of(top, path):
@@ -39,8 +53,29 @@ def resolve(top, including, name):
     return None
 
 
-def graph(top):
-    """{module: {modules it includes}} over src/ and include/shardfs/."""
+def subsystem(top, path):
+    """"X" for a file under src/X/, else None."""
+    rel = os.path.relpath(path, os.path.join(top, "src")).split(os.sep)
+    return rel[0] if len(rel) > 1 and rel[0] != ".." else None
+
+
+def crossing(top, including, target):
+    """The message for an include of a subsystem's private header from
+    outside the subsystem, or None."""
+    sub = subsystem(top, target)
+    if not sub or subsystem(top, including) == sub:
+        return None
+    rel = os.path.relpath(target, os.path.join(top, "src")).replace(os.sep, "/")
+    if rel in INTERFACES:
+        return None
+    return "%s includes %s, private to src/%s/" % (
+        os.path.relpath(including, top), rel, sub)
+
+
+def graph(top, crossings=None):
+    """{module: {modules it includes}} over src/ and include/shardfs/;
+    includes that cross a subsystem's boundary are appended to
+    CROSSINGS."""
     deps = {}
     for root in ("src", os.path.join("include", "shardfs")):
         for dirpath, _, names in os.walk(os.path.join(top, root)):
@@ -54,6 +89,9 @@ def graph(top):
                     text = f.read()
                 for inc in INCLUDE.findall(text):
                     target = resolve(top, path, inc)
+                    why = target and crossing(top, path, target)
+                    if why and crossings is not None:
+                        crossings.append(why)
                     other = target and module_of(top, target)
                     if other and other != mod:
                         edges.add(other)
@@ -93,14 +131,18 @@ def cycles(deps):
 
 
 def check(top):
-    found = cycles(graph(top))
+    crossings = []
+    found = cycles(graph(top, crossings))
     for comp in found:
         print("include cycle among: " + ", ".join(comp), file=sys.stderr)
-    return 1 if found else 0
+    for why in crossings:
+        print(why, file=sys.stderr)
+    return 1 if found or crossings else 0
 
 
 def self_test():
-    """A tree with a cycle must fail, the same tree without it pass."""
+    """A tree with a cycle must fail, the same tree without it pass; so
+    must an include of a subsystem's header from outside it."""
     with tempfile.TemporaryDirectory() as top:
         os.makedirs(os.path.join(top, "src"))
         os.makedirs(os.path.join(top, "include", "shardfs"))
@@ -116,6 +158,16 @@ def self_test():
         if check(top) != 0:
             return 1
         write("src/a.c", '#include "shardfs/a.h"\n#include "shardfs/b.h"\n')
+        if check(top) != 1:
+            return 1
+        # a subsystem's header: fine inside it, refused outside
+        write("src/a.c", '#include "shardfs/a.h"\n')
+        os.makedirs(os.path.join(top, "src", "sub"))
+        write("src/sub/c.h", '#include "shardfs/a.h"\n')
+        write("src/sub/c.c", '#include "c.h"\n')
+        if check(top) != 0:
+            return 1
+        write("src/b.c", '#include "shardfs/b.h"\n#include "sub/c.h"\n')
         return 0 if check(top) == 1 else 1
 
 

@@ -73,7 +73,7 @@ int remote_expand(const char *item,
 struct remote_object;
 
 /* Fill @o's url, host, sign_path and signer for @url: itself, or the S3
- * object it names (src/remote_object.h).  0 or -errno with a message. */
+ * object it names (src/remote/remote_object.h).  0 or -errno with a message. */
 int remote_locate(struct remote_object *o, const char *url, char *msg,
 		  size_t msg_len);
 
