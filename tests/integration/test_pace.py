@@ -110,7 +110,7 @@ def test_a_throttled_mount_does_not_keep_pace(mount, tmp_path):
     assert verdict["keeps_pace"] is False
     assert verdict["required_per_node"] == pytest.approx(320.0)
     assert verdict["delivered_per_node"] < 0.9 * 320, verdict
-    assert verdict["wait_fraction_p50"] > 0.2, verdict
+    assert verdict["wait_share"] > 0.2, verdict
     assert "verdict: DOES NOT KEEP PACE" in r.stdout, r.stdout
 
 
