@@ -29,6 +29,8 @@
 #define RANDOM_READS 100
 
 static unsigned char *data;
+/* What the streams decode with, as a shard set's do. */
+static struct shard_decoders *decoders;
 
 /* Letters from an LCG with runs of one byte: compresses about 2:1. */
 static int make_data(void **state)
@@ -36,7 +38,7 @@ static int make_data(void **state)
 	uint32_t seed = 7;
 
 	data = malloc(DATA_SIZE);
-	if (!data)
+	if (!data || shard_decoders_new(NULL, &decoders))
 		return -1;
 	for (size_t i = 0; i < DATA_SIZE; i++) {
 		seed = seed * 1103515245 + 12345;
@@ -47,6 +49,7 @@ static int make_data(void **state)
 
 static int free_data(void **state)
 {
+	shard_decoders_free(decoders);
 	free(data);
 	return 0;
 }
@@ -61,7 +64,7 @@ static struct shard_source *open_stream(const struct tb *z, char **dir)
 	*dir = tb_tmpdir();
 	tb_save(z, *dir, "s.tar.gz");
 	snprintf(path, sizeof(path), "%s/s.tar.gz", *dir);
-	if (shard_source_open(path, &src, &info, msg, sizeof(msg)) ||
+	if (shard_source_open(path, decoders, &src, &info, msg, sizeof(msg)) ||
 	    shard_source_detect(&src, path, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	free(info.name);
@@ -136,7 +139,8 @@ static void expect_table_adopted(struct shard_source *src, const char *dir)
 		struct shard_source_info info = { 0 };
 		char msg[512];
 
-		assert_int_equal(shard_source_open(path, &again, &info, msg, sizeof(msg)), 0);
+		assert_int_equal(shard_source_open(path, decoders, &again, &info, msg,
+						   sizeof(msg)), 0);
 		assert_null(again->encoding);	/* nothing read yet */
 		assert_int_equal(shard_source_wrap(&again, path, "gzip", msg, sizeof(msg)), 0);
 		free(info.name);
