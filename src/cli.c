@@ -105,6 +105,8 @@ static int take_shards(void *data, const char *arg, int key,
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 			     va_list ap)
 {
+	/* file-state: libfuse's log callback takes no argument, and its
+	 * messages are the process's, as ours are (log.c) */
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static char line[CLI_FUSE_LINE_MAX];
 	static size_t len;
