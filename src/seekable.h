@@ -55,7 +55,7 @@ enum seekable_pool_id {
 /* What a compression format supplies. */
 struct seekable_codec {
 	const char *name;		/* "gzip": source->encoding, messages */
-	bool decode_bound;		/* source->decode_bound (source.h) */
+	bool decode_bound;		/* source->push.decode_bound (source.h) */
 	enum seekable_pool_id pool;	/* its decoders' pool */
 	/* Allocate d->state (when the pool is made).  0 or -ENOMEM. */
 	int (*decoder_init)(struct seekable_decoder *d);

@@ -721,9 +721,11 @@ int seekable_open(struct shard_source *raw, const char *name,
 	 * cache that takes its spans, each is decoded once whoever reads it */
 	s->base = (struct shard_source){
 		.ops = &seekable_ops, .encoding = codec->name, .decoders = dec,
-		.ahead_max = raw->ahead_max,
-		.decode_bound = codec->decode_bound &&
-				!span_cache_fits(dec->spans, SEEK_TABLE_SPAN),
+		.push = {
+			.ahead_max = raw->push.ahead_max,
+			.decode_bound = codec->decode_bound &&
+					!span_cache_fits(dec->spans, SEEK_TABLE_SPAN),
+		},
 	};
 	s->raw = raw;
 	s->codec = codec;

@@ -81,6 +81,24 @@ struct shard_source_ops {
 	const struct seek_table *(*seek_get)(struct shard_source *src);
 };
 
+/*
+ * What a source tells push-ahead (pushahead.h) about reading it ahead of
+ * its readers: filled by the source when it is opened, read-only after.
+ * Push-ahead's own policy, which consults these, is policy_of() in
+ * pushahead.c.
+ */
+struct shard_push_hints {
+	uint64_t ahead_max;	/* bytes a reader ahead of the others may
+				 * read past them without evicting what they
+				 * need from the source's bounded cache (a
+				 * remote shard's chunks); 0: any */
+	bool decode_bound;	/* decoding is slower than a reader's READs
+				 * (gzip without a span cache): push-ahead
+				 * overtaken by its reader goes on at the
+				 * next seek span, not behind the READs'
+				 * decoder */
+};
+
 /* The common head of every source; implementations embed it first. */
 struct shard_source {
 	const struct shard_source_ops *ops; /* the implementation */
@@ -91,14 +109,8 @@ struct shard_source {
 				 * this one decodes with (shard_source_wrap),
 				 * the same for one set's shards; NULL: none
 				 * can be put on it */
-	uint64_t ahead_max;	/* bytes a reader ahead of the others (push-
-				 * ahead) may read past them without evicting
-				 * what they need from the source's bounded
-				 * cache (a remote shard's chunks); 0: any */
-	bool decode_bound;	/* decoding is slower than a reader's READs
-				 * (gzip): push-ahead overtaken by its reader
-				 * goes on at the next seek span, not behind
-				 * the READs' decoder (pushahead.c) */
+	struct shard_push_hints push; /* for push-ahead; a decoding source
+				 * passes on its stored bytes' ahead_max */
 };
 
 /* What opening a source learnt about the stored object. */

@@ -54,18 +54,9 @@ struct stream {
 	struct shard_source *src;	/* it, opened */
 };
 
-/* Letters from an LCG with runs of one byte: compresses about 2:1. */
 static int make_data(void **state)
 {
-	uint32_t seed = 11;
-
-	data = malloc(DATA_SIZE);
-	if (!data)
-		return -1;
-	for (size_t i = 0; i < DATA_SIZE; i++) {
-		seed = seed * 1103515245 + 12345;
-		data[i] = (i / 4096) % 5 == 0 ? 'z' : 'a' + (seed >> 28);
-	}
+	data = tb_letters(DATA_SIZE, 11, 'z', 5);
 	return 0;
 }
 
@@ -179,15 +170,7 @@ static void expect_frame_points(const struct stream *s)
 /* Read [off, off + len) and compare it with data. */
 static void expect_bytes(struct shard_source *src, uint64_t off, size_t len)
 {
-	unsigned char *buf = malloc(len ? len : 1);
-
-	assert_non_null(buf);
-	if (shard_source_read_full(src, buf, len, off))
-		fail_msg("read of %zu at %llu failed", len, (unsigned long long)off);
-	if (memcmp(buf, data + off, len))
-		fail_msg("wrong bytes in the read of %zu at %llu", len,
-			 (unsigned long long)off);
-	free(buf);
+	tb_expect_read(src, data, off, len);
 }
 
 /* May [off, off + len) be read, with frame @skip (none: FRAMES) damaged? */
@@ -217,29 +200,6 @@ static void expect_reads(struct shard_source *src, unsigned skip)
 	for (uint64_t off = DATA_SIZE; off > 64 * 1024; off -= DATA_SIZE / 7)
 		if (clear_of(off - 64 * 1024, 64 * 1024, skip))
 			expect_bytes(src, off - 64 * 1024, 64 * 1024);
-}
-
-static void test_frames_read_at_random(void **state)
-{
-	struct stream s;
-
-	compress_frames(&s, FRAMES);
-	open_stream(&s, NULL);
-	expect_frame_points(&s);
-	expect_reads(s.src, FRAMES);
-	close_stream(&s);
-}
-
-static void test_seekable_format_table(void **state)
-{
-	struct stream s;
-
-	compress_frames(&s, FRAMES);
-	append_seek_table(&s);
-	open_stream(&s, NULL);
-	expect_frame_points(&s);
-	expect_reads(s.src, FRAMES);
-	close_stream(&s);
 }
 
 static void test_single_frame(void **state)
@@ -291,34 +251,54 @@ static void expect_eio_named(struct shard_source *src, const char *dir,
 	free(buf);
 }
 
-static void test_damaged_frame_is_eio_named(void **state)
+/*
+ * A stream of FRAMES frames, ending with the seekable format's seek table
+ * if @table, its frame DAMAGED damaged if @damaged: every frame a point
+ * at its own offsets, reads of the damaged frame EIO with the offset
+ * named, and every other read the plain bytes.
+ */
+static void check_frames(bool table, bool damaged)
 {
 	struct stream s;
 	const struct seek_table *t;
 
 	compress_frames(&s, FRAMES);
-	damage(&s, DAMAGED);
-	open_stream(&s, NULL);	/* the scan finds it: a BAD point */
+	if (table)
+		append_seek_table(&s);
+	if (damaged)
+		damage(&s, DAMAGED);
+	open_stream(&s, NULL);
 	t = s.src->ops->seek_get(s.src);
+	if (!damaged)
+		expect_frame_points(&s);
+	else if (!table)	/* the scan found it: a BAD point */
+		assert_int_equal(t->points[DAMAGED].kind, SEEK_POINT_BAD);
+	if (damaged)		/* behind a table: found by the read */
+		expect_eio_named(s.src, s.dir, (uint64_t)DAMAGED * FRAME_LEN +
+				 (table ? 0 : 100), table ? FRAME_LEN : 1000);
+	expect_reads(s.src, damaged ? DAMAGED : FRAMES);
 	assert_int_equal(t->nr, FRAMES);
-	assert_int_equal(t->points[DAMAGED].kind, SEEK_POINT_BAD);
-	expect_eio_named(s.src, s.dir, (uint64_t)DAMAGED * FRAME_LEN + 100, 1000);
-	/* the frames after it at their own offsets */
-	expect_reads(s.src, DAMAGED);
 	close_stream(&s);
+}
+
+static void test_frames_read_at_random(void **state)
+{
+	check_frames(false, false);
+}
+
+static void test_seekable_format_table(void **state)
+{
+	check_frames(true, false);
+}
+
+static void test_damaged_frame_is_eio_named(void **state)
+{
+	check_frames(false, true);
 }
 
 static void test_damaged_frame_behind_a_seek_table(void **state)
 {
-	struct stream s;
-
-	compress_frames(&s, FRAMES);
-	append_seek_table(&s);
-	damage(&s, DAMAGED);
-	open_stream(&s, NULL);	/* the table is read: nothing decoded yet */
-	expect_eio_named(s.src, s.dir, (uint64_t)DAMAGED * FRAME_LEN, FRAME_LEN);
-	expect_reads(s.src, DAMAGED);
-	close_stream(&s);
+	check_frames(true, true);
 }
 
 static void test_through_the_span_cache(void **state)
@@ -331,7 +311,7 @@ static void test_through_the_span_cache(void **state)
 		fail_msg("span_cache_init: %s", msg);
 	compress_frames(&s, FRAMES);
 	open_stream(&s, &spans);
-	assert_false(s.src->decode_bound);
+	assert_false(s.src->push.decode_bound);
 	expect_reads(s.src, FRAMES);
 	assert_true(spans.used > 0);	/* the spans read went in */
 	expect_reads(s.src, FRAMES);	/* again, from the cache */
