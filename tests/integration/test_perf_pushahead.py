@@ -36,6 +36,18 @@ from pushahead_shards import (compress_shard, list_tree, literal_bytes,
                               read_in_order)
 
 
+def costs_in_order(mnt, content):
+    """Read CONTENT in name order, checking every byte: the READs and
+    LOOKUPs that reached the daemon meanwhile, and its push-ahead
+    counters after."""
+    before = lib.read_stats(mnt)
+    read_in_order(mnt, content)
+    after = lib.read_stats(mnt)
+    return (after["ops"]["read"]["count"] - before["ops"]["read"]["count"],
+            after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"],
+            after["pushahead"])
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pushahead", ["default", "0"])
 def test_reads_after_a_listing_cost_almost_no_request(tmp_path, pushahead):
@@ -46,12 +58,7 @@ def test_reads_after_a_listing_cost_almost_no_request(tmp_path, pushahead):
     with lib.mounted("%s,%s" % (tmp_path / "a.tar", tmp_path / "b.tar"), mnt, *opts):
         list_tree(mnt)
         lib.drop_caches(1)		# pages only: the kernel keeps the inodes
-        before = lib.read_stats(mnt)
-        read_in_order(mnt, content)
-        after = lib.read_stats(mnt)
-    reads = after["ops"]["read"]["count"] - before["ops"]["read"]["count"]
-    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
-    push = after["pushahead"]
+        reads, lookups, push = costs_in_order(mnt, content)
     # the listing left the entries to the kernel (0 or 1 LOOKUP here; a
     # drop_caches of dentries by another process on a shared machine
     # costs some back, and their files then cannot be pushed)
@@ -77,12 +84,7 @@ def test_a_reader_that_never_lists_is_pushed_ahead_of_too(tmp_path, pushahead):
     mnt = tmp_path / "mnt"
     opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
     with lib.mounted(tmp_path / "a.tar", mnt, *opts):
-        before = lib.read_stats(mnt)
-        read_in_order(mnt, content)
-        after = lib.read_stats(mnt)
-    reads = after["ops"]["read"]["count"] - before["ops"]["read"]["count"]
-    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
-    push = after["pushahead"]
+        reads, lookups, push = costs_in_order(mnt, content)
     if pushahead == "0":
         assert lookups >= len(content) and reads >= len(content), (lookups, reads)
         assert push["listings"] == 0, push
