@@ -22,10 +22,10 @@ Each must carry the marker, a comment that contains
 
 on the declaration's lines, or on lines of its own above it: such a
 comment covers the declarations that follow it up to the next blank
-line (a block of state with one reason).  Any
-without one (or with a marker that gives no reason) is printed and the
-exit status is 1.  The files of ALLOWED are listed but do not fail: see
-there why (each is being changed elsewhere at the same time).
+line (a block of state with one reason).  Every piece is printed with
+its reason; any without one (or with a marker that gives no reason)
+makes the exit status 1.  The files of ALLOWED are listed but do not
+fail: see there why (each is being changed elsewhere at the same time).
 
     tests/list-file-state.py [TOP]      check the tree at TOP (default: ..)
     tests/list-file-state.py --self-test
@@ -194,23 +194,22 @@ def variables(item):
     if not toks or toks[0][0] in ("typedef", "_Static_assert", "static_assert"):
         return []
     decls = [split_top(d, "=")[0] for d in split_top(toks, ",")]
-    body = [k for k, t in enumerate(decls[0]) if t[0] == "}"]
-    specifiers = without_bodies(decls[0][:body[-1] + 1]) if body else []
-    decls[0] = decls[0][body[-1] + 1:] if body else decls[0]
-    decls = [without_bodies(d) for d in decls]
-    first = specifiers + decls[0]
-    n = declared_name(decls[0])
-    if n is None or (n and decls[0][n - 1][0] in ("struct", "union", "enum")):
+    # a struct, union or enum defined here: its variable, if any, follows
+    # the body
+    close = [k for k, t in enumerate(decls[0]) if t[0] == "}"]
+    start = close[-1] + 1 if close else 0
+    head, tail = without_bodies(decls[0][:start]), decls[0][start:]
+    k = declared_name(tail)
+    if k is None or (k and tail[k - 1][0] in ("struct", "union", "enum")):
         return []	# struct x { ... };  enum { ... };  struct x;
-    n += len(specifiers)
+    first, n = head + tail, len(head) + k
     if n + 1 < len(first) and first[n + 1][0] == "(" and \
             (n == 0 or first[n - 1][0] != "("):
         return []	# a function's declaration
     specifiers = [t for t in first[:n] if t[0] not in "*("]
-    decls[0] = first
-    found = []
-    for d in decls:
-        i = declared_name(d) if d is not first else n
+    found = [(first[n][0], first[n][1], is_const(first[:n], specifiers))]
+    for d in map(without_bodies, decls[1:]):
+        i = declared_name(d)
         if i is not None:
             found.append((d[i][0], d[i][1], is_const(d[:i], specifiers)))
     return found
@@ -237,7 +236,7 @@ def scan(code):
             i = end + 1
             continue
         if t == ";":
-            for name, nline, const in variables(item):
+            for name, _, const in variables(item):
                 if not const:
                     found.append((name, item[0][1], line, "file scope"))
             item = []
