@@ -19,7 +19,6 @@
 #include "cli.h"
 #include "shardfs/log.h"
 #include "shardfs/util.h"
-#include "compress/span_cache.h"
 
 /* Longest option name compared for a suggestion; longer ones get none. */
 #define CLI_OPT_NAME_MAX 64
@@ -106,6 +105,8 @@ static int take_shards(void *data, const char *arg, int key,
 static void fuse_log_to_ours(enum fuse_log_level level, const char *fmt,
 			     va_list ap)
 {
+	/* file-state: libfuse's log callback takes no argument, and its
+	 * messages are the process's, as ours are (log.c) */
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static char line[CLI_FUSE_LINE_MAX];
 	static size_t len;
@@ -236,7 +237,7 @@ static void print_progress(void *arg, const struct shard_index_progress *p)
 }
 
 /* -o cache_dir, -o cache_size: the decoded-span cache (span_cache.h). */
-static int cache_init(const struct cli_index *cli)
+static int cache_init(struct cli_config *cfg, const struct cli_index *cli)
 {
 	const char *dir = cli->remote.cache_dir;
 	uint64_t size;
@@ -244,8 +245,11 @@ static int cache_init(const struct cli_index *cli)
 
 	if (remote_cache_size(&cli->remote, &size))
 		return -EINVAL;
-	if (dir && span_cache_init(dir, size, msg, sizeof(msg)))
+	if (!dir)
+		return 0;
+	if (span_cache_init(&cfg->spans, dir, size, msg, sizeof(msg)))
 		return log_error("%s", msg), -EINVAL;
+	cfg->build.spans = &cfg->spans;
 	return 0;
 }
 
@@ -263,7 +267,7 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 	if (layout_init(&cfg->layout, cli->layout, cli->label, cli->classnames,
 			cli->unlabeled))
 		return -EINVAL;
-	if (cache_init(cli))
+	if (cache_init(cfg, cli))
 		return -EINVAL;
 	cfg->store.path = cli->index;
 	cfg->store.options_hash = layout_hash(&cfg->layout);
@@ -278,6 +282,7 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 void cli_config_release(struct cli_config *cfg)
 {
 	layout_release(&cfg->layout);
+	span_cache_release(&cfg->spans);
 	remote_release();
 }
 

@@ -14,6 +14,7 @@
 #include "shardfs/index_store.h"
 #include "shardfs/layout.h"
 #include "shardfs/remote.h"
+#include "compress/span_cache.h"
 
 /* Options common to both commands (parsed with cli_index_opts). */
 struct cli_index {
@@ -38,6 +39,8 @@ struct cli_config {
 	struct layout layout;			/* how paths map to the tree */
 	struct index_store_options store;	/* which index file, how */
 	struct shard_index_build_options build;	/* how to scan */
+	struct span_cache spans;		/* -o cache_dir (build.spans
+						 * points here), or all zero */
 };
 
 /* The option table for struct cli_index. */

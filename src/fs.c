@@ -44,6 +44,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 
 	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
 	fs->set.skip_bad = opt->skip_bad_shards;
+	fs->set.spans = opt->spans;
 	if (!rc)
 		rc = shard_set_open(&fs->set, msg, sizeof(msg));
 	if (rc) {

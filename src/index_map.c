@@ -36,9 +36,10 @@
 #define INDEX_MAP_READ_CHUNK (8u << 20)
 
 /*
- * The watcher.  Signal dispositions and lease owners are the process's, so
- * its state is too: the SIGIO handler only posts wake (async-signal-safe),
- * the thread looks at every leased map for a break.
+ * The watcher.  file-state: signal dispositions and lease owners are the
+ * process's, so its state is too: the SIGIO handler, which gets no
+ * argument, only posts wake (async-signal-safe), and the thread looks at
+ * every leased map for a break.
  */
 static struct {
 	pthread_once_t once;	/* sem_init and the fork handlers */

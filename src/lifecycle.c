@@ -228,8 +228,9 @@ void lifecycle_idle_stop(struct idle_timer *t)
 }
 
 /*
- * The signal stopper.  Signal dispositions are the process's, so its state
- * is too; the handler only posts the semaphore, which is async-signal-safe.
+ * The signal stopper.  file-state: signal dispositions are the process's,
+ * so its state is too; the handler, which gets no argument, only posts
+ * the semaphore, which is async-signal-safe.
  */
 static struct {
 	sem_t wake;		/* posted by a signal, or to make the thread quit */

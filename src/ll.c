@@ -163,6 +163,8 @@ static int fill_entry(struct shardfs *fs, uint64_t ino,
  * The calling worker thread's read buffer (its size in *size): a ring
  * thread's reply buffer, or one allocated on the thread's first read and
  * freed by the key's destructor when libfuse ends the thread.
+ * file-state: libfuse starts and ends its worker threads without a hook
+ * of ours; a thread-specific key, made once, is the process's.
  */
 static pthread_key_t read_buf_key;
 static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;

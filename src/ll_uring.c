@@ -168,7 +168,9 @@ struct ll_uring {
 	enum test_register test;	/* the test hook's setting */
 };
 
-/* The ring thread running on this thread, if any. */
+/* The ring thread running on this thread, if any.  file-state: libfuse
+ * calls the custom writev() with no argument of ours, so the reply finds
+ * its ring entry through the thread it runs on. */
 static __thread struct uring_worker *current_worker;
 
 /* Number of CPUs in the kernel's possible-CPU list ("0-3,8-11"). */

@@ -24,6 +24,12 @@
 /* Longest line written; longer messages are cut. */
 #define LOG_LINE_MAX 4096
 
+/*
+ * file-state: the log is the process's, as its stderr and syslog are:
+ * every module logs (log.h) without a handle to pass, libfuse's messages
+ * come through a callback without one (cli.c), and the level and
+ * destination are set once, before any thread starts.
+ */
 static enum log_level max_level = LOG_LEVEL_INFO;
 static int to_syslog;
 static int out_fd = STDERR_FILENO;	/* where lines go when not to syslog */

@@ -366,13 +366,37 @@ static void end_window(struct pushahead *p, uint32_t shard)
 	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
 }
 
-/* The window of @shard: smaller than p->window where its source's cache
- * holds less (a remote shard's chunk cache, ahead_max in source.h). */
-static uint64_t stream_window(const struct pushahead *p, uint32_t shard)
-{
-	uint64_t max = p->set->shards[shard].src->ahead_max;
+/* What push-ahead does with a shard now (policy_of). */
+struct shard_policy {
+	uint64_t window;	/* bytes its window may hold */
+	bool spans;		/* a READ at random there may have its span
+				 * (or piece) pushed */
+	bool leap;		/* overtaken by its reader, the worker goes
+				 * on at the next seek span (resume_at) */
+};
 
-	return max && max < p->window ? max : p->window;
+/*
+ * The policy for @shard, in one place: what its source says (struct
+ * shard_push_hints) and what push-ahead learnt (struct pushahead_policy).
+ * The window is smaller than p->window where the source's cache holds
+ * less (a remote shard's chunk cache); spans go unless they were found
+ * wasted (spans_wasted), and for a plain shard unless READs are cheap
+ * (pushahead_cheap_reads: a compressed shard's READs decode the span
+ * anyway); a worker leaps where decoding sets the pace (decode_bound).
+ */
+static struct shard_policy policy_of(const struct pushahead *p, uint32_t shard)
+{
+	const struct shard_source *src = p->set->shards[shard].src;
+	const struct pushahead_policy *pol = &p->policy;
+	uint64_t max = src->push.ahead_max;
+
+	return (struct shard_policy){
+		.window = max && max < p->window ? max : p->window,
+		.spans = !atomic_load_explicit(&pol->spans_off, memory_order_relaxed) &&
+			 (src->encoding ||
+			  !atomic_load_explicit(&pol->cheap_reads, memory_order_relaxed)),
+		.leap = src->push.decode_bound,
+	};
 }
 
 /*
@@ -384,7 +408,7 @@ static bool extend_window(struct pushahead *p, uint32_t shard, uint64_t pos)
 {
 	struct pushahead_stream *s = &p->streams[shard];
 	uint64_t to = atomic_load_explicit(&s->to, memory_order_relaxed);
-	uint64_t window = stream_window(p, shard);
+	uint64_t window = policy_of(p, shard).window;
 	uint64_t got, want = pos + window, last = shard_end(p, shard);
 	uint32_t trip;
 
@@ -567,8 +591,7 @@ static void piece_read(struct pushahead *p, uint32_t e)
 							memory_order_relaxed,
 							memory_order_relaxed));
 	if ((next & ~cur & PIECE_FILLED) &&
-	    (atomic_load_explicit(&p->spans_off, memory_order_relaxed) ||
-	     atomic_load_explicit(&p->cheap_reads, memory_order_relaxed) ||
+	    (!policy_of(p, in->shard).spans ||
 	     !post_span(p, e + 1)))	/* not now: a later READ asks again */
 		atomic_fetch_and_explicit(&p->pieces[k], ~PIECE_FILLED,
 					  memory_order_relaxed);
@@ -585,7 +608,7 @@ static void want_span(struct pushahead *p, uint32_t e)
 {
 	unsigned dropped;
 
-	if (atomic_load_explicit(&p->spans_off, memory_order_relaxed))
+	if (!policy_of(p, entry_inode(p, e)->shard).spans)
 		return;
 	dropped = atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
 					   memory_order_relaxed) &
@@ -625,7 +648,7 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 
 void pushahead_cheap_reads(struct pushahead *p)
 {
-	atomic_store(&p->cheap_reads, true);
+	atomic_store(&p->policy.cheap_reads, true);
 }
 
 /*
@@ -771,7 +794,7 @@ static bool spans_wasted(struct pushahead *p)
 	if (files < SHARDFS_PUSHAHEAD_SPAN_PROBE ||
 	    atomic_load(&p->counters.read_anyway) * 4 <= files)
 		return false;
-	if (!atomic_exchange(&p->spans_off, true))
+	if (!atomic_exchange(&p->policy.spans_off, true))
 		log_info("push-ahead: the kernel drops pushed files before they are "
 			 "read; random reads push no more spans");
 	return true;
@@ -873,9 +896,10 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 
 	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
 		return;
-	if (!dropped && !p->spans_on && !span_touched(p, in->shard, e, start, end))
+	if (!dropped && !p->policy.spans_on &&
+	    !span_touched(p, in->shard, e, start, end))
 		return;
-	p->spans_on = true;
+	p->policy.spans_on = true;
 	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
 	push_range(p, e, start, end, 0, dropped);
 }
@@ -921,7 +945,7 @@ static void push_wanted_spans(struct pushahead *p)
 /*
  * Where the worker goes on in @shard once a READ of its reader took what
  * it pushed last, or a member after it (the reader, at @pos, caught up):
- * at @pos, unless decoding sets the pace (decode_bound in source.h).  Then
+ * at @pos, unless decoding sets the pace (policy_of: leap).  Then
  * worker and READs went on in step, both decoding every member, and the
  * worker goes on at the next seek span instead, leaving the rest of this
  * one to the READs' decoder: the two decode different bytes.  Every file
@@ -936,7 +960,7 @@ static uint64_t resume_at(const struct pushahead *p, uint32_t shard,
 	struct shard_source *src = p->set->shards[shard].src;
 	uint64_t start, end;
 
-	if (!src->decode_bound || !seek_span(src, pos, &start, &end))
+	if (!policy_of(p, shard).leap || !seek_span(src, pos, &start, &end))
 		return pos;
 	return end;
 }

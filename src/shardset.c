@@ -302,10 +302,11 @@ static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
 	return 0;
 }
 
-static int shard_open(struct shard *s, char *msg, size_t msg_len)
+static int shard_open(struct shard *s, struct shard_decoders *decoders,
+		      char *msg, size_t msg_len)
 {
 	struct shard_source_info info = { 0 };
-	int rc = shard_source_open(s->path, &s->src, &info, msg, msg_len);
+	int rc = shard_source_open(s->path, decoders, &s->src, &info, msg, msg_len);
 
 	if (rc)
 		return rc;
@@ -373,10 +374,12 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 
 	if (rc)
 		return rc;
+	if (!set->decoders && shard_decoders_new(set->spans, &set->decoders))
+		return log_format(msg, msg_len, -ENOMEM, "%s", strerror(ENOMEM));
 	for (uint32_t i = 0; i < set->nr; i++) {
 		struct shard *s = &set->shards[i];
 
-		rc = shard_open(s, msg, msg_len);
+		rc = shard_open(s, set->decoders, msg, msg_len);
 		if (!rc) {
 			if (!s->size && !shard_source_needs_seek(s->src))
 				log_warn("%s: empty shard (0 bytes): it adds no files",
@@ -409,5 +412,6 @@ void shard_set_release(struct shard_set *set)
 		free(set->shards[i].path);
 	}
 	free(set->shards);
+	shard_decoders_free(set->decoders);	/* after the sources using it */
 	*set = (struct shard_set){ 0 };
 }

@@ -30,8 +30,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 # Subsystem headers the rest of src/ may include, and why.
 INTERFACES = {
-    "compress/span_cache.h": "cli.c sets the decoded-span cache up from "
-                             "-o cache_dir before the shards open",
+    "compress/span_cache.h": "cli.h: the command's settings hold the "
+                             "decoded-span cache (struct span_cache), set up "
+                             "from -o cache_dir before the shards open",
 }
 
 

@@ -139,6 +139,9 @@ struct shard_index_build_options {
 				      * NULL: as stored */
 	unsigned threads;	/* scanning threads; 0: one per CPU */
 	bool skip_bad_shards;	/* drop shards that fail to scan */
+	struct span_cache *spans; /* the decoded-span cache compressed shards
+				 * are read through (-o cache_dir; the set's
+				 * spans, shardset.h), or NULL */
 	const struct shard_index *base; /* an index of the first base_shards
 				 * shards to extend instead of rescanning
 				 * them; NULL to scan everything */

@@ -19,7 +19,7 @@
  * the window on.  A READ elsewhere with no forward streak (a jump) ends
  * the window; so does a reader that stops for SHARDFS_PUSHAHEAD_IDLE_MS.
  * Each window is at most SHARDFS_PUSHAHEAD_WINDOW bytes (less where the
- * shard's source says its cache holds less: ahead_max in source.h, a
+ * shard's source says its cache holds less: push.ahead_max in source.h, a
  * remote shard's chunks), and all of them together at most the bound (-o
  * pushahead=SIZE): bytes are reserved from it before they are asked for,
  * and given back as the reader passes them or the window ends.
@@ -52,6 +52,12 @@
  * slower than the reader (gzip): its READs then decode the span they are
  * in, and the worker goes on at the next seek span rather than decode the
  * same bytes behind them.
+ *
+ * What the sources say (struct shard_push_hints in source.h) and what
+ * push-ahead learns while it runs (struct pushahead_policy below) are
+ * the policy: which window a stream gets, whether a READ at random has
+ * its span or piece pushed, where an overtaken worker goes on.  It is
+ * decided in one place, policy_of() in pushahead.c.
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and drops
@@ -142,6 +148,17 @@ typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e);
 typedef ssize_t (*pushahead_fetch_fn)(void *arg, uint32_t e, char *buf,
 				      size_t size, uint64_t off);
 
+/* What push-ahead learnt while it runs; policy_of() in pushahead.c reads
+ * it, with the shard's source's struct shard_push_hints. */
+struct pushahead_policy {
+	atomic_bool spans_off;		/* span pushes were found wasted */
+	atomic_bool cheap_reads;	/* plain shards get no span pushes
+					 * (pushahead_cheap_reads) */
+	bool spans_on;			/* worker only: a span had a second
+					 * READ at random, spans are pushed
+					 * at their first from then on */
+};
+
 /* The window of one shard; the fields under @busy unless said. */
 struct pushahead_stream {
 	atomic_flag busy;	/* the try-lock over the fields below */
@@ -202,12 +219,7 @@ struct pushahead {
 					 * READ in it before */
 	atomic_bool dense;		/* this pass took DENSE_TENTHS of the
 					 * set: pieces go at their first READ */
-	atomic_bool spans_off;		/* span pushes were found wasted */
-	atomic_bool cheap_reads;	/* plain shards get no span pushes
-					 * (pushahead_cheap_reads) */
-	bool spans_on;			/* worker only: a span had a second
-					 * READ at random, spans are pushed
-					 * at their first from then on */
+	struct pushahead_policy policy;	/* what it learnt */
 	sem_t wake;			/* posted when a stream is queued */
 	atomic_bool stop;		/* the worker must return */
 	bool running;			/* the worker thread exists */

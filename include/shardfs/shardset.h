@@ -63,6 +63,13 @@ struct shard_set {
 	bool skip_bad;		/* set before shard_set_open(): a shard that
 				 * cannot be opened (or later scanned) is
 				 * marked bad and left out, not an error */
+	struct span_cache *spans; /* set before shard_set_open(): the decoded-
+				 * span cache its compressed shards are read
+				 * through (-o cache_dir), or NULL; not owned,
+				 * outlives the set */
+	struct shard_decoders *decoders; /* what its compressed shards decode
+				 * with (source.h): made by shard_set_open(),
+				 * freed by shard_set_release() */
 };
 
 /*
@@ -75,7 +82,8 @@ int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
 		     size_t msg_len);
 
 /*
- * Open every shard's source (source.h) and record its size and times.  Raises
+ * Open every shard's source (source.h), with the set's decoders (made
+ * first, over set->spans), and record its size and times.  Raises
  * RLIMIT_NOFILE as far as allowed first.  Returns 0 or -errno with a
  * message naming the shard that failed (when several did, the first
  * SHARD_SET_ERRORS_LISTED are logged and the message counts them); with

@@ -31,6 +31,8 @@
 
 struct shard_source;
 struct seek_table;
+struct shard_decoders;
+struct span_cache;
 
 /* What advise() says about a range. */
 enum shard_source_advice {
@@ -79,20 +81,36 @@ struct shard_source_ops {
 	const struct seek_table *(*seek_get)(struct shard_source *src);
 };
 
+/*
+ * What a source tells push-ahead (pushahead.h) about reading it ahead of
+ * its readers: filled by the source when it is opened, read-only after.
+ * Push-ahead's own policy, which consults these, is policy_of() in
+ * pushahead.c.
+ */
+struct shard_push_hints {
+	uint64_t ahead_max;	/* bytes a reader ahead of the others may
+				 * read past them without evicting what they
+				 * need from the source's bounded cache (a
+				 * remote shard's chunks); 0: any */
+	bool decode_bound;	/* decoding is slower than a reader's READs
+				 * (gzip without a span cache): push-ahead
+				 * overtaken by its reader goes on at the
+				 * next seek span, not behind the READs'
+				 * decoder */
+};
+
 /* The common head of every source; implementations embed it first. */
 struct shard_source {
 	const struct shard_source_ops *ops; /* the implementation */
 	uint64_t size;		/* bytes of the tar stream served (0 for a
 				 * compressed source without a seek table) */
 	const char *encoding;	/* "gzip", ...; NULL for a plain tar */
-	uint64_t ahead_max;	/* bytes a reader ahead of the others (push-
-				 * ahead) may read past them without evicting
-				 * what they need from the source's bounded
-				 * cache (a remote shard's chunks); 0: any */
-	bool decode_bound;	/* decoding is slower than a reader's READs
-				 * (gzip): push-ahead overtaken by its reader
-				 * goes on at the next seek span, not behind
-				 * the READs' decoder (pushahead.c) */
+	struct shard_decoders *decoders; /* what a decoding source put on
+				 * this one decodes with (shard_source_wrap),
+				 * the same for one set's shards; NULL: none
+				 * can be put on it */
+	struct shard_push_hints push; /* for push-ahead; a decoding source
+				 * passes on its stored bytes' ahead_max */
 };
 
 /* What opening a source learnt about the stored object. */
@@ -105,14 +123,28 @@ struct shard_source_info {
 };
 
 /*
+ * The decoders of a set of compressed shards, and the decoded-span cache
+ * @spans (span_cache.h; NULL: none) they are read through, which outlives
+ * them: a pool of decoders per codec, made when its first shard is
+ * wrapped (seekable.h).  One per shard set (shardset.h), so that memory
+ * does not grow with the number of shards.  0 and *@out, or -ENOMEM.
+ */
+int shard_decoders_new(struct span_cache *spans, struct shard_decoders **out);
+
+/* Free @d (NULL: nothing), once every source using it was closed. */
+void shard_decoders_free(struct shard_decoders *d);
+
+/*
  * Open the shard named @name (a path) and fill @info.  Returns 0 and
  * *@src, or -errno with a message naming the shard in @msg: missing,
  * unreadable, not a regular file.  The source serves the stored bytes:
  * whether they are compressed is told later, by shard_source_detect() or
- * by the index.
+ * by the index, and a decoding source then uses @decoders (may be NULL:
+ * no decoding source can be put on it).
  */
-int shard_source_open(const char *name, struct shard_source **src,
-		      struct shard_source_info *info, char *msg, size_t msg_len);
+int shard_source_open(const char *name, struct shard_decoders *decoders,
+		      struct shard_source **src, struct shard_source_info *info,
+		      char *msg, size_t msg_len);
 
 /* Does @name name a remote object (http://, https://, s3://)? */
 bool shard_source_is_remote(const char *name);
@@ -129,8 +161,9 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
  * Read the first bytes of *@src and, when they are those of a compressed
  * stream, replace *@src by a decoding source on top of it (@name, the
  * shard, is its name for messages).  0 (also for a plain tar), or -errno
- * with why in @msg (a format that needs -o cache_dir without one; the
- * caller names the shard and offset 0); *@src is then unchanged.
+ * with why in @msg (a format that needs -o cache_dir without one; a
+ * source without decoders; the caller names the shard and offset 0);
+ * *@src is then unchanged.  The decoding source uses (*@src)->decoders.
  */
 int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 			size_t msg_len);
@@ -159,8 +192,9 @@ int shard_source_open_file(const char *path, struct shard_source **src,
 
 /*
  * Wrap @raw, which starts like a gzip stream, as a source serving the
- * decompressed tar stream; on success the new source owns @raw.  @name
- * is the shard's name for messages.  Returns 0 or -errno.  See
+ * decompressed tar stream, decoding with raw->decoders; on success the
+ * new source owns @raw.  @name is the shard's name for messages.
+ * Returns 0 or -errno (-EINVAL: @raw has no decoders).  See
  * source_gzip.c.
  */
 int shard_source_open_gzip(struct shard_source *raw, const char *name,
@@ -171,7 +205,7 @@ int shard_source_open_zstd(struct shard_source *raw, const char *name,
 /*
  * The same for a stream libarchive decodes (@format: "xz", "bzip2",
  * "lz4", "lzip", "lzma", "compress"; source_archive.c); -ENOTSUP without the
- * decoded cache (-o cache_dir) it is served from.
+ * decoded cache (-o cache_dir, raw->decoders) it is served from.
  */
 int shard_source_open_archive(struct shard_source *raw, const char *name,
 			      const char *format, struct shard_source **src);

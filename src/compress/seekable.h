@@ -10,8 +10,10 @@
  * the pass that builds the table.
  *
  * Decoders are a fixed pool per codec, allocated when the first shard of
- * that format is opened, shared by all its sources: no allocation on the
- * read path, and memory that does not grow with the number of shards.
+ * that format is opened, shared by all its sources of one shard set (the
+ * pools are in the set's struct shard_decoders, freed with it): no
+ * allocation on the read path, and memory that does not grow with the
+ * number of shards.
  * Each decoder has its own lock; a read takes one already positioned
  * just before it in the same stream (try-lock), else an idle one, else
  * waits for one in turn.  There is no lock over a pool.
@@ -40,14 +42,25 @@
 struct seekable_source;
 struct seekable_decoder;
 struct seek_builder;
+struct span_cache;
+
+/* The pools of struct shard_decoders: one per family of codecs. */
+enum seekable_pool_id {
+	SEEKABLE_POOL_GZIP,
+	SEEKABLE_POOL_ZSTD,
+	SEEKABLE_POOL_ARCHIVE,		/* the libarchive formats share one */
+	SEEKABLE_POOLS
+};
 
 /* What a compression format supplies. */
 struct seekable_codec {
 	const char *name;		/* "gzip": source->encoding, messages */
-	bool decode_bound;		/* source->decode_bound (source.h) */
-	struct seekable_pool *pool;	/* its decoders */
+	bool decode_bound;		/* source->push.decode_bound (source.h) */
+	enum seekable_pool_id pool;	/* its decoders' pool */
 	/* Allocate d->state (when the pool is made).  0 or -ENOMEM. */
 	int (*decoder_init)(struct seekable_decoder *d);
+	/* Free d->state, which may be NULL (its decoder_init failed). */
+	void (*decoder_release)(struct seekable_decoder *d);
 	/*
 	 * Make @d ready to decode from point @p; its input is empty and
 	 * positioned at p->in.  0 or -EIO.
@@ -70,8 +83,23 @@ struct seekable_codec {
 struct seekable_pool {
 	struct seekable_decoder *dec;	/* SEEKABLE_DECODERS, made when the
 					 * first shard is opened; NULL before */
+	const struct seekable_codec *codec; /* whose decoder_release frees
+					 * their states */
 	atomic_uint next;		/* where the search for an idle one
 					 * starts, spread round */
+};
+
+/*
+ * What the compressed sources of one shard set share (source.h): the
+ * pools, and the decoded-span cache.  Pools are made under make_lock,
+ * when shards are opened; reads find them made and take no lock over
+ * them.
+ */
+struct shard_decoders {
+	struct span_cache *spans;	/* decoded spans (-o cache_dir), or
+					 * NULL; not owned, outlives this */
+	pthread_mutex_t make_lock;	/* guards the making of pools */
+	struct seekable_pool pools[SEEKABLE_POOLS]; /* by codec->pool */
 };
 
 /* One decoder; every field but lock is guarded by lock. */
@@ -98,8 +126,9 @@ struct seekable_source {
 	struct seek_table table;	/* valid when has_table */
 	void *table_mem;		/* points and windows, owned */
 	bool has_table;			/* set by seek_build or seek_set */
-	struct span_file *cache;	/* decoded spans (span_cache.h), or
-					 * NULL without -o cache_dir */
+	struct seekable_pool *pool;	/* its codec's decoders */
+	struct span_file *cache;	/* its spans in it (span_cache.h), or
+					 * NULL */
 	atomic_uint errors;		/* damaged reads so far */
 };
 
@@ -148,7 +177,8 @@ int seekable_build_members(struct seekable_source *s, struct seek_builder *t,
 			   const struct seekable_members *f, void *ctx,
 			   char *msg, size_t msg_len);
 
-/* Wrap @raw (owned from then on, on success).  0 or -errno. */
+/* Wrap @raw (owned from then on, on success), with raw->decoders' pool
+ * for @codec.  0, -EINVAL (@raw has no decoders) or -errno. */
 int seekable_open(struct shard_source *raw, const char *name,
 		  const struct seekable_codec *codec, struct shard_source **src);
 

@@ -81,6 +81,15 @@ static int la_decoder_init(struct seekable_decoder *d)
 	return d->state ? 0 : -ENOMEM;
 }
 
+static void la_decoder_release(struct seekable_decoder *d)
+{
+	struct la_state *st = d->state;
+
+	if (st && st->a)
+		archive_read_free(st->a);
+	free(st);
+}
+
 static int la_seek(struct seekable_source *s, struct seekable_decoder *d,
 		   const struct seek_point *p)
 {
@@ -115,7 +124,7 @@ static int la_build(struct seekable_source *s, struct seek_builder *t,
 		log_warn("%s: compressed offset %" PRIu64 ": %s: %s stream does not "
 			 "decode on; the tar stream ends at offset %" PRIu64, s->name,
 			 st->pos, archive_error_string(st->a), s->codec->name, t->total);
-	if (!rc && !span_cache_fits(t->total))
+	if (!rc && !span_cache_fits(s->base.decoders->spans, t->total))
 		rc = log_format(msg, msg_len, -EINVAL, "%s: %" PRIu64 " MB decoded: "
 				"-o cache_size must be at least 4 times that", s->codec->name,
 				t->total >> 20);
@@ -133,11 +142,10 @@ static int la_build(struct seekable_source *s, struct seek_builder *t,
 	return rc;
 }
 
-static struct seekable_pool la_pool;
-
 /* One codec per name, for messages; they share the pool. */
-#define LA_CODEC(fmt) { .name = fmt, .pool = &la_pool,			\
-	.decoder_init = la_decoder_init, .seek = la_seek,		\
+#define LA_CODEC(fmt) { .name = fmt, .pool = SEEKABLE_POOL_ARCHIVE,	\
+	.decoder_init = la_decoder_init,				\
+	.decoder_release = la_decoder_release, .seek = la_seek,	\
 	.decode = la_decode, .build = la_build }
 
 static const struct seekable_codec la_codecs[] = {
@@ -148,7 +156,7 @@ static const struct seekable_codec la_codecs[] = {
 int shard_source_open_archive(struct shard_source *raw, const char *name,
 			      const char *format, struct shard_source **src)
 {
-	if (!span_cache_fits(0))
+	if (!raw->decoders || !span_cache_fits(raw->decoders->spans, 0))
 		return -ENOTSUP;	/* no cache to serve it from */
 	for (size_t i = 0; i < sizeof(la_codecs) / sizeof(*la_codecs); i++)
 		if (!strcmp(la_codecs[i].name, format))

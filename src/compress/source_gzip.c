@@ -52,6 +52,17 @@ static int gz_decoder_init(struct seekable_decoder *d)
 	return 0;
 }
 
+static void gz_decoder_release(struct seekable_decoder *d)
+{
+	struct gz_state *st = d->state;
+
+	if (!st)
+		return;
+	inflateEnd(&st->zs);
+	inflateEnd(&st->wz);
+	free(st);
+}
+
 /* Restore window point @p's history into @d (raw deflate from there). */
 static int gz_set_window(struct seekable_source *g, struct seekable_decoder *d,
 			 struct gz_state *st, const struct seek_point *p)
@@ -268,15 +279,14 @@ out_free:
 	return rc;
 }
 
-static struct seekable_pool gz_pool;
-
 /* zlib inflates JPEG members at about 375 MB/s here (one core), slower
  * than a reader takes them through the mount: decoding sets the pace. */
 static const struct seekable_codec gz_codec = {
 	.name = "gzip",
 	.decode_bound = true,
-	.pool = &gz_pool,
+	.pool = SEEKABLE_POOL_GZIP,
 	.decoder_init = gz_decoder_init,
+	.decoder_release = gz_decoder_release,
 	.seek = gz_seek,
 	.decode = gz_decode,
 	.build = gz_build,

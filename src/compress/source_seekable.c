@@ -39,28 +39,62 @@ static const struct seek_point *point_at(const struct seekable_source *s,
 	return &s->table.points[i];
 }
 
-/* Guards the making of pools (when shards are opened, not on reads). */
-static pthread_mutex_t pool_make_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Make @codec's decoders once; 0, or -ENOMEM and no pool. */
-static int pool_ready(const struct seekable_codec *codec)
+int shard_decoders_new(struct span_cache *spans, struct shard_decoders **out)
 {
-	struct seekable_pool *pool = codec->pool;
-	struct seekable_decoder *p;
+	struct shard_decoders *d = calloc(1, sizeof(*d));
 
-	pthread_mutex_lock(&pool_make_lock);
+	if (!d)
+		return -ENOMEM;
+	d->spans = spans;
+	pthread_mutex_init(&d->make_lock, NULL);
+	*out = d;
+	return 0;
+}
+
+/* Free the @n decoders at @dec, and their @codec states. */
+static void pool_free(const struct seekable_codec *codec,
+		      struct seekable_decoder *dec, int n)
+{
+	for (int i = 0; i < n; i++) {
+		codec->decoder_release(&dec[i]);
+		pthread_mutex_destroy(&dec[i].lock);
+	}
+	free(dec);
+}
+
+void shard_decoders_free(struct shard_decoders *d)
+{
+	if (!d)
+		return;
+	for (int i = 0; i < SEEKABLE_POOLS; i++)
+		if (d->pools[i].dec)
+			pool_free(d->pools[i].codec, d->pools[i].dec, SEEKABLE_DECODERS);
+	pthread_mutex_destroy(&d->make_lock);
+	free(d);
+}
+
+/* Make the decoders of @codec's pool in @d once; 0, or -ENOMEM and no
+ * pool. */
+static int pool_ready(struct shard_decoders *d, const struct seekable_codec *codec)
+{
+	struct seekable_pool *pool = &d->pools[codec->pool];
+	struct seekable_decoder *p;
+	int made = 0;
+
+	pthread_mutex_lock(&d->make_lock);
 	p = pool->dec ? NULL : calloc(SEEKABLE_DECODERS, sizeof(*p));
-	for (int i = 0; p && i < SEEKABLE_DECODERS; i++) {
-		pthread_mutex_init(&p[i].lock, NULL);
-		if (codec->decoder_init(&p[i])) {
-			free(p);	/* out of memory at open: the states
-					 * made so far are lost with it */
+	for (; p && made < SEEKABLE_DECODERS; made++) {
+		pthread_mutex_init(&p[made].lock, NULL);
+		if (codec->decoder_init(&p[made])) {
+			pool_free(codec, p, made + 1);
 			p = NULL;
 		}
 	}
-	if (p)
+	if (p) {
+		pool->codec = codec;
 		pool->dec = p;
-	pthread_mutex_unlock(&pool_make_lock);
+	}
+	pthread_mutex_unlock(&d->make_lock);
 	return pool->dec ? 0 : -ENOMEM;
 }
 
@@ -208,7 +242,7 @@ out_lost:
  */
 static struct seekable_decoder *dec_get(struct seekable_source *s, uint64_t off)
 {
-	struct seekable_pool *pool = s->codec->pool;
+	struct seekable_pool *pool = s->pool;
 	uint64_t from = point_at(s, seek_table_find(&s->table, off))->out;
 	unsigned start = atomic_fetch_add_explicit(&pool->next, 1,
 						   memory_order_relaxed);
@@ -255,7 +289,7 @@ static ssize_t fill_span(struct seekable_source *s, uint64_t j,
 	ssize_t n = 0;
 	int rc = 0;
 
-	if (!span_cache_fits(end - start))
+	if (!span_cache_fits(s->base.decoders->spans, end - start))
 		return decode_range(s, buf, len, off);
 	d = dec_get(s, start);
 	for (uint64_t at = start; !rc && at < end; at += (uint64_t)n) {
@@ -348,7 +382,7 @@ static int seekable_current_size(struct shard_source *src, uint64_t *size)
 /* Forget @s's stream in every decoder, so none serves it after close. */
 static void pool_forget(struct seekable_source *s)
 {
-	struct seekable_pool *pool = s->codec->pool;
+	struct seekable_pool *pool = s->pool;
 
 	for (int i = 0; i < SEEKABLE_DECODERS; i++) {
 		struct seekable_decoder *d = &pool->dec[i];
@@ -401,7 +435,7 @@ static int adopt(struct seekable_source *s, const struct seek_table *t)
 	s->table_mem = mem;
 	s->has_table = t != NULL;
 	s->base.size = t ? t->size : 0;
-	s->cache = t ? span_file_open(t->size, t->nr) : NULL;
+	s->cache = t ? span_file_open(s->base.decoders->spans, t->size, t->nr) : NULL;
 	return 0;
 }
 
@@ -597,6 +631,7 @@ int seekable_build_members(struct seekable_source *s, struct seek_builder *t,
  */
 static void warn_long_spans(const struct seekable_source *s)
 {
+	const struct span_cache *spans = s->base.decoders->spans;
 	uint64_t longest = 0;
 
 	for (uint64_t i = 0; i < s->table.nr; i++) {
@@ -605,7 +640,7 @@ static void warn_long_spans(const struct seekable_source *s)
 		longest = len > longest ? len : longest;
 	}
 	/* with a cache that takes the span, it is decoded once */
-	if (longest > SEEKABLE_LONG_SPAN && !span_cache_fits(longest))
+	if (longest > SEEKABLE_LONG_SPAN && !span_cache_fits(spans, longest))
 		log_warn("%s: a random read may decode up to %" PRIu64 " MiB: its %s "
 			 "stream has %" PRIu64 " seek points for %" PRIu64 " MiB; "
 			 "use -o cache_dir, or recompress it in independent frames or "
@@ -669,9 +704,12 @@ struct shard_source *shard_source_unwrap(struct shard_source *src)
 int seekable_open(struct shard_source *raw, const char *name,
 		  const struct seekable_codec *codec, struct shard_source **src)
 {
+	struct shard_decoders *dec = raw->decoders;
 	struct seekable_source *s = NULL;
 
-	if (!pool_ready(codec))
+	if (!dec)
+		return -EINVAL;
+	if (!pool_ready(dec, codec))
 		s = calloc(1, sizeof(*s));
 	if (s)
 		s->name = strdup(name);
@@ -681,12 +719,17 @@ int seekable_open(struct shard_source *raw, const char *name,
 	}
 	/* a stream's bytes are no fewer than their compressed bytes; with a
 	 * cache that takes its spans, each is decoded once whoever reads it */
-	s->base = (struct shard_source){ .ops = &seekable_ops, .encoding = codec->name,
-					 .ahead_max = raw->ahead_max,
-					 .decode_bound = codec->decode_bound &&
-							 !span_cache_fits(SEEK_TABLE_SPAN) };
+	s->base = (struct shard_source){
+		.ops = &seekable_ops, .encoding = codec->name, .decoders = dec,
+		.push = {
+			.ahead_max = raw->push.ahead_max,
+			.decode_bound = codec->decode_bound &&
+					!span_cache_fits(dec->spans, SEEK_TABLE_SPAN),
+		},
+	};
 	s->raw = raw;
 	s->codec = codec;
+	s->pool = &dec->pools[codec->pool];
 	*src = &s->base;
 	return 0;
 }

@@ -97,6 +97,11 @@ static int zs_decoder_init(struct seekable_decoder *d)
 	return d->state ? 0 : -ENOMEM;
 }
 
+static void zs_decoder_release(struct seekable_decoder *d)
+{
+	ZSTD_freeDCtx(d->state);	/* NULL: nothing */
+}
+
 static int zs_seek(struct seekable_source *s, struct seekable_decoder *d,
 		   const struct seek_point *p)
 {
@@ -378,12 +383,11 @@ static int zs_build(struct seekable_source *s, struct seek_builder *t,
 	return rc;
 }
 
-static struct seekable_pool zs_pool;
-
 static const struct seekable_codec zs_codec = {
 	.name = "zstd",
-	.pool = &zs_pool,
+	.pool = SEEKABLE_POOL_ZSTD,
 	.decoder_init = zs_decoder_init,
+	.decoder_release = zs_decoder_release,
 	.seek = zs_seek,
 	.decode = zs_decode,
 	.build = zs_build,

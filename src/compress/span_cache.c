@@ -3,10 +3,11 @@
  * span_cache.c - decoded spans of compressed shards on local disk (see
  * span_cache.h).
  *
- * One cache per process: the directory, the byte budget, and a ring of
- * the spans cached, oldest first, which the mutex guards (taken once per
- * span filled, never on a hit).  Each shard's file is unnamed (O_TMPFILE):
- * nothing is left behind, and two mounts never share one.
+ * A cache (one per mount, a handle passed in): the directory, the byte
+ * budget, and a ring of the spans cached, oldest first, which the mutex
+ * guards (taken once per span filled, never on a hit).  Each shard's
+ * file is unnamed (O_TMPFILE): nothing is left behind, and two mounts
+ * never share one.
  */
 #include <assert.h>
 #include <errno.h>
@@ -26,6 +27,7 @@
 #define SPAN_CACHE_RING (1u << 16)
 
 struct span_file {
+	struct span_cache *cache;	/* the cache it is in */
 	int fd;				/* the unnamed file, -1 on failure */
 	uint64_t nr;			/* spans */
 	_Atomic uint32_t *state;	/* per span: present bit, generation */
@@ -40,17 +42,8 @@ struct span_entry {
 	uint32_t state;			/* its state word when cached */
 };
 
-static struct {
-	char *dir;			/* -o cache_dir; NULL: no cache */
-	uint64_t max;			/* bytes at most */
-	uint64_t used;			/* bytes cached */
-	pthread_mutex_t lock;		/* guards used and the ring */
-	struct span_entry *ring;	/* SPAN_CACHE_RING, oldest at head */
-	uint32_t head, count;		/* of the ring */
-} cache = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
-		    size_t msg_len)
+int span_cache_init(struct span_cache *c, const char *dir, uint64_t max_bytes,
+		    char *msg, size_t msg_len)
 {
 	struct statvfs sv;
 	int fd;
@@ -68,34 +61,50 @@ int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
 	assert(max_bytes > 0);
 	if (!statvfs(dir, &sv) && (uint64_t)sv.f_bavail * sv.f_frsize / 2 < max_bytes)
 		max_bytes = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
-	cache.ring = calloc(SPAN_CACHE_RING, sizeof(*cache.ring));
-	cache.dir = strdup(dir);
-	if (!cache.ring || !cache.dir)
+	*c = (struct span_cache){ .max = max_bytes, .dir = strdup(dir),
+				  .ring = calloc(SPAN_CACHE_RING, sizeof(*c->ring)) };
+	if (!c->ring || !c->dir) {
+		free(c->dir);
+		free(c->ring);
+		*c = (struct span_cache){ 0 };
 		return log_format(msg, msg_len, -ENOMEM, "%s", strerror(ENOMEM));
-	cache.max = max_bytes;
+	}
+	pthread_mutex_init(&c->lock, NULL);
 	return 0;
 }
 
-int span_cache_fits(uint64_t len)
+void span_cache_release(struct span_cache *c)
 {
-	return cache.dir && len <= cache.max / 4;
+	if (!c->dir)
+		return;		/* never set up: all zero */
+	free(c->dir);
+	free(c->ring);
+	pthread_mutex_destroy(&c->lock);
+	*c = (struct span_cache){ 0 };
 }
 
-struct span_file *span_file_open(uint64_t size, uint64_t nr)
+bool span_cache_fits(const struct span_cache *c, uint64_t len)
+{
+	return c && len <= c->max / 4;
+}
+
+struct span_file *span_file_open(struct span_cache *c, uint64_t size,
+				 uint64_t nr)
 {
 	struct span_file *f;
 
-	if (!cache.dir)
+	if (!c)
 		return NULL;
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return NULL;
+	f->cache = c;
 	f->nr = nr;
 	f->state = calloc(nr ? nr : 1, sizeof(*f->state));
-	f->fd = open(cache.dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	f->fd = open(c->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (f->fd < 0 || !f->state || ftruncate(f->fd, (off_t)size)) {
 		log_warn("cache_dir %s: %s; this shard is read without the cache",
-			 cache.dir, strerror(f->fd < 0 ? errno : ENOMEM));
+			 c->dir, strerror(f->fd < 0 ? errno : ENOMEM));
 		span_file_close(f);
 		return NULL;
 	}
@@ -104,18 +113,21 @@ struct span_file *span_file_open(uint64_t size, uint64_t nr)
 
 void span_file_close(struct span_file *f)
 {
+	struct span_cache *c;
+
 	if (!f)
 		return;
-	pthread_mutex_lock(&cache.lock);
-	for (uint32_t k = 0; k < cache.count; k++) {
-		struct span_entry *e = &cache.ring[(cache.head + k) % SPAN_CACHE_RING];
+	c = f->cache;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t k = 0; k < c->count; k++) {
+		struct span_entry *e = &c->ring[(c->head + k) % SPAN_CACHE_RING];
 
 		if (e->f == f) {
 			e->f = NULL;
-			cache.used -= e->len;
+			c->used -= e->len;
 		}
 	}
-	pthread_mutex_unlock(&cache.lock);
+	pthread_mutex_unlock(&c->lock);
 	if (f->fd >= 0)
 		close(f->fd);
 	free(f->state);
@@ -162,16 +174,16 @@ int span_file_write(struct span_file *f, const void *buf, size_t len, uint64_t o
 	return 0;
 }
 
-/* Drop the oldest span (cache.lock held). */
-static void drop_oldest(void)
+/* Drop the oldest span of @c (c->lock held). */
+static void drop_oldest(struct span_cache *c)
 {
-	struct span_entry *e = &cache.ring[cache.head];
+	struct span_entry *e = &c->ring[c->head];
 
-	cache.head = (cache.head + 1) % SPAN_CACHE_RING;
-	cache.count--;
+	c->head = (c->head + 1) % SPAN_CACHE_RING;
+	c->count--;
 	if (!e->f)
 		return;
-	cache.used -= e->len;
+	c->used -= e->len;
 	/* absent first, with a new generation: a read racing us retries */
 	if (atomic_compare_exchange_strong(&e->f->state[e->j], &e->state,
 					   (e->state | 1) + 1))
@@ -182,19 +194,20 @@ static void drop_oldest(void)
 void span_file_publish(struct span_file *f, uint64_t j, uint64_t off,
 		       uint64_t len)
 {
+	struct span_cache *c = f->cache;
 	uint32_t st;
 
-	pthread_mutex_lock(&cache.lock);
+	pthread_mutex_lock(&c->lock);
 	st = atomic_load(&f->state[j]);
 	if (!(st & 1)) {	/* another reader may have filled it too */
-		while (cache.count && (cache.count == SPAN_CACHE_RING ||
-				       cache.used + len > cache.max))
-			drop_oldest();
+		while (c->count && (c->count == SPAN_CACHE_RING ||
+				    c->used + len > c->max))
+			drop_oldest(c);
 		st = (st + 2) | 1;
-		cache.ring[(cache.head + cache.count++) % SPAN_CACHE_RING] =
+		c->ring[(c->head + c->count++) % SPAN_CACHE_RING] =
 			(struct span_entry){ f, j, off, len, st };
-		cache.used += len;
+		c->used += len;
 		atomic_store_explicit(&f->state[j], st, memory_order_release);
 	}
-	pthread_mutex_unlock(&cache.lock);
+	pthread_mutex_unlock(&c->lock);
 }

@@ -18,29 +18,59 @@
  * it before and after its pread, so a span dropped meanwhile is decoded
  * again rather than served as a hole.  Hits take no lock; filling and
  * dropping take the cache's mutex once per span (after decoding it).
+ *
+ * Thread-safety: the span_file functions may be called from any number
+ * of threads; span_cache_init() and _release() by one, before the first
+ * span file is opened and after the last is closed.
  */
 #ifndef SHARDFS_SPAN_CACHE_H
 #define SHARDFS_SPAN_CACHE_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+struct span_entry;
 struct span_file;
 
 /*
- * Use @dir for decoded spans, at most @max_bytes of them (-o cache_size,
- * remote_cache_size()), and never more than half the free space of @dir
- * at mount.  Called once, before shards are opened.  0, or -errno with
- * @msg.
+ * A decoded-span cache: its directory, its budget and the spans cached.
+ * One per mount (the command's configuration holds it, cli.h); the
+ * shards' span files point back at it, so it outlives them.  Every field
+ * but dir and max is guarded by lock.
  */
-int span_cache_init(const char *dir, uint64_t max_bytes, char *msg,
-		    size_t msg_len);
+struct span_cache {
+	char *dir;			/* -o cache_dir */
+	uint64_t max;			/* bytes at most */
+	uint64_t used;			/* bytes cached */
+	pthread_mutex_t lock;		/* taken once per span filled or
+					 * dropped, never on a hit */
+	struct span_entry *ring;	/* SPAN_CACHE_RING spans, oldest at
+					 * head (span_cache.c) */
+	uint32_t head, count;		/* of the ring */
+};
 
-/* Is there a cache?  Then may a span of @len bytes go into it? */
-int span_cache_fits(uint64_t len);
+/*
+ * Set @c up to keep decoded spans in @dir (made if missing), at most
+ * @max_bytes of them (-o cache_size, remote_cache_size()), and never more
+ * than half the free space of @dir now.  Called before shards are opened.
+ * 0, or -errno with @msg and nothing to release.
+ */
+int span_cache_init(struct span_cache *c, const char *dir, uint64_t max_bytes,
+		    char *msg, size_t msg_len);
 
-/* The cache file of one shard of @size bytes and @nr spans, or NULL. */
-struct span_file *span_file_open(uint64_t size, uint64_t nr);
+/* Free @c; every span file of it was closed before. */
+void span_cache_release(struct span_cache *c);
+
+/* Is there a cache (@c not NULL)?  Then may a span of @len bytes go
+ * into it? */
+bool span_cache_fits(const struct span_cache *c, uint64_t len);
+
+/* The file in @c (NULL: none) of one shard of @size bytes and @nr spans,
+ * or NULL. */
+struct span_file *span_file_open(struct span_cache *c, uint64_t size,
+				 uint64_t nr);
 void span_file_close(struct span_file *f);
 
 /*

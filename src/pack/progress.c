@@ -23,7 +23,9 @@
 /* Time between two redraws of the progress line. */
 #define PROGRESS_INTERVAL_NS 500000000L
 
-/* The terminal, shared by every thread. */
+/* The terminal, shared by every thread.  file-state: stderr is the
+ * process's, and pack_error() and pack_warn() erase the line before
+ * they write without a handle to reach it through. */
 static struct {
 	pthread_mutex_t lock;		/* serialises output to stderr */
 	pthread_cond_t wake;		/* signalled when stop is asked for */

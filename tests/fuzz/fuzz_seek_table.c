@@ -26,6 +26,7 @@
 /* Bytes of the fixed tar-like stream the tables are tried on. */
 #define STREAM_SIZE (192u * 1024)
 
+static struct shard_decoders *decoders; /* gz decodes with them */
 static struct shard_source *gz;	/* the fixed stream, gzip */
 static unsigned char *plain;	/* its bytes */
 static char *buf;		/* a read's bytes */
@@ -70,6 +71,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	FUZZ_CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
 	fuzz_set_file(fd, z, len);
 	FUZZ_CHECK(!shard_source_open_fd(fd, &raw), "open the stream");
+	FUZZ_CHECK(!shard_decoders_new(NULL, &decoders), "out of memory");
+	raw->decoders = decoders;
 	FUZZ_CHECK(!shard_source_open_gzip(raw, "fuzz.tar.gz", &gz), "gzip source");
 	free(z);
 	return 0;

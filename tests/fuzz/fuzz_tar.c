@@ -34,10 +34,12 @@ struct scan_ctx {
 };
 
 static int gzip_fd = -1;	/* holds the compressed archive */
+static struct shard_decoders *decoders; /* it decodes with them */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	fuzz_keep_stderr();
+	FUZZ_CHECK(!shard_decoders_new(NULL, &decoders), "out of memory");
 	gzip_fd = memfd_create("fuzz-tar-gz", MFD_CLOEXEC);
 	FUZZ_CHECK(gzip_fd >= 0, "memfd_create: %s", strerror(errno));
 	return 0;
@@ -135,6 +137,7 @@ static void scan_gzip(const uint8_t *data, size_t size, int want_rc,
 	deflateEnd(&zs);
 	free(z);
 	FUZZ_CHECK(!shard_source_open_fd(dup(gzip_fd), &raw), "open the gzip file");
+	raw->decoders = decoders;
 	FUZZ_CHECK(!shard_source_open_gzip(raw, "fuzz.tar.gz", &gz), "gzip source");
 	FUZZ_CHECK(!gz->ops->seek_build(gz, msg, sizeof(msg)), "seek table: %s", msg);
 	FUZZ_CHECK(gz->size == size, "gzip stream of %llu bytes for %zu",

@@ -75,6 +75,7 @@ static struct frames sized, unsized; /* with content sizes, and without */
 static unsigned char *file;	/* frames and tail of one input */
 static unsigned char *got;	/* the tar as read through the source */
 static int file_fd = -1;	/* file, as the shard */
+static struct shard_decoders *decoders; /* it decodes with them */
 
 static void put_le32(unsigned char *p, uint32_t v)
 {
@@ -152,6 +153,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	uint32_t nr = 0;
 
 	fuzz_keep_stderr();
+	FUZZ_CHECK(!shard_decoders_new(NULL, &decoders), "out of memory");
 	tar = calloc(1, TAR_MAX);
 	got = malloc(TAR_MAX);
 	FUZZ_CHECK(tar && got, "out of memory");
@@ -291,6 +293,7 @@ static void open_and_read(size_t len)
 	FUZZ_CHECK(fd >= 0, "dup: %s", strerror(errno));
 	fuzz_set_file(file_fd, file, len);
 	FUZZ_CHECK(!shard_source_open_fd(fd, &src), "open the file");
+	src->decoders = decoders;
 	FUZZ_CHECK(!shard_source_detect(&src, "fuzz.tar.zst", msg, sizeof(msg)),
 		   "detect: %s", msg);
 	FUZZ_CHECK(src->encoding && !strcmp(src->encoding, "zstd"),

@@ -376,6 +376,33 @@ void tb_save_gzip(const struct tb *a, const char *dir, const char *name,
 	tb_free(&z);
 }
 
+unsigned char *tb_letters(size_t len, uint32_t seed, char run, unsigned every)
+{
+	unsigned char *p = malloc(len);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < len; i++) {
+		seed = seed * 1103515245 + 12345;
+		p[i] = (i / 4096) % every == 0 ? (unsigned char)run
+					       : (unsigned char)('a' + (seed >> 28));
+	}
+	return p;
+}
+
+void tb_expect_read(struct shard_source *src, const unsigned char *want,
+		    uint64_t off, size_t len)
+{
+	unsigned char *buf = malloc(len ? len : 1);
+
+	assert_non_null(buf);
+	if (shard_source_read_full(src, buf, len, off))
+		fail_msg("read of %zu at %llu failed", len, (unsigned long long)off);
+	if (memcmp(buf, want + off, len))
+		fail_msg("wrong bytes in the read of %zu at %llu", len,
+			 (unsigned long long)off);
+	free(buf);
+}
+
 /* ---- scanning ------------------------------------------------------- */
 
 static char *copy_bytes(const char *p, size_t len)

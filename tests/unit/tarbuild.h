@@ -140,6 +140,14 @@ void tb_gzip(struct tb *out, const void *data, size_t len, size_t member,
 /* Write @a to @dir/@name as tb_gzip() compresses it (level 1: fast). */
 void tb_save_gzip(const struct tb *a, const char *dir, const char *name,
 		  size_t member);
+/*
+ * @len bytes (malloc'ed) of letters from an LCG seeded with @seed, with a
+ * 4 KiB run of @run every @every runs: they compress about 2:1.
+ */
+unsigned char *tb_letters(size_t len, uint32_t seed, char run, unsigned every);
+/* Read [@off, @off + @len) of @src and compare it with @want + @off. */
+void tb_expect_read(struct shard_source *src, const unsigned char *want,
+		    uint64_t off, size_t len);
 
 /* ---- scanning ------------------------------------------------------- */
 

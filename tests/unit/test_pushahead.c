@@ -575,7 +575,7 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
 	assert_int_equal(atomic_load(&c->spans), 0);
-	assert_true(atomic_load(&e->fs.push.spans_off));
+	assert_true(atomic_load(&e->fs.push.policy.spans_off));
 }
 
 /* The worker reads through shardfs_fetch: checked as a READ is. */

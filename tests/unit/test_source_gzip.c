@@ -29,24 +29,18 @@
 #define RANDOM_READS 100
 
 static unsigned char *data;
+/* What the streams decode with, as a shard set's do. */
+static struct shard_decoders *decoders;
 
-/* Letters from an LCG with runs of one byte: compresses about 2:1. */
 static int make_data(void **state)
 {
-	uint32_t seed = 7;
-
-	data = malloc(DATA_SIZE);
-	if (!data)
-		return -1;
-	for (size_t i = 0; i < DATA_SIZE; i++) {
-		seed = seed * 1103515245 + 12345;
-		data[i] = (i / 4096) % 7 == 0 ? 'x' : 'a' + (seed >> 28);
-	}
-	return 0;
+	data = tb_letters(DATA_SIZE, 7, 'x', 7);
+	return shard_decoders_new(NULL, &decoders);
 }
 
 static int free_data(void **state)
 {
+	shard_decoders_free(decoders);
 	free(data);
 	return 0;
 }
@@ -61,7 +55,7 @@ static struct shard_source *open_stream(const struct tb *z, char **dir)
 	*dir = tb_tmpdir();
 	tb_save(z, *dir, "s.tar.gz");
 	snprintf(path, sizeof(path), "%s/s.tar.gz", *dir);
-	if (shard_source_open(path, &src, &info, msg, sizeof(msg)) ||
+	if (shard_source_open(path, decoders, &src, &info, msg, sizeof(msg)) ||
 	    shard_source_detect(&src, path, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	free(info.name);
@@ -84,15 +78,7 @@ static void build(struct shard_source *src)
 /* Read [off, off + len) and compare it with data. */
 static void expect_bytes(struct shard_source *src, uint64_t off, size_t len)
 {
-	unsigned char *buf = malloc(len ? len : 1);
-
-	assert_non_null(buf);
-	if (shard_source_read_full(src, buf, len, off))
-		fail_msg("read of %zu at %llu failed", len, (unsigned long long)off);
-	if (memcmp(buf, data + off, len))
-		fail_msg("wrong bytes in the read of %zu at %llu", len,
-			 (unsigned long long)off);
-	free(buf);
+	tb_expect_read(src, data, off, len);
 }
 
 /* Random reads, and reads that straddle every seek point. */
@@ -136,7 +122,8 @@ static void expect_table_adopted(struct shard_source *src, const char *dir)
 		struct shard_source_info info = { 0 };
 		char msg[512];
 
-		assert_int_equal(shard_source_open(path, &again, &info, msg, sizeof(msg)), 0);
+		assert_int_equal(shard_source_open(path, decoders, &again, &info, msg,
+						   sizeof(msg)), 0);
 		assert_null(again->encoding);	/* nothing read yet */
 		assert_int_equal(shard_source_wrap(&again, path, "gzip", msg, sizeof(msg)), 0);
 		free(info.name);
