@@ -69,6 +69,10 @@ struct builder {
 	size_t cap_nodes;		/* nodes allocated */
 	uint32_t *slots;		/* hash table of node + 1; 0 is empty */
 	uint64_t slot_mask;		/* table size - 1 (a power of two) */
+	const char *dir;		/* the parent directory of the last
+					 * member merged, in its shard's pool */
+	size_t dir_len;			/* bytes in dir; 0: none yet */
+	uint32_t dir_node;		/* the node of dir */
 	struct shard_index_counts counts; /* totals */
 	char *padded;			/* classes layout: the padded names of
 					 * numeric class directories */
@@ -217,9 +221,9 @@ static uint64_t node_hash(uint32_t parent, const char *name, size_t len)
 	return XXH3_64bits_withSeed(name, len, parent);
 }
 
-static int table_grow(struct builder *b)
+/* Rehash into a table of @size slots (a power of two). */
+static int table_resize(struct builder *b, uint64_t size)
 {
-	uint64_t size = b->slot_mask ? 2 * (b->slot_mask + 1) : 1024;
 	uint32_t *slots = calloc(size, sizeof(*slots));
 
 	if (!slots)
@@ -236,6 +240,22 @@ static int table_grow(struct builder *b)
 	b->slots = slots;
 	b->slot_mask = size - 1;
 	return 0;
+}
+
+/*
+ * Make room for @nodes nodes in all: the node array and a table at most
+ * half full, so that a merge whose size is known grows neither.
+ */
+static int table_reserve(struct builder *b, uint64_t nodes)
+{
+	uint64_t size = 1024;
+
+	if (nodes > SHARD_INDEX_MAX_ENTRIES)
+		nodes = 1;	/* grown on demand until node_new() says E2BIG */
+	while (size / 2 < nodes)
+		size *= 2;
+	return array_grow((void **)&b->nodes, &b->cap_nodes, nodes, sizeof(*b->nodes)) ?:
+	       table_resize(b, size);
 }
 
 /* The slot holding (parent, name), or the empty slot where it belongs. */
@@ -271,7 +291,7 @@ static int node_new(struct builder *b, uint32_t parent, const char *name,
 	if (b->nr_nodes >= SHARD_INDEX_MAX_ENTRIES)
 		return -E2BIG;
 	if (b->nr_nodes + 1 > (b->slot_mask + 1) / 2) {
-		rc = table_grow(b);
+		rc = table_resize(b, 2 * (b->slot_mask + 1));
 		if (rc)
 			return rc;
 		*slot = table_find(b, parent, name, len);
@@ -293,13 +313,24 @@ static int node_new(struct builder *b, uint32_t parent, const char *name,
  * Find the node for @path, creating missing directories on the way (and
  * the node itself) when @create.  Returns the node, -ENOENT when absent
  * and not created, -ENOTDIR when a parent is not a directory.
+ *
+ * Members of a sample, and often of a shard, share their directory: the
+ * walk starts below the last directory a created path went through.  That
+ * directory has a child from then on, so it stays a directory (a
+ * non-directory never replaces a non-empty one), and so do its parents.
  */
 static int64_t node_walk(struct builder *b, const char *path, size_t len,
 			 uint32_t shard, bool create)
 {
+	const char *last = memrchr(path, '/', len);
+	size_t dir_len = last ? (size_t)(last - path) : 0;
 	uint32_t parent = 0;
 	size_t start = 0;
 
+	if (dir_len && dir_len == b->dir_len && !memcmp(path, b->dir, dir_len)) {
+		parent = b->dir_node;
+		start = dir_len + 1;
+	}
 	while (start < len) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
@@ -318,6 +349,11 @@ static int64_t node_walk(struct builder *b, const char *path, size_t len,
 			return -ENOTDIR;
 		parent = *slot - 1;
 		start = end + 1;
+		if (create && end == dir_len) {
+			b->dir = path;
+			b->dir_len = dir_len;
+			b->dir_node = parent;
+		}
 	}
 	return parent;
 }
@@ -477,8 +513,12 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 /* Phase 2: replay every member in shard order, then member order. */
 static int merge_all(struct builder *b)
 {
-	int rc = table_grow(b);
+	uint64_t members = b->opt->base ? b->opt->base->nr_inodes : 1;
+	int rc;
 
+	for (uint32_t s = b->first_shard; s < b->set->nr; s++)
+		members += b->scans[s].nr_members;
+	rc = table_reserve(b, members);
 	if (!rc && b->opt->base)
 		rc = seed_from_base(b, b->opt->base);
 	for (uint32_t s = b->first_shard; !rc && s < b->set->nr; s++) {
@@ -493,6 +533,8 @@ static int merge_all(struct builder *b)
 		for (size_t i = 0; !rc && i < sc->nr_members; i++)
 			rc = merge_member(b, sc, s, &sc->members[i]);
 	}
+	free(b->slots);		/* the layout has no use for it: room for it */
+	b->slots = NULL;
 	return rc;
 }
 
@@ -605,6 +647,21 @@ static int child_cmp(const void *pa, const void *pb, void *arg)
 	return shard_index_name_cmp(a->name, a->name_len, b->name, b->name_len);
 }
 
+/*
+ * Are the @n children at @child in name order already?  They are made in
+ * merge order, which is name order when the shards hold their samples
+ * sorted and follow each other in key order, as WebDataset writers do: a
+ * linear check then saves the sort's n log n comparisons.
+ */
+static bool children_sorted(const struct build_node *nodes, const uint32_t *child,
+			    uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		if (child_cmp(&child[i - 1], &child[i], (void *)nodes) > 0)
+			return false;
+	return true;
+}
+
 static int child_lists_build(struct builder *b, struct child_lists *cl)
 {
 	uint32_t *fill;
@@ -623,8 +680,10 @@ static int child_lists_build(struct builder *b, struct child_lists *cl)
 		cl->child[fill[b->nodes[i].parent]++] = i;
 	free(fill);
 	for (uint32_t i = 0; i < b->nr_nodes; i++)
-		qsort_r(cl->child + cl->start[i], b->nodes[i].nr_children,
-			sizeof(uint32_t), child_cmp, b->nodes);
+		if (!children_sorted(b->nodes, cl->child + cl->start[i],
+				     b->nodes[i].nr_children))
+			qsort_r(cl->child + cl->start[i], b->nodes[i].nr_children,
+				sizeof(uint32_t), child_cmp, b->nodes);
 	return 0;
 }
 
