@@ -13,13 +13,17 @@
  *     tar would extract them into one directory.  A hash table keyed by
  *     (parent, name) maps every path to a node; later members replace
  *     earlier ones, missing parents are synthesized, hard links bind to
- *     whatever their target names at that moment.
+ *     whatever their target names at that moment.  The calling thread
+ *     merges each shard as soon as it and the shards before it are
+ *     scanned, while the pool scans the next ones: the merge is serial,
+ *     and waiting for the last scan before starting it made a build of
+ *     tiny members take the sum of both phases.
  *
  *  3. Lay out breadth-first with each directory's children sorted by name,
  *     and copy everything into the flat arrays of struct shard_index.
  *
- * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is one hash probe per path
- * component and runs at several million members per second.
+ * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is
+ * one hash probe per path component below the last directory merged.
  */
 #include <assert.h>
 #include <errno.h>
@@ -39,6 +43,9 @@
 #include "shardfs/path.h"
 #include "shardfs/tar.h"
 
+/* Progress is reported about this often while the build runs. */
+#define BUILD_PROGRESS_NSEC (100 * 1000 * 1000)
+
 /* A path in the merged tree. */
 struct build_node {
 	const char *name;		/* last component, in a shard's pool */
@@ -50,6 +57,8 @@ struct build_node {
 					 * directory */
 	const struct shard_scan *scan;	/* where member's strings and runs are */
 	uint32_t entry;			/* layout: entry number */
+	uint32_t hash;			/* node_hash() of (parent, name): a
+					 * rehash computes none */
 };
 
 struct builder {
@@ -62,9 +71,16 @@ struct builder {
 	atomic_uint shards_done;	/* phase 1: shards finished */
 	atomic_ullong members_seen;	/* phase 1: members found */
 	atomic_ullong bytes_done;	/* phase 1: shard bytes finished */
-	pthread_mutex_t lock;		/* guards the wake-up of the waiter */
+	bool *scanned;			/* phase 1: shard i's scan is finished
+					 * (under lock) */
+	pthread_t *threads;		/* phase 1: the scanning pool */
+	unsigned nr_threads;		/* threads started */
+	uint64_t reported;		/* monotonic_ns() of the last progress
+					 * report */
+	pthread_mutex_t lock;		/* guards scanned and the wake-up of
+					 * the merge */
 	pthread_cond_t done_cond;	/* signalled when a shard finishes */
-	struct build_node *nodes;	/* phase 2: the tree */
+	struct build_node *nodes;	/* phase 2: the tree (mapped_array_grow) */
 	uint32_t nr_nodes;		/* nodes used */
 	size_t cap_nodes;		/* nodes allocated */
 	uint32_t *slots;		/* hash table of node + 1; 0 is empty */
@@ -78,7 +94,7 @@ struct builder {
 					 * numeric class directories */
 };
 
-static void scan_one_shard(struct builder *b, uint32_t i)
+static void scan_one_shard(struct builder *b, uint32_t i, char *window)
 {
 	struct shard_scan *sc = &b->scans[i];
 	struct shard *s = &b->set->shards[i];
@@ -102,27 +118,32 @@ static void scan_one_shard(struct builder *b, uint32_t i)
 	if (sc->rc)
 		return;
 	s->size = s->src->size;
-	shard_scan_run(sc, s, layout_or_tree(b->opt->layout));
+	shard_scan_run(sc, s, layout_or_tree(b->opt->layout), window);
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }
 
+/* A scanning thread: shards in turn, all read into one window. */
 static void *scan_worker(void *arg)
 {
 	struct builder *b = arg;
+	char *window = malloc(TAR_WINDOW_SIZE);	/* NULL: each scan its own */
 	uint32_t i;
 
 	while ((i = atomic_fetch_add(&b->next_shard, 1)) < b->set->nr) {
-		scan_one_shard(b, i);
+		scan_one_shard(b, i, window);
 		pthread_mutex_lock(&b->lock);
+		b->scanned[i] = true;
 		atomic_fetch_add(&b->shards_done, 1);
 		pthread_cond_signal(&b->done_cond);
 		pthread_mutex_unlock(&b->lock);
 	}
+	free(window);
 	return NULL;
 }
 
-static void report_progress(struct builder *b)
+/* Report the scan's progress; the end (all shards) only when @final. */
+static void report_progress(struct builder *b, bool final)
 {
 	struct shard_index_progress p = {
 		.shards_done = atomic_load(&b->shards_done),
@@ -131,106 +152,109 @@ static void report_progress(struct builder *b)
 		.bytes = atomic_load(&b->bytes_done),
 	};
 
-	if (b->opt->progress)
+	b->reported = monotonic_ns();
+	if (b->opt->progress && (final || p.shards_done < p.shards_total))
 		b->opt->progress(b->opt->progress_arg, &p);
 }
 
-/* Wait for all shards, reporting progress about ten times a second. */
-static void wait_for_scans(struct builder *b)
+/* Report progress if the last report is BUILD_PROGRESS_NSEC old. */
+static void progress_tick(struct builder *b)
+{
+	if (monotonic_ns() - b->reported >= BUILD_PROGRESS_NSEC)
+		report_progress(b, false);
+}
+
+/* Wait until shard @i is scanned, reporting progress meanwhile. */
+static void wait_for_scan(struct builder *b, uint32_t i)
 {
 	pthread_mutex_lock(&b->lock);
-	while (atomic_load(&b->shards_done) < b->set->nr) {
-		struct timespec ts;
+	while (!b->scanned[i]) {
+		uint64_t due = b->reported + BUILD_PROGRESS_NSEC;
+		struct timespec ts = { .tv_sec = (time_t)(due / 1000000000),
+				       .tv_nsec = (long)(due % 1000000000) };
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
 		if (pthread_cond_timedwait(&b->done_cond, &b->lock, &ts)) {
 			pthread_mutex_unlock(&b->lock);
-			report_progress(b);
+			progress_tick(b);
 			pthread_mutex_lock(&b->lock);
 		}
 	}
 	pthread_mutex_unlock(&b->lock);
-	report_progress(b);
 }
 
-/* Phase 1: scan all shards with a pool of threads. */
-static int scan_all(struct builder *b)
+/* Phase 1: start the pool that scans all shards (or scan them here). */
+static int scan_start(struct builder *b)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned n = b->opt->threads ? b->opt->threads : cpus > 0 ? (unsigned)cpus : 1;
-	pthread_t *threads;
-	unsigned started = 0;
 
 	if (n > b->set->nr - b->first_shard)
 		n = b->set->nr - b->first_shard;
 	if (n <= 1) {		/* a thread would only add its start-up cost */
 		scan_worker(b);
-		report_progress(b);
 		return 0;
 	}
-	threads = calloc(n, sizeof(*threads));
-	if (!threads)
+	b->threads = calloc(n, sizeof(*b->threads));
+	if (!b->threads)
 		return -ENOMEM;
-	for (; started < n; started++)
-		if (pthread_create(&threads[started], NULL, scan_worker, b))
+	for (; b->nr_threads < n; b->nr_threads++)
+		if (pthread_create(&b->threads[b->nr_threads], NULL, scan_worker, b))
 			break;
-	if (started == 0)
+	if (b->nr_threads == 0)
 		scan_worker(b);
-	wait_for_scans(b);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	free(threads);
 	return 0;
 }
 
-/* Fail the build on a bad shard, or drop the shard if allowed. */
-static int check_scans(struct builder *b)
+/* Let the pool take no more shards, wait for it, report the end. */
+static void scan_finish(struct builder *b)
 {
-	int rc = 0;
-
-	for (uint32_t i = b->first_shard; i < b->set->nr; i++) {
-		struct shard_scan *sc = &b->scans[i];
-
-		if (sc->rc == -ENOMEM)
-			return -ENOMEM;
-		if (!sc->rc)
-			continue;
-		if (b->opt->skip_bad_shards) {
-			log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
-				 (unsigned long long)sc->err.offset, sc->err.msg);
-			b->set->shards[i].bad = true;
-			sc->nr_members = 0;
-			continue;
-		}
-		log_error("%s: offset %llu: %s", sc->shard->path,
-			  (unsigned long long)sc->err.offset, sc->err.msg);
-		rc = -EINVAL;
-	}
-	for (uint32_t i = 0; i < b->set->nr; i++)
-		b->counts.bad_shards += b->set->shards[i].bad;
-	return rc;
+	atomic_store(&b->next_shard, b->set->nr);
+	for (unsigned i = 0; i < b->nr_threads; i++)
+		pthread_join(b->threads[i], NULL);
+	b->nr_threads = 0;
+	report_progress(b, true);
 }
 
-static uint64_t node_hash(uint32_t parent, const char *name, size_t len)
+/*
+ * Fail the build on bad shard @i, or drop the shard if allowed.  Returns
+ * 0 (merge it), -EINVAL (logged) or -ENOMEM.
+ */
+static int check_scan(struct builder *b, uint32_t i)
 {
-	return XXH3_64bits_withSeed(name, len, parent);
+	struct shard_scan *sc = &b->scans[i];
+
+	if (sc->rc == -ENOMEM)
+		return -ENOMEM;
+	if (!sc->rc)
+		return 0;
+	if (b->opt->skip_bad_shards) {
+		log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
+			 (unsigned long long)sc->err.offset, sc->err.msg);
+		b->set->shards[i].bad = true;
+		sc->nr_members = 0;
+		return 0;
+	}
+	log_error("%s: offset %llu: %s", sc->shard->path,
+		  (unsigned long long)sc->err.offset, sc->err.msg);
+	return -EINVAL;
+}
+
+/* The hash of (parent, name); 32 bits index a table of 2^32 slots. */
+static uint32_t node_hash(uint32_t parent, const char *name, size_t len)
+{
+	return (uint32_t)XXH3_64bits_withSeed(name, len, parent);
 }
 
 /* Rehash into a table of @size slots (a power of two). */
 static int table_resize(struct builder *b, uint64_t size)
 {
-	uint32_t *slots = calloc(size, sizeof(*slots));
+	uint32_t *slots = calloc_huge(size, sizeof(*slots));
 
 	if (!slots)
 		return -ENOMEM;
 	for (uint32_t id = 1; id < b->nr_nodes; id++) {	/* not the root */
 		const struct build_node *n = &b->nodes[id];
-		uint64_t h = node_hash(n->parent, n->name, n->name_len);
+		uint64_t h = n->hash;
 
 		while (slots[h & (size - 1)])
 			h++;
@@ -244,7 +268,7 @@ static int table_resize(struct builder *b, uint64_t size)
 
 /*
  * Make room for @nodes nodes in all: the node array and a table at most
- * half full, so that a merge whose size is known grows neither.
+ * half full, so that a shard's merge grows neither.
  */
 static int table_reserve(struct builder *b, uint64_t nodes)
 {
@@ -254,8 +278,8 @@ static int table_reserve(struct builder *b, uint64_t nodes)
 		nodes = 1;	/* grown on demand until node_new() says E2BIG */
 	while (size / 2 < nodes)
 		size *= 2;
-	return array_grow((void **)&b->nodes, &b->cap_nodes, nodes, sizeof(*b->nodes)) ?:
-	       table_resize(b, size);
+	return mapped_array_grow((void **)&b->nodes, &b->cap_nodes, nodes, sizeof(*b->nodes)) ?:
+	       size > b->slot_mask + 1 ? table_resize(b, size) : 0;
 }
 
 /* The slot holding (parent, name), or the empty slot where it belongs. */
@@ -296,12 +320,13 @@ static int node_new(struct builder *b, uint32_t parent, const char *name,
 			return rc;
 		*slot = table_find(b, parent, name, len);
 	}
-	rc = array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
-		  sizeof(*b->nodes));
+	rc = mapped_array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
+			       sizeof(*b->nodes));
 	if (rc)
 		return rc;
 	b->nodes[b->nr_nodes] = (struct build_node){
 		.name = name, .name_len = (uint32_t)len, .parent = parent,
+		.hash = node_hash(parent, name, len),
 		.shard = shard,
 	};
 	b->nodes[parent].nr_children++;
@@ -469,10 +494,10 @@ static int seed_member(struct shard_scan *sc, const struct shard_index *base,
 static int seed_from_base(struct builder *b, const struct shard_index *base)
 {
 	struct shard_scan *sc = &b->base_scan;
-	uint32_t *node_of = malloc((size_t)base->nr_inodes * sizeof(*node_of));
+	uint32_t *node_of = calloc_huge(base->nr_inodes, sizeof(*node_of));
 	int rc = 0;
 
-	sc->members = calloc(base->nr_inodes, sizeof(*sc->members));
+	sc->members = calloc_huge(base->nr_inodes, sizeof(*sc->members));
 	if (!node_of || !sc->members) {
 		free(node_of);
 		return -ENOMEM;
@@ -510,32 +535,50 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	return rc;
 }
 
-/* Phase 2: replay every member in shard order, then member order. */
+/* Phase 2 for shard @s: its totals, then its members in archive order. */
+static int merge_shard(struct builder *b, uint32_t s)
+{
+	struct shard_scan *sc = &b->scans[s];
+	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members);
+
+	b->counts.members += sc->nr_members + sc->skipped + sc->special;
+	b->counts.skipped += sc->skipped;
+	b->counts.unlabeled += sc->unlabeled;
+	b->counts.special += sc->special;
+	b->set->shards[s].members = sc->nr_members;
+	b->set->shards[s].digest = sc->digest;
+	for (size_t i = 0; !rc && i < sc->nr_members; i++)
+		rc = merge_member(b, sc, s, &sc->members[i]);
+	return rc;
+}
+
+/*
+ * Phase 2: replay every member in shard order, then member order, each
+ * shard once it is scanned.  Every bad shard is reported before the build
+ * fails, as a build that scans first would.
+ */
 static int merge_all(struct builder *b)
 {
-	uint64_t members = b->opt->base ? b->opt->base->nr_inodes : 1;
-	int rc;
+	int rc = table_reserve(b, b->opt->base ? b->opt->base->nr_inodes : 1), bad = 0;
 
-	for (uint32_t s = b->first_shard; s < b->set->nr; s++)
-		members += b->scans[s].nr_members;
-	rc = table_reserve(b, members);
 	if (!rc && b->opt->base)
 		rc = seed_from_base(b, b->opt->base);
 	for (uint32_t s = b->first_shard; !rc && s < b->set->nr; s++) {
-		struct shard_scan *sc = &b->scans[s];
-
-		b->counts.members += sc->nr_members + sc->skipped + sc->special;
-		b->counts.skipped += sc->skipped;
-		b->counts.unlabeled += sc->unlabeled;
-		b->counts.special += sc->special;
-		b->set->shards[s].members = sc->nr_members;
-		b->set->shards[s].digest = sc->digest;
-		for (size_t i = 0; !rc && i < sc->nr_members; i++)
-			rc = merge_member(b, sc, s, &sc->members[i]);
+		wait_for_scan(b, s);
+		rc = check_scan(b, s);
+		if (rc == -EINVAL) {
+			bad = rc;
+			rc = 0;
+		} else if (!rc && !bad) {
+			rc = merge_shard(b, s);
+			progress_tick(b);
+		}
 	}
+	for (uint32_t i = 0; i < b->set->nr; i++)
+		b->counts.bad_shards += b->set->shards[i].bad;
 	free(b->slots);		/* the layout has no use for it: room for it */
 	b->slots = NULL;
-	return rc;
+	return rc ?: bad;
 }
 
 /* Report labels the class names lack: the count and the first few. */
@@ -666,9 +709,9 @@ static int child_lists_build(struct builder *b, struct child_lists *cl)
 {
 	uint32_t *fill;
 
-	cl->start = calloc((size_t)b->nr_nodes + 1, sizeof(*cl->start));
-	cl->child = malloc(((size_t)b->nr_nodes + 1) * sizeof(*cl->child));
-	fill = malloc(((size_t)b->nr_nodes + 1) * sizeof(*fill));
+	cl->start = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*cl->start));
+	cl->child = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*cl->child));
+	fill = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*fill));
 	if (!cl->start || !cl->child || !fill) {
 		free(fill);
 		return -ENOMEM;
@@ -690,7 +733,7 @@ static int child_lists_build(struct builder *b, struct child_lists *cl)
 /* Phase 3a: entry numbers, breadth first; returns nodes in entry order. */
 static uint32_t *layout_order(struct builder *b, const struct child_lists *cl)
 {
-	uint32_t *order = malloc((size_t)b->nr_nodes * sizeof(*order));
+	uint32_t *order = calloc_huge(b->nr_nodes, sizeof(*order));
 	uint32_t next = 1;
 
 	if (!order)
@@ -724,8 +767,8 @@ static int index_alloc(struct shard_index *idx, struct builder *b)
 			extents += m->nr_extents;
 		}
 	}
-	idx->inodes = calloc(b->nr_nodes, sizeof(*idx->inodes));
-	idx->names = malloc(names);
+	idx->inodes = calloc_huge(b->nr_nodes, sizeof(*idx->inodes));
+	idx->names = calloc_huge(names, 1);
 	idx->sparse = calloc(sparse ? sparse : 1, sizeof(*idx->sparse));
 	idx->extents = calloc(extents ? extents : 1, sizeof(*idx->extents));
 	idx->nr_inodes = b->nr_nodes;
@@ -903,7 +946,9 @@ static void builder_release(struct builder *b)
 		shard_scan_release(&b->scans[i]);
 	shard_scan_release(&b->base_scan);
 	free(b->scans);
-	free(b->nodes);
+	free(b->scanned);
+	free(b->threads);
+	mapped_array_free(b->nodes, b->cap_nodes, sizeof(*b->nodes));
 	free(b->slots);
 	free(b->padded);
 	pthread_mutex_destroy(&b->lock);
@@ -913,17 +958,23 @@ static void builder_release(struct builder *b)
 static int builder_init(struct builder *b, struct shard_set *set,
 			const struct shard_index_build_options *opt)
 {
+	pthread_condattr_t attr;
+
 	*b = (struct builder){ .set = set, .opt = opt };
 	b->first_shard = opt->base ? opt->base_shards : 0;
 	assert(b->first_shard <= set->nr);
 	atomic_store(&b->next_shard, b->first_shard);
 	atomic_store(&b->shards_done, b->first_shard);
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->done_cond, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* monotonic_ns() */
+	pthread_cond_init(&b->done_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	b->reported = monotonic_ns();
 	b->scans = calloc(set->nr ? set->nr : 1, sizeof(*b->scans));
-	b->nodes = calloc(64, sizeof(*b->nodes));
-	b->cap_nodes = 64;
-	if (!b->scans || !b->nodes)
+	b->scanned = calloc(set->nr ? set->nr : 1, sizeof(*b->scanned));
+	if (!b->scans || !b->scanned ||
+	    mapped_array_grow((void **)&b->nodes, &b->cap_nodes, 1, sizeof(*b->nodes)))
 		return -ENOMEM;
 	b->nodes[0] = (struct build_node){ .name = "" };
 	b->nr_nodes = 1;
@@ -938,9 +989,9 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 
 	*idx = (struct shard_index){ 0 };
 	rc = builder_init(&b, set, opt);
-	rc = rc ?: scan_all(&b);
-	rc = rc ?: check_scans(&b);
+	rc = rc ?: scan_start(&b);
 	rc = rc ?: merge_all(&b);
+	scan_finish(&b);
 	rc = rc ?: check_labels(&b);
 	rc = rc ?: pad_numeric_classes(&b);
 	rc = rc ?: layout(&b, idx);

@@ -448,7 +448,7 @@ static void scan_trim(struct shard_scan *sc)
 }
 
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
-		    const struct layout *layout)
+		    const struct layout *layout, char *window)
 {
 	static const struct tar_scan_ops ops = { scan_member, tar_warn };
 
@@ -461,7 +461,8 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		return;
 	}
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCAN);
-	sc->rc = tar_scan(shard->src, &ops, sc, &sc->err);
+	sc->rc = window ? tar_scan_window(shard->src, window, &ops, sc, &sc->err)
+			: tar_scan(shard->src, &ops, sc, &sc->err);
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCANNED);
 	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
@@ -510,7 +511,7 @@ int shard_scan_digest(const struct shard *shard, const struct layout *layout,
 	struct shard_scan sc = { 0 };
 	int rc;
 
-	shard_scan_run(&sc, shard, layout);
+	shard_scan_run(&sc, shard, layout, NULL);
 	*digest = sc.digest;
 	rc = sc.rc;
 	shard_scan_release(&sc);

@@ -83,11 +83,13 @@ struct shard_scan {
 };
 
 /*
- * Scan @shard into @sc (zeroed by the caller) under @layout.  The result
- * is in sc->rc (0, -EINVAL with sc->err, -ENOMEM).
+ * Scan @shard into @sc (zeroed by the caller) under @layout, reading into
+ * @window (TAR_WINDOW_SIZE bytes, for a thread scanning many shards) or,
+ * if NULL, a window of its own.  The result is in sc->rc (0, -EINVAL with
+ * sc->err, -ENOMEM).
  */
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
-		    const struct layout *layout);
+		    const struct layout *layout, char *window);
 
 /*
  * The digest shard_scan_run() would compute for @shard: what the index

@@ -25,10 +25,7 @@
 #include "shardfs/tar.h"
 #include "shardfs/util.h"
 
-/* Bytes read at once while headers are dense (1 MiB: 16 times fewer
- * reads than 64 KiB windows over shards of tiny members); a probe when
- * they are not. */
-#define TAR_WINDOW_SIZE (1024u * 1024)
+/* Bytes read at once when headers are sparse (TAR_WINDOW_SIZE when not). */
 #define TAR_PROBE_SIZE (4u * 1024)
 /* Headers closer than this are dense: the bytes between them are read
  * anyway, in whole windows. */
@@ -66,7 +63,7 @@ struct tar_buf {
 struct tar_reader {
 	struct shard_source *src; /* the archive */
 	uint64_t file_size;	/* archive length in bytes */
-	char *window;		/* TAR_WINDOW_SIZE bytes */
+	char *window;		/* TAR_WINDOW_SIZE bytes, the caller's */
 	uint64_t win_off;	/* archive offset of window[0] */
 	size_t win_len;		/* valid bytes in window */
 	uint64_t stride;	/* distance between the last two headers */
@@ -292,15 +289,15 @@ static bool checksum_ok(const char *blk)
 
 	if (tar_parse_number(blk + H_CHKSUM, 8, &stored))
 		return false;
-	for (int i = 0; i < TAR_BLOCK_SIZE; i++) {
+	for (int i = 0; i < TAR_BLOCK_SIZE; i++)
 		sum += u[i];
-		high += u[i] >> 7;
-	}
-	for (int i = H_CHKSUM; i < H_CHKSUM + 8; i++) {
+	for (int i = H_CHKSUM; i < H_CHKSUM + 8; i++)
 		sum -= u[i];
-		high -= u[i] >> 7;
-	}
-	return stored == sum || stored == (int64_t)sum - 256 * (int64_t)high;
+	if (stored == sum)
+		return true;
+	for (int i = 0; i < TAR_BLOCK_SIZE; i++)
+		high += (i < H_CHKSUM || i >= H_CHKSUM + 8) && u[i] >> 7;
+	return stored == (int64_t)sum - 256 * (int64_t)high;
 }
 
 /* Parse the decimal digits of [p, p+len) into *out, at most @max. */
@@ -990,24 +987,34 @@ static void scan_release(struct tar_scan *s)
 	free(s->name.data);
 	free(s->meta.data);
 	free(s->extents);
-	free(s->rd.window);
 }
 
 int tar_scan(struct shard_source *src, const struct tar_scan_ops *ops,
 	     void *arg, struct tar_error *err)
 {
+	char *window = malloc(TAR_WINDOW_SIZE);
+	int rc;
+
+	if (!window)
+		return -ENOMEM;
+	rc = tar_scan_window(src, window, ops, arg, err);
+	free(window);
+	return rc;
+}
+
+int tar_scan_window(struct shard_source *src, char *window,
+		    const struct tar_scan_ops *ops, void *arg,
+		    struct tar_error *err)
+{
 	uint64_t file_size = src->size;
 	struct tar_scan s = {
-		.rd = { .src = src, .file_size = file_size },
+		.rd = { .src = src, .file_size = file_size, .window = window },
 		.ops = ops, .arg = arg, .err = err,
 	};
 	uint64_t off = 0, first_off = 0, prev = 0;
 	bool end = false;
 	int rc = 0;
 
-	s.rd.window = malloc(TAR_WINDOW_SIZE);
-	if (!s.rd.window)
-		return -ENOMEM;
 	while (!end && off < file_size) {
 		if (file_size - off < TAR_BLOCK_SIZE) {
 			rc = scan_fail(&s, -EINVAL, off, "archive ends inside a header block");

@@ -4,6 +4,7 @@
  * trust rule (util.h).
  */
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,56 @@
 #include <unistd.h>
 
 #include "shardfs/util.h"
+
+void memory_advise_huge(void *p, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)p & ~(page - 1);
+	uintptr_t end = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+
+	/* whole pages around the array, not just the huge pages inside: a
+	 * mapping advised in part is split, and mremap() cannot move it */
+	if (len >= HUGE_ARRAY_BYTES)
+		madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
+void *calloc_huge(size_t n, size_t elem)
+{
+	void *p = calloc(n, elem);
+
+	if (p)
+		memory_advise_huge(p, n * elem);
+	return p;
+}
+
+int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = *cap ? *cap : MAPPED_ARRAY_MIN_BYTES / elem;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need) {
+		if (n > SIZE_MAX / 2 / elem)
+			return -ENOMEM;
+		n *= 2;
+	}
+	p = *array ? mremap(*array, *cap * elem, n * elem, MREMAP_MAYMOVE)
+		   : mmap(NULL, n * elem, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	memory_advise_huge(p, n * elem);
+	*array = p;
+	*cap = n;
+	return 0;
+}
+
+void mapped_array_free(void *array, size_t cap, size_t elem)
+{
+	if (array)
+		munmap(array, cap * elem);
+}
 
 int array_grow(void **array, size_t *cap, size_t need, size_t elem)
 {
@@ -27,6 +78,7 @@ int array_grow(void **array, size_t *cap, size_t need, size_t elem)
 	p = realloc(*array, n * elem);
 	if (!p)
 		return -ENOMEM;
+	memory_advise_huge(p, n * elem);
 	*array = p;
 	*cap = n;
 	return 0;

@@ -38,9 +38,40 @@ static inline uint32_t le32(const unsigned char *p)
 	return (uint32_t)le_load(p, 4);
 }
 
+/* Arrays from this size on ask for huge pages. */
+#define HUGE_ARRAY_BYTES (4u << 20)
+
+/*
+ * Ask the kernel to back the @len bytes at @p with huge pages, if @len is
+ * at least HUGE_ARRAY_BYTES (MADV_HUGEPAGE on the pages that hold them; a
+ * hint, ignored where transparent huge pages are off).  An
+ * array of hundreds of MiB filled for the first time otherwise takes a
+ * page fault per 4 KiB: under a hypervisor those faults were half of an
+ * index build of tiny members (docs/benchmarks-scale.md).  Call it before
+ * the memory is first written.
+ */
+void memory_advise_huge(void *p, size_t len);
+
+/* calloc(), with memory_advise_huge() on the result. */
+void *calloc_huge(size_t n, size_t elem);
+
+/* A mapped array starts with this many bytes (virtual until written). */
+#define MAPPED_ARRAY_MIN_BYTES (2u << 20)
+
+/*
+ * array_grow() for an array that may grow to gigabytes: it lives in a
+ * mapping of its own, which mremap() grows without copying (realloc()
+ * copied a heap array of build nodes page by page, a quarter of a build's
+ * page faults), backed by huge pages.  Free it with mapped_array_free()
+ * and the same capacity.
+ */
+int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem);
+void mapped_array_free(void *array, size_t cap, size_t elem);
+
 /*
  * Grow *@array (of @elem-byte items, *@cap allocated) to hold at least
- * @need; the capacity doubles from 16, so growth is amortised O(1).
+ * @need; the capacity doubles from 16, so growth is amortised O(1).  A
+ * large array gets memory_advise_huge().
  * Returns 0 or -ENOMEM (the array is then unchanged).
  */
 int array_grow(void **array, size_t *cap, size_t need, size_t elem);

@@ -33,7 +33,7 @@ static void scan(struct scanned *s, struct tb_env *e, const char *name,
 	if (shard_set_expand(&s->set, spec, msg, sizeof(msg)) ||
 	    shard_set_open(&s->set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
-	shard_scan_run(&s->sc, &s->set.shards[0], &s->layout);
+	shard_scan_run(&s->sc, &s->set.shards[0], &s->layout, NULL);
 	assert_int_equal(s->sc.rc, 0);
 }
 
