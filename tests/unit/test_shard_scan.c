@@ -3,8 +3,9 @@
  * test_shard_scan.c - phase 1 of the index build (shard_scan.c), one
  * shard at a time: names normalised and refused, members in archive
  * order, the layouts' rewriting (shards: under the shard's name; classes:
- * under each sample's label, found by the sample key rule of path.h), and
- * the digest that decides whether a touched shard must be rescanned.
+ * under each sample's label, found by the sample key rule of path.h), the
+ * digest that decides whether a touched shard must be rescanned, and the
+ * read window a scanning thread lends to shard after shard.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,58 @@ static void test_digest(void **state)
 	assert_true(d[0][0] != d[0][1]);
 }
 
+/* Scan the one shard of @s again into @sc, reading into @window. */
+static void rescan(const struct scanned *s, struct shard_scan *sc, char *window)
+{
+	*sc = (struct shard_scan){ 0 };
+	memset(window, 'j', TAR_WINDOW_SIZE);	/* what the last scan left */
+	shard_scan_run(sc, &s->set.shards[0], &s->layout, window);
+	assert_int_equal(sc->rc, 0);
+	assert_int_equal(sc->nr_members, s->sc.nr_members);
+	assert_true(sc->digest == s->sc.digest);
+	assert_memory_equal(sc->strings, s->sc.strings, s->sc.strings_len);
+}
+
+/*
+ * A scanning thread lends one window to shard after shard: what a scan
+ * finds does not depend on what the window held.  A scan gives back the
+ * room it reserved for its members and names.
+ */
+static void test_a_lent_window_scans_shard_after_shard(void **state)
+{
+	struct tb_env *e = *state;
+	const int big = 4 * TAR_WINDOW_SIZE / (2 * TAR_BLOCK_SIZE);
+	char *window = malloc(TAR_WINDOW_SIZE);
+	struct shard_scan again;
+	struct scanned s[2];
+	struct tb a = { 0 };
+
+	assert_non_null(window);
+	for (int i = 0; i < big; i++) {
+		char path[32];
+
+		snprintf(path, sizeof(path), "big/%06d.txt", i);
+		tb_file(&a, path, "x");
+	}
+	scan(&s[0], e, "big.tar", &a, "tree");
+	a = (struct tb){ 0 };
+	tb_file(&a, "small/1.txt", "one");
+	tb_file(&a, "small/2.txt", "two");
+	scan(&s[1], e, "small.tar", &a, "tree");
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(s[k].sc.cap_members, s[k].sc.nr_members);
+		assert_int_equal(s[k].sc.strings_cap, s[k].sc.strings_len);
+	}
+	assert_int_equal(s[0].sc.nr_members, big);
+	for (int k = 0; k < 4; k++) {
+		rescan(&s[k % 2], &again, window);
+		shard_scan_release(&again);
+	}
+	scanned_release(&s[0]);
+	scanned_release(&s[1]);
+	free(window);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -162,6 +215,7 @@ int main(void)
 		TB_ENV_TEST(test_shards_layout_prefixes_the_shard_name),
 		TB_ENV_TEST(test_classes_layout_moves_samples_under_labels),
 		TB_ENV_TEST(test_digest),
+		TB_ENV_TEST(test_a_lent_window_scans_shard_after_shard),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
