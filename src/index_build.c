@@ -52,10 +52,12 @@ struct build_node {
 	uint32_t name_len;		/* bytes in name */
 	uint32_t parent;		/* node of the parent directory */
 	uint32_t nr_children;		/* nodes whose parent this is */
-	uint32_t shard;			/* shard of the member (or that made it) */
+	uint32_t shard;			/* shard of the member (or that made it);
+					 * its scan holds member's strings */
 	struct raw_member *member;	/* what the path names; NULL: synthesized
 					 * directory */
-	const struct shard_scan *scan;	/* where member's strings and runs are */
+	uint32_t last_child;		/* the child with the greatest name
+					 * (when nr_children) */
 	uint32_t entry;			/* layout: entry number */
 	uint32_t hash;			/* node_hash() of (parent, name): a
 					 * rehash computes none */
@@ -306,10 +308,51 @@ static bool node_is_dir(const struct build_node *n)
 	return !n->member || n->member->type == TAR_DIR;
 }
 
-/* Create a synthesized directory node for (parent, name) in @slot. */
-static int node_new(struct builder *b, uint32_t parent, const char *name,
-		    size_t len, uint32_t shard, uint32_t **slot)
+/* The scan holding the strings and runs of @n's member. */
+static const struct shard_scan *node_scan(const struct builder *b,
+					  const struct build_node *n)
 {
+	return n->shard < b->first_shard ? &b->base_scan : &b->scans[n->shard];
+}
+
+/*
+ * Does (@parent, @name) certainly not exist?  So when @parent has no
+ * child or @name comes after its last: shards hold their samples sorted,
+ * so most new names do, and they are added without a probe of the table
+ * (whose misses were most of the merge's time).
+ */
+static bool child_is_new(const struct builder *b, uint32_t parent,
+			 const char *name, size_t len)
+{
+	const struct build_node *p = &b->nodes[parent];
+	const struct build_node *last = &b->nodes[p->last_child];
+
+	return !p->nr_children ||
+	       shard_index_name_cmp(name, len, last->name, last->name_len) > 0;
+}
+
+/* The node for (@parent, @name), or -ENOENT. */
+static int64_t child_find(struct builder *b, uint32_t parent,
+			  const char *name, size_t len)
+{
+	uint32_t *slot;
+
+	if (child_is_new(b, parent, name, len))
+		return -ENOENT;
+	slot = table_find(b, parent, name, len);
+	if (!*slot)
+		return -ENOENT;
+	return *slot - 1;
+}
+
+/* Add the node (parent, name), which the table does not hold, as a
+ * synthesized directory; returns it or -errno. */
+static int64_t node_new(struct builder *b, uint32_t parent, const char *name,
+			size_t len, uint32_t shard)
+{
+	uint32_t id = b->nr_nodes;
+	struct build_node *p;
+	uint64_t h;
 	int rc;
 
 	if (b->nr_nodes >= SHARD_INDEX_MAX_ENTRIES)
@@ -318,20 +361,24 @@ static int node_new(struct builder *b, uint32_t parent, const char *name,
 		rc = table_resize(b, 2 * (b->slot_mask + 1));
 		if (rc)
 			return rc;
-		*slot = table_find(b, parent, name, len);
 	}
 	rc = mapped_array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
 			       sizeof(*b->nodes));
 	if (rc)
 		return rc;
-	b->nodes[b->nr_nodes] = (struct build_node){
+	b->nodes[id] = (struct build_node){
 		.name = name, .name_len = (uint32_t)len, .parent = parent,
-		.hash = node_hash(parent, name, len),
-		.shard = shard,
+		.hash = node_hash(parent, name, len), .shard = shard,
 	};
-	b->nodes[parent].nr_children++;
-	**slot = ++b->nr_nodes;
-	return 0;
+	for (h = b->nodes[id].hash; b->slots[h & b->slot_mask]; h++)
+		;
+	b->slots[h & b->slot_mask] = id + 1;
+	p = &b->nodes[parent];
+	if (child_is_new(b, parent, name, len))
+		p->last_child = id;
+	p->nr_children++;
+	b->nr_nodes++;
+	return id;
 }
 
 /*
@@ -359,20 +406,15 @@ static int64_t node_walk(struct builder *b, const char *path, size_t len,
 	while (start < len) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
-		uint32_t *slot = table_find(b, parent, path + start, end - start);
+		int64_t id = child_find(b, parent, path + start, end - start);
 
-		if (!*slot) {
-			int rc;
-
-			if (!create)
-				return -ENOENT;
-			rc = node_new(b, parent, path + start, end - start, shard, &slot);
-			if (rc)
-				return rc;
-		}
-		if (end < len && !node_is_dir(&b->nodes[*slot - 1]))
+		if (id == -ENOENT && create)
+			id = node_new(b, parent, path + start, end - start, shard);
+		if (id < 0)
+			return id;
+		if (end < len && !node_is_dir(&b->nodes[id]))
 			return -ENOTDIR;
-		parent = *slot - 1;
+		parent = (uint32_t)id;
 		start = end + 1;
 		if (create && end == dir_len) {
 			b->dir = path;
@@ -411,7 +453,6 @@ static struct build_node *hardlink_target(struct builder *b,
 static int merge_member(struct builder *b, struct shard_scan *sc,
 			uint32_t shard, struct raw_member *rm)
 {
-	const struct shard_scan *scan = sc;
 	struct raw_member *target = rm;
 	struct build_node *n, *t;
 	int64_t id;
@@ -423,7 +464,6 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 			return 0;
 		}
 		target = t->member;
-		scan = t->scan;
 		shard = t->shard;
 	}
 	id = node_walk(b, sc->strings + rm->path, rm->path_len, shard, true);
@@ -441,7 +481,6 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 	if (n->member && n->member->type != TAR_DIR && target->type != TAR_DIR)
 		b->counts.duplicates++;
 	n->member = target;
-	n->scan = scan;
 	n->shard = shard;
 	return 0;
 }
@@ -507,22 +546,25 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 		const struct shard_inode *in = &base->inodes[e];
 		uint64_t first = shard_index_ino(base, e) - 1;
 		const char *name = shard_index_name(base, in);
-		uint32_t len = in->name_len, *slot;
+		uint32_t len = in->name_len;
+		int64_t id = 0;
 
 		if (e && in->parent == 0 && classes_layout(b))
 			unpad_number(&name, &len);
-		slot = table_find(b, node_of[in->parent], name, len);
-		if (e && !*slot)
-			rc = node_new(b, node_of[in->parent], name, len, in->shard, &slot);
-		if (rc)
+		if (e)
+			id = child_find(b, node_of[in->parent], name, len);
+		if (id == -ENOENT)
+			id = node_new(b, node_of[in->parent], name, len, in->shard);
+		if (id < 0) {
+			rc = (int)id;
 			break;
-		node_of[e] = e ? *slot - 1 : 0;
+		}
+		node_of[e] = (uint32_t)id;
 		if (in->flags & SHARD_INODE_SYNTHESIZED)
 			continue;	/* stays synthesized: its time is recomputed */
 		if (first == e)
 			rc = seed_member(sc, base, in, &sc->members[e]);
 		b->nodes[node_of[e]].member = &sc->members[first];
-		b->nodes[node_of[e]].scan = sc;
 		b->nodes[node_of[e]].shard = in->shard;
 	}
 	sc->nr_members = base->nr_inodes;
@@ -833,7 +875,7 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 		      struct shard_inode *in, const struct build_node *n)
 {
 	struct raw_member *m = n->member;
-	const struct shard_scan *sc = n->scan;
+	const struct shard_scan *sc = node_scan(b, n);
 
 	in->uid = m->uid;
 	in->gid = m->gid;
