@@ -307,6 +307,39 @@ static void test_file_and_directory_conflicts(void **state)
 }
 
 /*
+ * A name after every name of its directory is added without a lookup; one
+ * that is not is looked up, whether it comes before the last name, equals
+ * it, or equals an earlier one (a byte prefix sorts first).
+ */
+static void test_names_out_of_order_still_merge(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char buf[16];
+
+	tb_file(&a, "d/m", "1");
+	tb_file(&a, "d/z", "2");
+	tb_file(&a, "d/a", "3");
+	tb_file(&a, "d/z", "4");		/* the last name again */
+	tb_file(&a, "d/m", "5");		/* an earlier one */
+	tb_file(&a, "d/zz", "6");
+	tb_file(&a, "d/z", "7");		/* a prefix of the last */
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "d/a", "8");		/* the first, in a later shard */
+	tb_file(&a, "d/q", "9");
+	tb_env_shard(e, "01.tar", &a);
+	tb_env_build(e);
+
+	check_tree(&e->fs.idx);
+	expect_listing(&e->fs, "d", TB_LIST("a", "m", "q", "z", "zz"));
+	assert_int_equal(e->fs.idx.counts.duplicates, 4);
+	read_all(e, "d/z", buf, sizeof(buf));
+	assert_string_equal(buf, "7");
+	read_all(e, "d/a", buf, sizeof(buf));
+	assert_string_equal(buf, "8");
+}
+
+/*
  * The merge starts a path's walk below the directory of the member before
  * it.  A shortcut that outlived the directory (replaced by a file) would
  * put members under a file; one taken from a failed hard-link lookup would
@@ -663,6 +696,7 @@ int main(void)
 		TB_ENV_TEST(test_hard_link_across_shards),
 		TB_ENV_TEST(test_file_and_directory_conflicts),
 		TB_ENV_TEST(test_directory_walk_shortcut_keeps_conflicts),
+		TB_ENV_TEST(test_names_out_of_order_still_merge),
 		TB_ENV_TEST(test_unsafe_names_skipped_and_counted),
 		TB_ENV_TEST(test_special_files_counted_not_served),
 		TB_ENV_TEST(test_inode_numbers_stable_across_builds),
