@@ -77,6 +77,11 @@ struct builder {
 					 * (under lock) */
 	pthread_t *threads;		/* phase 1: the scanning pool */
 	unsigned nr_threads;		/* threads started */
+	struct shard_scan_thread *scanners; /* phase 1: what each scanning
+					 * thread lends its scans; the arenas
+					 * live as long as the builder */
+	unsigned nr_scanners;		/* entries in scanners */
+	atomic_uint next_scanner;	/* the next scanning thread's entry */
 	uint64_t reported;		/* monotonic_ns() of the last progress
 					 * report */
 	pthread_mutex_t lock;		/* guards scanned and the wake-up of
@@ -96,7 +101,8 @@ struct builder {
 					 * numeric class directories */
 };
 
-static void scan_one_shard(struct builder *b, uint32_t i, char *window)
+static void scan_one_shard(struct builder *b, uint32_t i,
+			   struct shard_scan_thread *t)
 {
 	struct shard_scan *sc = &b->scans[i];
 	struct shard *s = &b->set->shards[i];
@@ -120,27 +126,27 @@ static void scan_one_shard(struct builder *b, uint32_t i, char *window)
 	if (sc->rc)
 		return;
 	s->size = s->src->size;
-	shard_scan_run(sc, s, layout_or_tree(b->opt->layout), window);
+	shard_scan_run(sc, s, layout_or_tree(b->opt->layout), t);
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }
 
-/* A scanning thread: shards in turn, all read into one window. */
+/* A scanning thread: shards in turn, with one window and one arena. */
 static void *scan_worker(void *arg)
 {
 	struct builder *b = arg;
-	char *window = malloc(TAR_WINDOW_SIZE);	/* NULL: each scan its own */
+	unsigned me = atomic_fetch_add(&b->next_scanner, 1);
 	uint32_t i;
 
+	assert(me < b->nr_scanners);
 	while ((i = atomic_fetch_add(&b->next_shard, 1)) < b->set->nr) {
-		scan_one_shard(b, i, window);
+		scan_one_shard(b, i, &b->scanners[me]);
 		pthread_mutex_lock(&b->lock);
 		b->scanned[i] = true;
 		atomic_fetch_add(&b->shards_done, 1);
 		pthread_cond_signal(&b->done_cond);
 		pthread_mutex_unlock(&b->lock);
 	}
-	free(window);
 	return NULL;
 }
 
@@ -192,6 +198,14 @@ static int scan_start(struct builder *b)
 
 	if (n > b->set->nr - b->first_shard)
 		n = b->set->nr - b->first_shard;
+	b->scanners = calloc(n ? n : 1, sizeof(*b->scanners));
+	if (!b->scanners)
+		return -ENOMEM;
+	for (b->nr_scanners = 0; b->nr_scanners < (n ? n : 1); b->nr_scanners++) {
+		b->scanners[b->nr_scanners].window = malloc(TAR_WINDOW_SIZE);
+		if (!b->scanners[b->nr_scanners].window)
+			return -ENOMEM;
+	}
 	if (n <= 1) {		/* a thread would only add its start-up cost */
 		scan_worker(b);
 		return 0;
@@ -987,6 +1001,11 @@ static void builder_release(struct builder *b)
 	for (uint32_t i = 0; b->scans && i < b->set->nr; i++)
 		shard_scan_release(&b->scans[i]);
 	shard_scan_release(&b->base_scan);
+	for (unsigned i = 0; i < b->nr_scanners; i++) {
+		free(b->scanners[i].window);
+		bump_release(&b->scanners[i].arena);
+	}
+	free(b->scanners);
 	free(b->scans);
 	free(b->scanned);
 	free(b->threads);

@@ -432,6 +432,28 @@ static int scan_reserve(struct shard_scan *sc, uint64_t size)
 			  members * SHARD_SCAN_RESERVE_NAME_BYTES, 1);
 }
 
+/* Move the members and strings into @arena, freeing the heap for the
+ * thread's next scan. */
+static int scan_move(struct shard_scan *sc, struct bump_arena *arena)
+{
+	size_t mlen = sc->nr_members * sizeof(*sc->members);
+	struct raw_member *m = mlen ? bump_alloc(arena, mlen) : NULL;
+	char *strings = sc->strings_len ? bump_alloc(arena, sc->strings_len) : NULL;
+
+	if ((mlen && !m) || (sc->strings_len && !strings))
+		return -ENOMEM;
+	memcpy(m, sc->members, mlen);
+	memcpy(strings, sc->strings, sc->strings_len);
+	free(sc->members);
+	free(sc->strings);
+	sc->members = m;
+	sc->cap_members = sc->nr_members;
+	sc->strings = strings;
+	sc->strings_cap = sc->strings_len;
+	sc->in_arena = true;
+	return 0;
+}
+
 /* Give back what scan_reserve() took and the scan did not use. */
 static void scan_trim(struct shard_scan *sc)
 {
@@ -448,7 +470,7 @@ static void scan_trim(struct shard_scan *sc)
 }
 
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
-		    const struct layout *layout, char *window)
+		    const struct layout *layout, struct shard_scan_thread *t)
 {
 	static const struct tar_scan_ops ops = { scan_member, tar_warn };
 
@@ -461,8 +483,8 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 		return;
 	}
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCAN);
-	sc->rc = window ? tar_scan_window(shard->src, window, &ops, sc, &sc->err)
-			: tar_scan(shard->src, &ops, sc, &sc->err);
+	sc->rc = t ? tar_scan_window(shard->src, t->window, &ops, sc, &sc->err)
+		   : tar_scan(shard->src, &ops, sc, &sc->err);
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCANNED);
 	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
@@ -475,7 +497,10 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 	}
 	if (!sc->rc && layout->kind == LAYOUT_CLASSES)
 		sc->rc = apply_labels(sc);
-	scan_trim(sc);
+	if (!sc->rc && t)
+		sc->rc = scan_move(sc, &t->arena);
+	else
+		scan_trim(sc);
 }
 
 int shard_scan_add_string(struct shard_scan *sc, const char *s, size_t len,
@@ -521,8 +546,10 @@ int shard_scan_digest(const struct shard *shard, const struct layout *layout,
 void shard_scan_release(struct shard_scan *sc)
 {
 	XXH3_freeState(sc->hash);
-	free(sc->members);
-	free(sc->strings);
+	if (!sc->in_arena) {
+		free(sc->members);
+		free(sc->strings);
+	}
 	free(sc->extents);
 	free(sc->labels);
 }

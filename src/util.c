@@ -63,6 +63,59 @@ void mapped_array_free(void *array, size_t cap, size_t elem)
 		munmap(array, cap * elem);
 }
 
+/* One mapping of an arena, its header at its start. */
+struct bump_chunk {
+	struct bump_chunk *next;	/* the arena's other mappings */
+	size_t size;			/* bytes mapped, this header included */
+};
+
+#define BUMP_HEADER ((sizeof(struct bump_chunk) + 15) & ~(size_t)15)
+
+void *bump_alloc(struct bump_arena *a, size_t len)
+{
+	size_t need = (len + 15) & ~(size_t)15, size;
+	bool own = need > BUMP_ARENA_CHUNK_BYTES / 4;
+	struct bump_chunk *c;
+	char *p;
+
+	if (len > SIZE_MAX / 2)
+		return NULL;
+	if (need <= a->left) {
+		p = a->next;
+		a->next += need;
+		a->left -= need;
+		return p;
+	}
+	size = own ? BUMP_HEADER + need : BUMP_ARENA_CHUNK_BYTES;
+	c = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return NULL;
+	memory_advise_huge(c, size);
+	*c = (struct bump_chunk){ .size = size };
+	p = (char *)c + BUMP_HEADER;
+	if (own && a->chunks) {		/* the mapping in use stays in use */
+		c->next = a->chunks->next;
+		a->chunks->next = c;
+		return p;
+	}
+	c->next = a->chunks;
+	a->chunks = c;
+	a->next = p + need;
+	a->left = size - BUMP_HEADER - need;
+	return p;
+}
+
+void bump_release(struct bump_arena *a)
+{
+	while (a->chunks) {
+		struct bump_chunk *c = a->chunks;
+
+		a->chunks = c->next;
+		munmap(c, c->size);
+	}
+	*a = (struct bump_arena){ 0 };
+}
+
 int array_grow(void **array, size_t *cap, size_t need, size_t elem)
 {
 	size_t n = *cap ? *cap : 16;

@@ -68,6 +68,28 @@ void *calloc_huge(size_t n, size_t elem);
 int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem);
 void mapped_array_free(void *array, size_t cap, size_t elem);
 
+/* Bytes an arena maps at a time (more for a larger allocation). */
+#define BUMP_ARENA_CHUNK_BYTES (32u << 20)
+
+/*
+ * A bump allocator for many arrays that all live until the arena is
+ * released, in mappings of BUMP_ARENA_CHUNK_BYTES backed by huge pages:
+ * what an index build keeps of every shard's scan (a scan's arrays on the
+ * heap took a 4 KiB page fault each, most of the build's system time).
+ * Zero-initialise it.  Thread-safety: none; one arena per thread.
+ */
+struct bump_chunk;
+struct bump_arena {
+	struct bump_chunk *chunks;	/* every mapping, the one in use first */
+	char *next;			/* free space in the one in use */
+	size_t left;			/* bytes free there */
+};
+
+/* @len bytes (16-byte aligned, not zeroed), or NULL when out of memory. */
+void *bump_alloc(struct bump_arena *a, size_t len);
+/* Unmap everything @a gave out; @a is empty afterwards. */
+void bump_release(struct bump_arena *a);
+
 /*
  * Grow *@array (of @elem-byte items, *@cap allocated) to hold at least
  * @need; the capacity doubles from 16, so growth is amortised O(1).  A

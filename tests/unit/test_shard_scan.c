@@ -5,7 +5,7 @@
  * order, the layouts' rewriting (shards: under the shard's name; classes:
  * under each sample's label, found by the sample key rule of path.h), the
  * digest that decides whether a touched shard must be rescanned, and the
- * read window a scanning thread lends to shard after shard.
+ * read window and arena a scanning thread lends to shard after shard.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,12 +156,13 @@ static void test_digest(void **state)
 	assert_true(d[0][0] != d[0][1]);
 }
 
-/* Scan the one shard of @s again into @sc, reading into @window. */
-static void rescan(const struct scanned *s, struct shard_scan *sc, char *window)
+/* Scan the one shard of @s again into @sc, as thread @t. */
+static void rescan(const struct scanned *s, struct shard_scan *sc,
+		   struct shard_scan_thread *t)
 {
 	*sc = (struct shard_scan){ 0 };
-	memset(window, 'j', TAR_WINDOW_SIZE);	/* what the last scan left */
-	shard_scan_run(sc, &s->set.shards[0], &s->layout, window);
+	memset(t->window, 'j', TAR_WINDOW_SIZE);	/* what the last scan left */
+	shard_scan_run(sc, &s->set.shards[0], &s->layout, t);
 	assert_int_equal(sc->rc, 0);
 	assert_int_equal(sc->nr_members, s->sc.nr_members);
 	assert_true(sc->digest == s->sc.digest);
@@ -170,19 +171,20 @@ static void rescan(const struct scanned *s, struct shard_scan *sc, char *window)
 
 /*
  * A scanning thread lends one window to shard after shard: what a scan
- * finds does not depend on what the window held.  A scan gives back the
- * room it reserved for its members and names.
+ * finds does not depend on what the window held.  Its scans move into its
+ * arena and stay there, whole, until the arena goes.  A scan on its own
+ * gives back the room it reserved for its members and names.
  */
-static void test_a_lent_window_scans_shard_after_shard(void **state)
+static void test_a_scanning_thread_lends_window_and_arena(void **state)
 {
 	struct tb_env *e = *state;
 	const int big = 4 * TAR_WINDOW_SIZE / (2 * TAR_BLOCK_SIZE);
-	char *window = malloc(TAR_WINDOW_SIZE);
-	struct shard_scan again;
-	struct scanned s[2];
+	struct shard_scan_thread t = { .window = malloc(TAR_WINDOW_SIZE) };
+	struct shard_scan again[4];
+	struct scanned s[4];
 	struct tb a = { 0 };
 
-	assert_non_null(window);
+	assert_non_null(t.window);
 	for (int i = 0; i < big; i++) {
 		char path[32];
 
@@ -200,12 +202,33 @@ static void test_a_lent_window_scans_shard_after_shard(void **state)
 	}
 	assert_int_equal(s[0].sc.nr_members, big);
 	for (int k = 0; k < 4; k++) {
-		rescan(&s[k % 2], &again, window);
-		shard_scan_release(&again);
+		rescan(&s[k % 2], &again[k], &t);
+		assert_true(again[k].in_arena);
 	}
+	a = (struct tb){ 0 };
+	tb_file(&a, "../refused", "");		/* no member, some name bytes */
+	scan(&s[2], e, "none.tar", &a, "tree");
+	a = (struct tb){ 0 };
+	scan(&s[3], e, "empty.tar", &a, "tree");	/* not even a name */
+	for (int k = 2; k < 4; k++) {
+		rescan(&s[k], &again[k], &t);
+		assert_int_equal(again[k].nr_members, 0);
+		shard_scan_release(&again[k]);
+		scanned_release(&s[k]);
+	}
+	for (int k = 0; k < 2; k++)
+		rescan(&s[k], &again[k + 2], &t);
+	for (int k = 0; k < 4; k++) {		/* the later scans left them be */
+		assert_memory_equal(again[k].members, s[k % 2].sc.members,
+				    s[k % 2].sc.nr_members * sizeof(*again[k].members));
+		assert_string_equal(again[k].strings + again[k].members[1].path,
+				    path_of(&s[k % 2], 1));
+		shard_scan_release(&again[k]);
+	}
+	bump_release(&t.arena);
 	scanned_release(&s[0]);
 	scanned_release(&s[1]);
-	free(window);
+	free(t.window);
 }
 
 int main(void)
@@ -215,7 +238,7 @@ int main(void)
 		TB_ENV_TEST(test_shards_layout_prefixes_the_shard_name),
 		TB_ENV_TEST(test_classes_layout_moves_samples_under_labels),
 		TB_ENV_TEST(test_digest),
-		TB_ENV_TEST(test_a_lent_window_scans_shard_after_shard),
+		TB_ENV_TEST(test_a_scanning_thread_lends_window_and_arena),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,7 @@
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
  * parses and what is refused), name tables, array growth (on the heap and
- * mapped, with huge pages) and the clock.
+ * mapped, with huge pages), the bump arena and the clock.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -144,6 +144,41 @@ static void test_huge_page_advice_keeps_arrays_usable(void **state)
 	free(grown);
 }
 
+/*
+ * An arena hands out aligned, disjoint blocks that keep their bytes: small
+ * ones across the end of a mapping, and one too large for a mapping in a
+ * mapping of its own that leaves the current one in use.
+ */
+static void test_bump_arena(void **state)
+{
+	const size_t small = 1000, nr = 3 * BUMP_ARENA_CHUNK_BYTES / small;
+	struct bump_arena a = { 0 };
+	unsigned char **p = calloc(nr, sizeof(*p)), *large, *after;
+
+	(void)state;
+	assert_non_null(p);
+	for (size_t i = 0; i < nr; i++) {
+		p[i] = bump_alloc(&a, small - i % 16);
+		assert_non_null(p[i]);
+		assert_int_equal((uintptr_t)p[i] % 16, 0);
+		memset(p[i], (int)(i & 0xff), small - i % 16);
+	}
+	large = bump_alloc(&a, BUMP_ARENA_CHUNK_BYTES);
+	after = bump_alloc(&a, small);
+	assert_non_null(large);
+	assert_non_null(after);
+	memset(large, 0xee, BUMP_ARENA_CHUNK_BYTES);
+	assert_ptr_equal(after, p[nr - 1] + ((small - (nr - 1) % 16 + 15) & ~(size_t)15));
+	for (size_t i = 0; i < nr; i++) {
+		assert_int_equal(p[i][0], i & 0xff);
+		assert_int_equal(p[i][small - i % 16 - 1], i & 0xff);
+	}
+	assert_null(bump_alloc(&a, SIZE_MAX - 8));
+	bump_release(&a);
+	assert_null(a.chunks);
+	free(p);
+}
+
 /* monotonic_ns() never goes back and counts a 10 ms sleep as >= 10 ms. */
 static void test_monotonic_ns(void **state)
 {
@@ -165,6 +200,7 @@ int main(void)
 		cmocka_unit_test(test_array_grow),
 		cmocka_unit_test(test_mapped_array_grow),
 		cmocka_unit_test(test_huge_page_advice_keeps_arrays_usable),
+		cmocka_unit_test(test_bump_arena),
 		cmocka_unit_test(test_monotonic_ns),
 	};
 
