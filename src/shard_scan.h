@@ -4,8 +4,12 @@
  *
  * One shard is scanned into a struct shard_scan: its members in archive
  * order with normalised names (already rewritten for the layout), in a
- * string pool of its own, and a digest of all it read.  Shards are scanned by different threads; a
- * shard_scan is touched by one thread until the merge reads it.
+ * string pool of its own, and a digest of all it read.
+ *
+ * Thread-safety: shards are scanned by different threads; a shard_scan is
+ * touched by one thread until the merge reads it.  A struct
+ * shard_scan_thread belongs to one scanning thread; the scans it moved
+ * into its arena are read by the merge until the arena is released.
  */
 #ifndef SHARDFS_SHARD_SCAN_H
 #define SHARDFS_SHARD_SCAN_H

@@ -34,18 +34,29 @@ void *calloc_huge(size_t n, size_t elem)
 	return p;
 }
 
+/* @cap (or @first when 0) doubled until it holds @need items of @elem
+ * bytes; 0 when that would overflow. */
+static size_t doubled_capacity(size_t cap, size_t first, size_t need, size_t elem)
+{
+	size_t n = cap ? cap : first;
+
+	while (n < need) {
+		if (n > SIZE_MAX / 2 / elem)
+			return 0;
+		n *= 2;
+	}
+	return n;
+}
+
 int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem)
 {
-	size_t n = *cap ? *cap : MAPPED_ARRAY_MIN_BYTES / elem;
+	size_t n = doubled_capacity(*cap, MAPPED_ARRAY_MIN_BYTES / elem, need, elem);
 	void *p;
 
 	if (need <= *cap)
 		return 0;
-	while (n < need) {
-		if (n > SIZE_MAX / 2 / elem)
-			return -ENOMEM;
-		n *= 2;
-	}
+	if (!n)
+		return -ENOMEM;
 	p = *array ? mremap(*array, *cap * elem, n * elem, MREMAP_MAYMOVE)
 		   : mmap(NULL, n * elem, PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -118,16 +129,13 @@ void bump_release(struct bump_arena *a)
 
 int array_grow(void **array, size_t *cap, size_t need, size_t elem)
 {
-	size_t n = *cap ? *cap : 16;
+	size_t n = doubled_capacity(*cap, 16, need, elem);
 	void *p;
 
 	if (need <= *cap)
 		return 0;
-	while (n < need) {
-		if (n > SIZE_MAX / 2 / elem)
-			return -ENOMEM;
-		n *= 2;
-	}
+	if (!n)
+		return -ENOMEM;
 	p = realloc(*array, n * elem);
 	if (!p)
 		return -ENOMEM;
