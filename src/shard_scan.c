@@ -442,8 +442,10 @@ static int scan_move(struct shard_scan *sc, struct bump_arena *arena)
 
 	if ((mlen && !m) || (sc->strings_len && !strings))
 		return -ENOMEM;
-	memcpy(m, sc->members, mlen);
-	memcpy(strings, sc->strings, sc->strings_len);
+	if (m)
+		memcpy(m, sc->members, mlen);
+	if (strings)
+		memcpy(strings, sc->strings, sc->strings_len);
 	free(sc->members);
 	free(sc->strings);
 	sc->members = m;
