@@ -56,11 +56,18 @@ struct build_node {
 					 * its scan holds member's strings */
 	struct raw_member *member;	/* what the path names; NULL: synthesized
 					 * directory */
-	uint32_t last_child;		/* the child with the greatest name
-					 * (when nr_children) */
+	union {
+		uint32_t last_child;	/* merge: the child with the greatest
+					 * name (when nr_children) */
+		uint32_t nr_subdirs;	/* layout: children that are
+					 * directories */
+	};
 	uint32_t entry;			/* layout: entry number */
 	uint32_t hash;			/* node_hash() of (parent, name): a
 					 * rehash computes none */
+	bool dir;			/* member is NULL or a directory (a
+					 * layout that looked at member for
+					 * it missed the cache for every node) */
 };
 
 struct builder {
@@ -319,7 +326,16 @@ static uint32_t *table_find(struct builder *b, uint32_t parent,
 
 static bool node_is_dir(const struct build_node *n)
 {
-	return !n->member || n->member->type == TAR_DIR;
+	return n->dir;
+}
+
+/* Let @n name @member, whose data shard @shard holds. */
+static void node_bind(struct build_node *n, struct raw_member *member,
+		      uint32_t shard)
+{
+	n->member = member;
+	n->dir = member->type == TAR_DIR;
+	n->shard = shard;
 }
 
 /* The scan holding the strings and runs of @n's member. */
@@ -383,6 +399,7 @@ static int64_t node_new(struct builder *b, uint32_t parent, const char *name,
 	b->nodes[id] = (struct build_node){
 		.name = name, .name_len = (uint32_t)len, .parent = parent,
 		.hash = node_hash(parent, name, len), .shard = shard,
+		.dir = true,
 	};
 	for (h = b->nodes[id].hash; b->slots[h & b->slot_mask]; h++)
 		;
@@ -492,10 +509,9 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 		merge_warn(b, sc, rm, "would replace a non-empty directory:");
 		return 0;
 	}
-	if (n->member && n->member->type != TAR_DIR && target->type != TAR_DIR)
+	if (!node_is_dir(n) && target->type != TAR_DIR)
 		b->counts.duplicates++;
-	n->member = target;
-	n->shard = shard;
+	node_bind(n, target, shard);
 	return 0;
 }
 
@@ -578,8 +594,7 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 			continue;	/* stays synthesized: its time is recomputed */
 		if (first == e)
 			rc = seed_member(sc, base, in, &sc->members[e]);
-		b->nodes[node_of[e]].member = &sc->members[first];
-		b->nodes[node_of[e]].shard = in->shard;
+		node_bind(&b->nodes[node_of[e]], &sc->members[first], in->shard);
 	}
 	sc->nr_members = base->nr_inodes;
 	b->counts.members = base->counts.members;
@@ -775,8 +790,14 @@ static int child_lists_build(struct builder *b, struct child_lists *cl)
 	for (uint32_t i = 0; i < b->nr_nodes; i++)
 		cl->start[i + 1] = cl->start[i] + b->nodes[i].nr_children;
 	memcpy(fill, cl->start, (size_t)b->nr_nodes * sizeof(*fill));
-	for (uint32_t i = 1; i < b->nr_nodes; i++)
-		cl->child[fill[b->nodes[i].parent]++] = i;
+	b->nodes[0].nr_subdirs = 0;	/* last_child's place, of no more use */
+	for (uint32_t i = 1; i < b->nr_nodes; i++) {
+		struct build_node *n = &b->nodes[i];
+
+		n->nr_subdirs = 0;	/* a parent comes before its children */
+		cl->child[fill[n->parent]++] = i;
+		b->nodes[n->parent].nr_subdirs += n->dir;
+	}
 	free(fill);
 	for (uint32_t i = 0; i < b->nr_nodes; i++)
 		if (!children_sorted(b->nodes, cl->child + cl->start[i],
@@ -876,11 +897,9 @@ static void fill_dir(struct builder *b, struct shard_inode *in,
 		in->mtime_sec = n->member->mtime_sec;
 		in->mtime_nsec = n->member->mtime_nsec;
 	}
-	in->nlink = 2;
+	in->nlink = 2 + n->nr_subdirs;
 	in->size = n->nr_children;
 	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
-	for (uint32_t c = cl->start[node]; c < cl->start[node + 1]; c++)
-		in->nlink += node_is_dir(&b->nodes[cl->child[c]]);
 	b->counts.dirs++;
 }
 
@@ -1037,7 +1056,7 @@ static int builder_init(struct builder *b, struct shard_set *set,
 	if (!b->scans || !b->scanned ||
 	    mapped_array_grow((void **)&b->nodes, &b->cap_nodes, 1, sizeof(*b->nodes)))
 		return -ENOMEM;
-	b->nodes[0] = (struct build_node){ .name = "" };
+	b->nodes[0] = (struct build_node){ .name = "", .dir = true };
 	b->nr_nodes = 1;
 	return 0;
 }
