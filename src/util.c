@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * util.c - array growth, name tables, byte counts, the clock and the
- * trust rule (util.h).
+ * util.c - array growth, huge-page advice, the bump arena, name tables,
+ * byte counts, the clock and the trust rule (util.h).
  */
 #include <errno.h>
 #include <sys/mman.h>

@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * util.h - small rules every part of shardfs shares: growing an array,
- * finding a name in a table of option values, reading a byte count,
- * reading a little-endian number of a compressed format's header,
- * reading the monotonic clock, deciding whether a file or directory
- * another user could have written may be trusted.
+ * util.h - small rules every part of shardfs shares: growing an array
+ * (on the heap, or in a mapping of its own), huge pages for large arrays,
+ * a bump arena, finding a name in a table of option values, reading a
+ * byte count, reading a little-endian number of a compressed format's
+ * header, reading the monotonic clock, deciding whether a file or
+ * directory another user could have written may be trusted.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
  *
- * Thread-safety: none of them keeps state.
+ * Thread-safety: none of them keeps state but a struct bump_arena, which
+ * one thread at a time may use.
  */
 #ifndef SHARDFS_UTIL_H
 #define SHARDFS_UTIL_H
