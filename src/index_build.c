@@ -13,13 +13,17 @@
  *     tar would extract them into one directory.  A hash table keyed by
  *     (parent, name) maps every path to a node; later members replace
  *     earlier ones, missing parents are synthesized, hard links bind to
- *     whatever their target names at that moment.
+ *     whatever their target names at that moment.  The calling thread
+ *     merges each shard as soon as it and the shards before it are
+ *     scanned, while the pool scans the next ones: the merge is serial,
+ *     and waiting for the last scan before starting it made a build of
+ *     tiny members take the sum of both phases.
  *
  *  3. Lay out breadth-first with each directory's children sorted by name,
  *     and copy everything into the flat arrays of struct shard_index.
  *
- * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is one hash probe per path
- * component and runs at several million members per second.
+ * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is
+ * one hash probe per path component below the last directory merged.
  */
 #include <assert.h>
 #include <errno.h>
@@ -39,17 +43,31 @@
 #include "shardfs/path.h"
 #include "shardfs/tar.h"
 
+/* Progress is reported about this often while the build runs. */
+#define BUILD_PROGRESS_NSEC (100 * 1000 * 1000)
+
 /* A path in the merged tree. */
 struct build_node {
 	const char *name;		/* last component, in a shard's pool */
 	uint32_t name_len;		/* bytes in name */
 	uint32_t parent;		/* node of the parent directory */
 	uint32_t nr_children;		/* nodes whose parent this is */
-	uint32_t shard;			/* shard of the member (or that made it) */
+	uint32_t shard;			/* shard of the member (or that made it);
+					 * its scan holds member's strings */
 	struct raw_member *member;	/* what the path names; NULL: synthesized
 					 * directory */
-	const struct shard_scan *scan;	/* where member's strings and runs are */
+	union {
+		uint32_t last_child;	/* merge: the child with the greatest
+					 * name (when nr_children) */
+		uint32_t nr_subdirs;	/* layout: children that are
+					 * directories */
+	};
 	uint32_t entry;			/* layout: entry number */
+	uint32_t hash;			/* node_hash() of (parent, name): a
+					 * rehash computes none */
+	bool dir;			/* member is NULL or a directory (a
+					 * layout that looked at member for
+					 * it missed the cache for every node) */
 };
 
 struct builder {
@@ -62,19 +80,36 @@ struct builder {
 	atomic_uint shards_done;	/* phase 1: shards finished */
 	atomic_ullong members_seen;	/* phase 1: members found */
 	atomic_ullong bytes_done;	/* phase 1: shard bytes finished */
-	pthread_mutex_t lock;		/* guards the wake-up of the waiter */
+	bool *scanned;			/* phase 1: shard i's scan is finished
+					 * (under lock) */
+	pthread_t *threads;		/* phase 1: the scanning pool */
+	unsigned nr_threads;		/* threads started */
+	struct shard_scan_thread *scanners; /* phase 1: what each scanning
+					 * thread lends its scans; the arenas
+					 * live as long as the builder */
+	unsigned nr_scanners;		/* entries in scanners */
+	atomic_uint next_scanner;	/* the next scanning thread's entry */
+	uint64_t reported;		/* monotonic_ns() of the last progress
+					 * report */
+	pthread_mutex_t lock;		/* guards scanned and the wake-up of
+					 * the merge */
 	pthread_cond_t done_cond;	/* signalled when a shard finishes */
-	struct build_node *nodes;	/* phase 2: the tree */
+	struct build_node *nodes;	/* phase 2: the tree (mapped_array_grow) */
 	uint32_t nr_nodes;		/* nodes used */
 	size_t cap_nodes;		/* nodes allocated */
 	uint32_t *slots;		/* hash table of node + 1; 0 is empty */
 	uint64_t slot_mask;		/* table size - 1 (a power of two) */
+	const char *dir;		/* the parent directory of the last
+					 * member merged, in its shard's pool */
+	size_t dir_len;			/* bytes in dir; 0: none yet */
+	uint32_t dir_node;		/* the node of dir */
 	struct shard_index_counts counts; /* totals */
 	char *padded;			/* classes layout: the padded names of
 					 * numeric class directories */
 };
 
-static void scan_one_shard(struct builder *b, uint32_t i)
+static void scan_one_shard(struct builder *b, uint32_t i,
+			   struct shard_scan_thread *t)
 {
 	struct shard_scan *sc = &b->scans[i];
 	struct shard *s = &b->set->shards[i];
@@ -98,19 +133,23 @@ static void scan_one_shard(struct builder *b, uint32_t i)
 	if (sc->rc)
 		return;
 	s->size = s->src->size;
-	shard_scan_run(sc, s, layout_or_tree(b->opt->layout));
+	shard_scan_run(sc, s, layout_or_tree(b->opt->layout), t);
 	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }
 
+/* A scanning thread: shards in turn, with one window and one arena. */
 static void *scan_worker(void *arg)
 {
 	struct builder *b = arg;
+	unsigned me = atomic_fetch_add(&b->next_scanner, 1);
 	uint32_t i;
 
+	assert(me < b->nr_scanners);
 	while ((i = atomic_fetch_add(&b->next_shard, 1)) < b->set->nr) {
-		scan_one_shard(b, i);
+		scan_one_shard(b, i, &b->scanners[me]);
 		pthread_mutex_lock(&b->lock);
+		b->scanned[i] = true;
 		atomic_fetch_add(&b->shards_done, 1);
 		pthread_cond_signal(&b->done_cond);
 		pthread_mutex_unlock(&b->lock);
@@ -118,7 +157,8 @@ static void *scan_worker(void *arg)
 	return NULL;
 }
 
-static void report_progress(struct builder *b)
+/* Report the scan's progress; the end (all shards) only when @final. */
+static void report_progress(struct builder *b, bool final)
 {
 	struct shard_index_progress p = {
 		.shards_done = atomic_load(&b->shards_done),
@@ -127,106 +167,117 @@ static void report_progress(struct builder *b)
 		.bytes = atomic_load(&b->bytes_done),
 	};
 
-	if (b->opt->progress)
+	b->reported = monotonic_ns();
+	if (b->opt->progress && (final || p.shards_done < p.shards_total))
 		b->opt->progress(b->opt->progress_arg, &p);
 }
 
-/* Wait for all shards, reporting progress about ten times a second. */
-static void wait_for_scans(struct builder *b)
+/* Report progress if the last report is BUILD_PROGRESS_NSEC old. */
+static void progress_tick(struct builder *b)
+{
+	if (monotonic_ns() - b->reported >= BUILD_PROGRESS_NSEC)
+		report_progress(b, false);
+}
+
+/* Wait until shard @i is scanned, reporting progress meanwhile. */
+static void wait_for_scan(struct builder *b, uint32_t i)
 {
 	pthread_mutex_lock(&b->lock);
-	while (atomic_load(&b->shards_done) < b->set->nr) {
-		struct timespec ts;
+	while (!b->scanned[i]) {
+		uint64_t due = b->reported + BUILD_PROGRESS_NSEC;
+		struct timespec ts = { .tv_sec = (time_t)(due / 1000000000),
+				       .tv_nsec = (long)(due % 1000000000) };
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
 		if (pthread_cond_timedwait(&b->done_cond, &b->lock, &ts)) {
 			pthread_mutex_unlock(&b->lock);
-			report_progress(b);
+			progress_tick(b);
 			pthread_mutex_lock(&b->lock);
 		}
 	}
 	pthread_mutex_unlock(&b->lock);
-	report_progress(b);
 }
 
-/* Phase 1: scan all shards with a pool of threads. */
-static int scan_all(struct builder *b)
+/* Phase 1: start the pool that scans all shards (or scan them here). */
+static int scan_start(struct builder *b)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned n = b->opt->threads ? b->opt->threads : cpus > 0 ? (unsigned)cpus : 1;
-	pthread_t *threads;
-	unsigned started = 0;
 
 	if (n > b->set->nr - b->first_shard)
 		n = b->set->nr - b->first_shard;
+	b->scanners = calloc(n ? n : 1, sizeof(*b->scanners));
+	if (!b->scanners)
+		return -ENOMEM;
+	for (b->nr_scanners = 0; b->nr_scanners < (n ? n : 1); b->nr_scanners++) {
+		b->scanners[b->nr_scanners].window = malloc(TAR_WINDOW_SIZE);
+		if (!b->scanners[b->nr_scanners].window)
+			return -ENOMEM;
+	}
 	if (n <= 1) {		/* a thread would only add its start-up cost */
 		scan_worker(b);
-		report_progress(b);
 		return 0;
 	}
-	threads = calloc(n, sizeof(*threads));
-	if (!threads)
+	b->threads = calloc(n, sizeof(*b->threads));
+	if (!b->threads)
 		return -ENOMEM;
-	for (; started < n; started++)
-		if (pthread_create(&threads[started], NULL, scan_worker, b))
+	for (; b->nr_threads < n; b->nr_threads++)
+		if (pthread_create(&b->threads[b->nr_threads], NULL, scan_worker, b))
 			break;
-	if (started == 0)
+	if (b->nr_threads == 0)
 		scan_worker(b);
-	wait_for_scans(b);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	free(threads);
 	return 0;
 }
 
-/* Fail the build on a bad shard, or drop the shard if allowed. */
-static int check_scans(struct builder *b)
+/* Let the pool take no more shards, wait for it, report the end. */
+static void scan_finish(struct builder *b)
 {
-	int rc = 0;
+	atomic_store(&b->next_shard, b->set->nr);
+	for (unsigned i = 0; i < b->nr_threads; i++)
+		pthread_join(b->threads[i], NULL);
+	b->nr_threads = 0;
+	report_progress(b, true);
+}
 
-	for (uint32_t i = b->first_shard; i < b->set->nr; i++) {
-		struct shard_scan *sc = &b->scans[i];
+/*
+ * Fail the build on bad shard @i, or drop the shard if allowed.  Returns
+ * 0 (merge it), -EINVAL (logged) or -ENOMEM.
+ */
+static int check_scan(struct builder *b, uint32_t i)
+{
+	struct shard_scan *sc = &b->scans[i];
 
-		if (sc->rc == -ENOMEM)
-			return -ENOMEM;
-		if (!sc->rc)
-			continue;
-		if (b->opt->skip_bad_shards) {
-			log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
-				 (unsigned long long)sc->err.offset, sc->err.msg);
-			b->set->shards[i].bad = true;
-			sc->nr_members = 0;
-			continue;
-		}
-		log_error("%s: offset %llu: %s", sc->shard->path,
-			  (unsigned long long)sc->err.offset, sc->err.msg);
-		rc = -EINVAL;
+	if (sc->rc == -ENOMEM)
+		return -ENOMEM;
+	if (!sc->rc)
+		return 0;
+	if (b->opt->skip_bad_shards) {
+		log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
+			 (unsigned long long)sc->err.offset, sc->err.msg);
+		b->set->shards[i].bad = true;
+		sc->nr_members = 0;
+		return 0;
 	}
-	for (uint32_t i = 0; i < b->set->nr; i++)
-		b->counts.bad_shards += b->set->shards[i].bad;
-	return rc;
+	log_error("%s: offset %llu: %s", sc->shard->path,
+		  (unsigned long long)sc->err.offset, sc->err.msg);
+	return -EINVAL;
 }
 
-static uint64_t node_hash(uint32_t parent, const char *name, size_t len)
+/* The hash of (parent, name); 32 bits index a table of 2^32 slots. */
+static uint32_t node_hash(uint32_t parent, const char *name, size_t len)
 {
-	return XXH3_64bits_withSeed(name, len, parent);
+	return (uint32_t)XXH3_64bits_withSeed(name, len, parent);
 }
 
-static int table_grow(struct builder *b)
+/* Rehash into a table of @size slots (a power of two). */
+static int table_resize(struct builder *b, uint64_t size)
 {
-	uint64_t size = b->slot_mask ? 2 * (b->slot_mask + 1) : 1024;
-	uint32_t *slots = calloc(size, sizeof(*slots));
+	uint32_t *slots = calloc_huge(size, sizeof(*slots));
 
 	if (!slots)
 		return -ENOMEM;
 	for (uint32_t id = 1; id < b->nr_nodes; id++) {	/* not the root */
 		const struct build_node *n = &b->nodes[id];
-		uint64_t h = node_hash(n->parent, n->name, n->name_len);
+		uint64_t h = n->hash;
 
 		while (slots[h & (size - 1)])
 			h++;
@@ -236,6 +287,22 @@ static int table_grow(struct builder *b)
 	b->slots = slots;
 	b->slot_mask = size - 1;
 	return 0;
+}
+
+/*
+ * Make room for @nodes nodes in all: the node array and a table at most
+ * half full, so that a shard's merge grows neither.
+ */
+static int table_reserve(struct builder *b, uint64_t nodes)
+{
+	uint64_t size = 1024;
+
+	if (nodes > SHARD_INDEX_MAX_ENTRIES)
+		nodes = 1;	/* grown on demand until node_new() says E2BIG */
+	while (size / 2 < nodes)
+		size *= 2;
+	return mapped_array_grow((void **)&b->nodes, &b->cap_nodes, nodes, sizeof(*b->nodes)) ?:
+	       size > b->slot_mask + 1 ? table_resize(b, size) : 0;
 }
 
 /* The slot holding (parent, name), or the empty slot where it belongs. */
@@ -259,65 +326,132 @@ static uint32_t *table_find(struct builder *b, uint32_t parent,
 
 static bool node_is_dir(const struct build_node *n)
 {
-	return !n->member || n->member->type == TAR_DIR;
+	return n->dir;
 }
 
-/* Create a synthesized directory node for (parent, name) in @slot. */
-static int node_new(struct builder *b, uint32_t parent, const char *name,
-		    size_t len, uint32_t shard, uint32_t **slot)
+/* Let @n name @member, whose data shard @shard holds. */
+static void node_bind(struct build_node *n, struct raw_member *member,
+		      uint32_t shard)
 {
+	n->member = member;
+	n->dir = member->type == TAR_DIR;
+	n->shard = shard;
+}
+
+/* The scan holding the strings and runs of @n's member. */
+static const struct shard_scan *node_scan(const struct builder *b,
+					  const struct build_node *n)
+{
+	return n->shard < b->first_shard ? &b->base_scan : &b->scans[n->shard];
+}
+
+/*
+ * Does (@parent, @name) certainly not exist?  So when @parent has no
+ * child or @name comes after its last: shards hold their samples sorted,
+ * so most new names do, and they are added without a probe of the table
+ * (whose misses were most of the merge's time).
+ */
+static bool child_is_new(const struct builder *b, uint32_t parent,
+			 const char *name, size_t len)
+{
+	const struct build_node *p = &b->nodes[parent];
+	const struct build_node *last = &b->nodes[p->last_child];
+
+	return !p->nr_children ||
+	       shard_index_name_cmp(name, len, last->name, last->name_len) > 0;
+}
+
+/* The node for (@parent, @name), or -ENOENT. */
+static int64_t child_find(struct builder *b, uint32_t parent,
+			  const char *name, size_t len)
+{
+	uint32_t *slot;
+
+	if (child_is_new(b, parent, name, len))
+		return -ENOENT;
+	slot = table_find(b, parent, name, len);
+	if (!*slot)
+		return -ENOENT;
+	return *slot - 1;
+}
+
+/* Add the node (parent, name), which the table does not hold, as a
+ * synthesized directory; returns it or -errno. */
+static int64_t node_new(struct builder *b, uint32_t parent, const char *name,
+			size_t len, uint32_t shard)
+{
+	uint32_t id = b->nr_nodes;
+	struct build_node *p;
+	uint64_t h;
 	int rc;
 
 	if (b->nr_nodes >= SHARD_INDEX_MAX_ENTRIES)
 		return -E2BIG;
 	if (b->nr_nodes + 1 > (b->slot_mask + 1) / 2) {
-		rc = table_grow(b);
+		rc = table_resize(b, 2 * (b->slot_mask + 1));
 		if (rc)
 			return rc;
-		*slot = table_find(b, parent, name, len);
 	}
-	rc = array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
-		  sizeof(*b->nodes));
+	rc = mapped_array_grow((void **)&b->nodes, &b->cap_nodes, b->nr_nodes + 1,
+			       sizeof(*b->nodes));
 	if (rc)
 		return rc;
-	b->nodes[b->nr_nodes] = (struct build_node){
+	b->nodes[id] = (struct build_node){
 		.name = name, .name_len = (uint32_t)len, .parent = parent,
-		.shard = shard,
+		.hash = node_hash(parent, name, len), .shard = shard,
+		.dir = true,
 	};
-	b->nodes[parent].nr_children++;
-	**slot = ++b->nr_nodes;
-	return 0;
+	for (h = b->nodes[id].hash; b->slots[h & b->slot_mask]; h++)
+		;
+	b->slots[h & b->slot_mask] = id + 1;
+	p = &b->nodes[parent];
+	if (child_is_new(b, parent, name, len))
+		p->last_child = id;
+	p->nr_children++;
+	b->nr_nodes++;
+	return id;
 }
 
 /*
  * Find the node for @path, creating missing directories on the way (and
  * the node itself) when @create.  Returns the node, -ENOENT when absent
  * and not created, -ENOTDIR when a parent is not a directory.
+ *
+ * Members of a sample, and often of a shard, share their directory: the
+ * walk starts below the last directory a created path went through.  That
+ * directory has a child from then on, so it stays a directory (a
+ * non-directory never replaces a non-empty one), and so do its parents.
  */
 static int64_t node_walk(struct builder *b, const char *path, size_t len,
 			 uint32_t shard, bool create)
 {
+	const char *last = memrchr(path, '/', len);
+	size_t dir_len = last ? (size_t)(last - path) : 0;
 	uint32_t parent = 0;
 	size_t start = 0;
 
+	if (dir_len && dir_len == b->dir_len && !memcmp(path, b->dir, dir_len)) {
+		parent = b->dir_node;
+		start = dir_len + 1;
+	}
 	while (start < len) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
-		uint32_t *slot = table_find(b, parent, path + start, end - start);
+		int64_t id = child_find(b, parent, path + start, end - start);
 
-		if (!*slot) {
-			int rc;
-
-			if (!create)
-				return -ENOENT;
-			rc = node_new(b, parent, path + start, end - start, shard, &slot);
-			if (rc)
-				return rc;
-		}
-		if (end < len && !node_is_dir(&b->nodes[*slot - 1]))
+		if (id == -ENOENT && create)
+			id = node_new(b, parent, path + start, end - start, shard);
+		if (id < 0)
+			return id;
+		if (end < len && !node_is_dir(&b->nodes[id]))
 			return -ENOTDIR;
-		parent = *slot - 1;
+		parent = (uint32_t)id;
 		start = end + 1;
+		if (create && end == dir_len) {
+			b->dir = path;
+			b->dir_len = dir_len;
+			b->dir_node = parent;
+		}
 	}
 	return parent;
 }
@@ -350,7 +484,6 @@ static struct build_node *hardlink_target(struct builder *b,
 static int merge_member(struct builder *b, struct shard_scan *sc,
 			uint32_t shard, struct raw_member *rm)
 {
-	const struct shard_scan *scan = sc;
 	struct raw_member *target = rm;
 	struct build_node *n, *t;
 	int64_t id;
@@ -362,7 +495,6 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 			return 0;
 		}
 		target = t->member;
-		scan = t->scan;
 		shard = t->shard;
 	}
 	id = node_walk(b, sc->strings + rm->path, rm->path_len, shard, true);
@@ -377,11 +509,9 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 		merge_warn(b, sc, rm, "would replace a non-empty directory:");
 		return 0;
 	}
-	if (n->member && n->member->type != TAR_DIR && target->type != TAR_DIR)
+	if (!node_is_dir(n) && target->type != TAR_DIR)
 		b->counts.duplicates++;
-	n->member = target;
-	n->scan = scan;
-	n->shard = shard;
+	node_bind(n, target, shard);
 	return 0;
 }
 
@@ -433,10 +563,10 @@ static int seed_member(struct shard_scan *sc, const struct shard_index *base,
 static int seed_from_base(struct builder *b, const struct shard_index *base)
 {
 	struct shard_scan *sc = &b->base_scan;
-	uint32_t *node_of = malloc((size_t)base->nr_inodes * sizeof(*node_of));
+	uint32_t *node_of = calloc_huge(base->nr_inodes, sizeof(*node_of));
 	int rc = 0;
 
-	sc->members = calloc(base->nr_inodes, sizeof(*sc->members));
+	sc->members = calloc_huge(base->nr_inodes, sizeof(*sc->members));
 	if (!node_of || !sc->members) {
 		free(node_of);
 		return -ENOMEM;
@@ -446,23 +576,25 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 		const struct shard_inode *in = &base->inodes[e];
 		uint64_t first = shard_index_ino(base, e) - 1;
 		const char *name = shard_index_name(base, in);
-		uint32_t len = in->name_len, *slot;
+		uint32_t len = in->name_len;
+		int64_t id = 0;
 
 		if (e && in->parent == 0 && classes_layout(b))
 			unpad_number(&name, &len);
-		slot = table_find(b, node_of[in->parent], name, len);
-		if (e && !*slot)
-			rc = node_new(b, node_of[in->parent], name, len, in->shard, &slot);
-		if (rc)
+		if (e)
+			id = child_find(b, node_of[in->parent], name, len);
+		if (id == -ENOENT)
+			id = node_new(b, node_of[in->parent], name, len, in->shard);
+		if (id < 0) {
+			rc = (int)id;
 			break;
-		node_of[e] = e ? *slot - 1 : 0;
+		}
+		node_of[e] = (uint32_t)id;
 		if (in->flags & SHARD_INODE_SYNTHESIZED)
 			continue;	/* stays synthesized: its time is recomputed */
 		if (first == e)
 			rc = seed_member(sc, base, in, &sc->members[e]);
-		b->nodes[node_of[e]].member = &sc->members[first];
-		b->nodes[node_of[e]].scan = sc;
-		b->nodes[node_of[e]].shard = in->shard;
+		node_bind(&b->nodes[node_of[e]], &sc->members[first], in->shard);
 	}
 	sc->nr_members = base->nr_inodes;
 	b->counts.members = base->counts.members;
@@ -474,26 +606,50 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	return rc;
 }
 
-/* Phase 2: replay every member in shard order, then member order. */
+/* Phase 2 for shard @s: its totals, then its members in archive order. */
+static int merge_shard(struct builder *b, uint32_t s)
+{
+	struct shard_scan *sc = &b->scans[s];
+	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members);
+
+	b->counts.members += sc->nr_members + sc->skipped + sc->special;
+	b->counts.skipped += sc->skipped;
+	b->counts.unlabeled += sc->unlabeled;
+	b->counts.special += sc->special;
+	b->set->shards[s].members = sc->nr_members;
+	b->set->shards[s].digest = sc->digest;
+	for (size_t i = 0; !rc && i < sc->nr_members; i++)
+		rc = merge_member(b, sc, s, &sc->members[i]);
+	return rc;
+}
+
+/*
+ * Phase 2: replay every member in shard order, then member order, each
+ * shard once it is scanned.  Every bad shard is reported before the build
+ * fails, as a build that scans first would.
+ */
 static int merge_all(struct builder *b)
 {
-	int rc = table_grow(b);
+	int rc = table_reserve(b, b->opt->base ? b->opt->base->nr_inodes : 1), bad = 0;
 
 	if (!rc && b->opt->base)
 		rc = seed_from_base(b, b->opt->base);
 	for (uint32_t s = b->first_shard; !rc && s < b->set->nr; s++) {
-		struct shard_scan *sc = &b->scans[s];
-
-		b->counts.members += sc->nr_members + sc->skipped + sc->special;
-		b->counts.skipped += sc->skipped;
-		b->counts.unlabeled += sc->unlabeled;
-		b->counts.special += sc->special;
-		b->set->shards[s].members = sc->nr_members;
-		b->set->shards[s].digest = sc->digest;
-		for (size_t i = 0; !rc && i < sc->nr_members; i++)
-			rc = merge_member(b, sc, s, &sc->members[i]);
+		wait_for_scan(b, s);
+		rc = check_scan(b, s);
+		if (rc == -EINVAL) {
+			bad = rc;
+			rc = 0;
+		} else if (!rc && !bad) {
+			rc = merge_shard(b, s);
+			progress_tick(b);
+		}
 	}
-	return rc;
+	for (uint32_t i = 0; i < b->set->nr; i++)
+		b->counts.bad_shards += b->set->shards[i].bad;
+	free(b->slots);		/* the layout has no use for it: room for it */
+	b->slots = NULL;
+	return rc ?: bad;
 }
 
 /* Report labels the class names lack: the count and the first few. */
@@ -605,13 +761,28 @@ static int child_cmp(const void *pa, const void *pb, void *arg)
 	return shard_index_name_cmp(a->name, a->name_len, b->name, b->name_len);
 }
 
+/*
+ * Are the @n children at @child in name order already?  They are made in
+ * merge order, which is name order when the shards hold their samples
+ * sorted and follow each other in key order, as WebDataset writers do: a
+ * linear check then saves the sort's n log n comparisons.
+ */
+static bool children_sorted(const struct build_node *nodes, const uint32_t *child,
+			    uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		if (child_cmp(&child[i - 1], &child[i], (void *)nodes) > 0)
+			return false;
+	return true;
+}
+
 static int child_lists_build(struct builder *b, struct child_lists *cl)
 {
 	uint32_t *fill;
 
-	cl->start = calloc((size_t)b->nr_nodes + 1, sizeof(*cl->start));
-	cl->child = malloc(((size_t)b->nr_nodes + 1) * sizeof(*cl->child));
-	fill = malloc(((size_t)b->nr_nodes + 1) * sizeof(*fill));
+	cl->start = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*cl->start));
+	cl->child = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*cl->child));
+	fill = calloc_huge((size_t)b->nr_nodes + 1, sizeof(*fill));
 	if (!cl->start || !cl->child || !fill) {
 		free(fill);
 		return -ENOMEM;
@@ -619,19 +790,27 @@ static int child_lists_build(struct builder *b, struct child_lists *cl)
 	for (uint32_t i = 0; i < b->nr_nodes; i++)
 		cl->start[i + 1] = cl->start[i] + b->nodes[i].nr_children;
 	memcpy(fill, cl->start, (size_t)b->nr_nodes * sizeof(*fill));
-	for (uint32_t i = 1; i < b->nr_nodes; i++)
-		cl->child[fill[b->nodes[i].parent]++] = i;
+	b->nodes[0].nr_subdirs = 0;	/* last_child's place, of no more use */
+	for (uint32_t i = 1; i < b->nr_nodes; i++) {
+		struct build_node *n = &b->nodes[i];
+
+		n->nr_subdirs = 0;	/* a parent comes before its children */
+		cl->child[fill[n->parent]++] = i;
+		b->nodes[n->parent].nr_subdirs += n->dir;
+	}
 	free(fill);
 	for (uint32_t i = 0; i < b->nr_nodes; i++)
-		qsort_r(cl->child + cl->start[i], b->nodes[i].nr_children,
-			sizeof(uint32_t), child_cmp, b->nodes);
+		if (!children_sorted(b->nodes, cl->child + cl->start[i],
+				     b->nodes[i].nr_children))
+			qsort_r(cl->child + cl->start[i], b->nodes[i].nr_children,
+				sizeof(uint32_t), child_cmp, b->nodes);
 	return 0;
 }
 
 /* Phase 3a: entry numbers, breadth first; returns nodes in entry order. */
 static uint32_t *layout_order(struct builder *b, const struct child_lists *cl)
 {
-	uint32_t *order = malloc((size_t)b->nr_nodes * sizeof(*order));
+	uint32_t *order = calloc_huge(b->nr_nodes, sizeof(*order));
 	uint32_t next = 1;
 
 	if (!order)
@@ -665,8 +844,8 @@ static int index_alloc(struct shard_index *idx, struct builder *b)
 			extents += m->nr_extents;
 		}
 	}
-	idx->inodes = calloc(b->nr_nodes, sizeof(*idx->inodes));
-	idx->names = malloc(names);
+	idx->inodes = calloc_huge(b->nr_nodes, sizeof(*idx->inodes));
+	idx->names = calloc_huge(names, 1);
 	idx->sparse = calloc(sparse ? sparse : 1, sizeof(*idx->sparse));
 	idx->extents = calloc(extents ? extents : 1, sizeof(*idx->extents));
 	idx->nr_inodes = b->nr_nodes;
@@ -718,11 +897,9 @@ static void fill_dir(struct builder *b, struct shard_inode *in,
 		in->mtime_sec = n->member->mtime_sec;
 		in->mtime_nsec = n->member->mtime_nsec;
 	}
-	in->nlink = 2;
+	in->nlink = 2 + n->nr_subdirs;
 	in->size = n->nr_children;
 	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
-	for (uint32_t c = cl->start[node]; c < cl->start[node + 1]; c++)
-		in->nlink += node_is_dir(&b->nodes[cl->child[c]]);
 	b->counts.dirs++;
 }
 
@@ -731,7 +908,7 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 		      struct shard_inode *in, const struct build_node *n)
 {
 	struct raw_member *m = n->member;
-	const struct shard_scan *sc = n->scan;
+	const struct shard_scan *sc = node_scan(b, n);
 
 	in->uid = m->uid;
 	in->gid = m->gid;
@@ -843,8 +1020,15 @@ static void builder_release(struct builder *b)
 	for (uint32_t i = 0; b->scans && i < b->set->nr; i++)
 		shard_scan_release(&b->scans[i]);
 	shard_scan_release(&b->base_scan);
+	for (unsigned i = 0; i < b->nr_scanners; i++) {
+		free(b->scanners[i].window);
+		bump_release(&b->scanners[i].arena);
+	}
+	free(b->scanners);
 	free(b->scans);
-	free(b->nodes);
+	free(b->scanned);
+	free(b->threads);
+	mapped_array_free(b->nodes, b->cap_nodes, sizeof(*b->nodes));
 	free(b->slots);
 	free(b->padded);
 	pthread_mutex_destroy(&b->lock);
@@ -854,19 +1038,25 @@ static void builder_release(struct builder *b)
 static int builder_init(struct builder *b, struct shard_set *set,
 			const struct shard_index_build_options *opt)
 {
+	pthread_condattr_t attr;
+
 	*b = (struct builder){ .set = set, .opt = opt };
 	b->first_shard = opt->base ? opt->base_shards : 0;
 	assert(b->first_shard <= set->nr);
 	atomic_store(&b->next_shard, b->first_shard);
 	atomic_store(&b->shards_done, b->first_shard);
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->done_cond, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* monotonic_ns() */
+	pthread_cond_init(&b->done_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	b->reported = monotonic_ns();
 	b->scans = calloc(set->nr ? set->nr : 1, sizeof(*b->scans));
-	b->nodes = calloc(64, sizeof(*b->nodes));
-	b->cap_nodes = 64;
-	if (!b->scans || !b->nodes)
+	b->scanned = calloc(set->nr ? set->nr : 1, sizeof(*b->scanned));
+	if (!b->scans || !b->scanned ||
+	    mapped_array_grow((void **)&b->nodes, &b->cap_nodes, 1, sizeof(*b->nodes)))
 		return -ENOMEM;
-	b->nodes[0] = (struct build_node){ .name = "" };
+	b->nodes[0] = (struct build_node){ .name = "", .dir = true };
 	b->nr_nodes = 1;
 	return 0;
 }
@@ -879,9 +1069,9 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 
 	*idx = (struct shard_index){ 0 };
 	rc = builder_init(&b, set, opt);
-	rc = rc ?: scan_all(&b);
-	rc = rc ?: check_scans(&b);
+	rc = rc ?: scan_start(&b);
 	rc = rc ?: merge_all(&b);
+	scan_finish(&b);
 	rc = rc ?: check_labels(&b);
 	rc = rc ?: pad_numeric_classes(&b);
 	rc = rc ?: layout(&b, idx);

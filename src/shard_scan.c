@@ -30,6 +30,16 @@
 #include "shardfs/path.h"
 #include "shardfs/source.h"
 
+/*
+ * A scan reserves its arrays for the members the shard's size allows
+ * (tiny members take two blocks), up to this many, and trims them when it
+ * ends: growing them member by member copied 8 % of a build's time away
+ * in realloc.  Reserved pages that are never written cost no memory.
+ */
+#define SHARD_SCAN_RESERVE_MEMBERS_MAX (1u << 20)
+/* Bytes of normalised name reserved per member (ImageNet's are 30). */
+#define SHARD_SCAN_RESERVE_NAME_BYTES 32
+
 /* The shard's directory in the shards layout: its file name less ".tar". */
 static const char *shard_dir_name(const char *path, size_t *len)
 {
@@ -409,20 +419,74 @@ static int apply_labels(struct shard_scan *sc)
 	return rc;
 }
 
+/* Reserve the arrays for the members a shard of @size bytes may hold. */
+static int scan_reserve(struct shard_scan *sc, uint64_t size)
+{
+	uint64_t members = size / (2 * TAR_BLOCK_SIZE) + 1;
+
+	if (members > SHARD_SCAN_RESERVE_MEMBERS_MAX)
+		members = SHARD_SCAN_RESERVE_MEMBERS_MAX;
+	return array_grow((void **)&sc->members, &sc->cap_members, members,
+			  sizeof(*sc->members)) ?:
+	       array_grow((void **)&sc->strings, &sc->strings_cap,
+			  members * SHARD_SCAN_RESERVE_NAME_BYTES, 1);
+}
+
+/* Move the members and strings into @arena, freeing the heap for the
+ * thread's next scan. */
+static int scan_move(struct shard_scan *sc, struct bump_arena *arena)
+{
+	size_t mlen = sc->nr_members * sizeof(*sc->members);
+	struct raw_member *m = mlen ? bump_alloc(arena, mlen) : NULL;
+	char *strings = sc->strings_len ? bump_alloc(arena, sc->strings_len) : NULL;
+
+	if ((mlen && !m) || (sc->strings_len && !strings))
+		return -ENOMEM;
+	if (m)
+		memcpy(m, sc->members, mlen);
+	if (strings)
+		memcpy(strings, sc->strings, sc->strings_len);
+	free(sc->members);
+	free(sc->strings);
+	sc->members = m;
+	sc->cap_members = sc->nr_members;
+	sc->strings = strings;
+	sc->strings_cap = sc->strings_len;
+	sc->in_arena = true;
+	return 0;
+}
+
+/* Give back what scan_reserve() took and the scan did not use. */
+static void scan_trim(struct shard_scan *sc)
+{
+	void *p;
+
+	if (sc->nr_members && (p = realloc(sc->members, sc->nr_members * sizeof(*sc->members)))) {
+		sc->members = p;
+		sc->cap_members = sc->nr_members;
+	}
+	if (sc->strings_len && (p = realloc(sc->strings, sc->strings_len))) {
+		sc->strings = p;
+		sc->strings_cap = sc->strings_len;
+	}
+}
+
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
-		    const struct layout *layout)
+		    const struct layout *layout, struct shard_scan_thread *t)
 {
 	static const struct tar_scan_ops ops = { scan_member, tar_warn };
 
 	sc->shard = shard;
 	sc->layout = layout;
 	sc->hash = XXH3_createState();
-	if (!sc->hash || XXH3_64bits_reset(sc->hash) != XXH_OK) {
+	if (!sc->hash || XXH3_64bits_reset(sc->hash) != XXH_OK ||
+	    scan_reserve(sc, shard->size)) {
 		sc->rc = -ENOMEM;
 		return;
 	}
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCAN);
-	sc->rc = tar_scan(shard->src, &ops, sc, &sc->err);
+	sc->rc = t ? tar_scan_window(shard->src, t->window, &ops, sc, &sc->err)
+		   : tar_scan(shard->src, &ops, sc, &sc->err);
 	shard_source_advise(shard->src, 0, shard->size, SHARD_SOURCE_SCANNED);
 	sc->digest = XXH3_64bits_digest(sc->hash);
 	if (sc->rc == -E2BIG) {
@@ -435,6 +499,10 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 	}
 	if (!sc->rc && layout->kind == LAYOUT_CLASSES)
 		sc->rc = apply_labels(sc);
+	if (!sc->rc && t)
+		sc->rc = scan_move(sc, &t->arena);
+	else
+		scan_trim(sc);
 }
 
 int shard_scan_add_string(struct shard_scan *sc, const char *s, size_t len,
@@ -470,7 +538,7 @@ int shard_scan_digest(const struct shard *shard, const struct layout *layout,
 	struct shard_scan sc = { 0 };
 	int rc;
 
-	shard_scan_run(&sc, shard, layout);
+	shard_scan_run(&sc, shard, layout, NULL);
 	*digest = sc.digest;
 	rc = sc.rc;
 	shard_scan_release(&sc);
@@ -480,8 +548,10 @@ int shard_scan_digest(const struct shard *shard, const struct layout *layout,
 void shard_scan_release(struct shard_scan *sc)
 {
 	XXH3_freeState(sc->hash);
-	free(sc->members);
-	free(sc->strings);
+	if (!sc->in_arena) {
+		free(sc->members);
+		free(sc->strings);
+	}
 	free(sc->extents);
 	free(sc->labels);
 }

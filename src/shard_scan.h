@@ -4,12 +4,17 @@
  *
  * One shard is scanned into a struct shard_scan: its members in archive
  * order with normalised names (already rewritten for the layout), in a
- * string pool of its own, and a digest of all it read.  Shards are scanned by different threads; a
- * shard_scan is touched by one thread until the merge reads it.
+ * string pool of its own, and a digest of all it read.
+ *
+ * Thread-safety: shards are scanned by different threads; a shard_scan is
+ * touched by one thread until the merge reads it.  A struct
+ * shard_scan_thread belongs to one scanning thread; the scans it moved
+ * into its arena are read by the merge until the arena is released.
  */
 #ifndef SHARDFS_SHARD_SCAN_H
 #define SHARDFS_SHARD_SCAN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shardfs/index.h"
@@ -57,6 +62,9 @@ struct shard_scan {
 	size_t nr_members;		/* entries in members */
 	size_t cap_members;		/* entries allocated */
 	char *strings;			/* names and targets */
+	bool in_arena;			/* members and strings live in a
+					 * scanning thread's arena, not on
+					 * the heap */
 	size_t strings_len;		/* bytes used */
 	size_t strings_cap;		/* bytes allocated */
 	struct tar_extent *extents;	/* sparse runs of all members */
@@ -82,12 +90,23 @@ struct shard_scan {
 	struct tar_error err;		/* why the scan failed */
 };
 
+/* What a thread that scans shard after shard lends each scan. */
+struct shard_scan_thread {
+	char *window;			/* TAR_WINDOW_SIZE bytes to read into */
+	struct bump_arena arena;	/* where a finished scan's members and
+					 * strings move (from a heap its next
+					 * scan reuses), for as long as the
+					 * index build needs them */
+};
+
 /*
- * Scan @shard into @sc (zeroed by the caller) under @layout.  The result
- * is in sc->rc (0, -EINVAL with sc->err, -ENOMEM).
+ * Scan @shard into @sc (zeroed by the caller) under @layout.  With @t,
+ * read into its window and move the members and strings into its arena at
+ * the end; without, use a window of its own and keep them on the heap.
+ * The result is in sc->rc (0, -EINVAL with sc->err, -ENOMEM).
  */
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
-		    const struct layout *layout);
+		    const struct layout *layout, struct shard_scan_thread *t);
 
 /*
  * The digest shard_scan_run() would compute for @shard: what the index
@@ -103,7 +122,8 @@ void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
 
 void shard_scan_release(struct shard_scan *sc);
 
-/* Store @len bytes in the pool of @sc (for members made by the merge). */
+/* Store @len bytes in the pool of @sc (for members made by the merge; not
+ * for a scan moved into an arena). */
 int shard_scan_add_string(struct shard_scan *sc, const char *s, size_t len,
 			  uint32_t *at, uint32_t *out_len);
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * util.c - array growth, name tables, byte counts, the clock and the
- * trust rule (util.h).
+ * util.c - array growth, huge-page advice, the bump arena, name tables,
+ * byte counts, the clock and the trust rule (util.h).
  */
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,21 +13,133 @@
 
 #include "shardfs/util.h"
 
-int array_grow(void **array, size_t *cap, size_t need, size_t elem)
+void memory_advise_huge(void *p, size_t len)
 {
-	size_t n = *cap ? *cap : 16;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)p & ~(page - 1);
+	uintptr_t end = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+
+	/* whole pages around the array, not just the huge pages inside: a
+	 * mapping advised in part is split, and mremap() cannot move it */
+	if (len >= HUGE_ARRAY_BYTES)
+		madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
+void *calloc_huge(size_t n, size_t elem)
+{
+	void *p = calloc(n, elem);
+
+	if (p)
+		memory_advise_huge(p, n * elem);
+	return p;
+}
+
+/* @cap (or @first when 0) doubled until it holds @need items of @elem
+ * bytes; 0 when that would overflow. */
+static size_t doubled_capacity(size_t cap, size_t first, size_t need, size_t elem)
+{
+	size_t n = cap ? cap : first;
+
+	while (n < need) {
+		if (n > SIZE_MAX / 2 / elem)
+			return 0;
+		n *= 2;
+	}
+	return n;
+}
+
+int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = doubled_capacity(*cap, MAPPED_ARRAY_MIN_BYTES / elem, need, elem);
 	void *p;
 
 	if (need <= *cap)
 		return 0;
-	while (n < need) {
-		if (n > SIZE_MAX / 2 / elem)
-			return -ENOMEM;
-		n *= 2;
+	if (!n)
+		return -ENOMEM;
+	p = *array ? mremap(*array, *cap * elem, n * elem, MREMAP_MAYMOVE)
+		   : mmap(NULL, n * elem, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	memory_advise_huge(p, n * elem);
+	*array = p;
+	*cap = n;
+	return 0;
+}
+
+void mapped_array_free(void *array, size_t cap, size_t elem)
+{
+	if (array)
+		munmap(array, cap * elem);
+}
+
+/* One mapping of an arena, its header at its start. */
+struct bump_chunk {
+	struct bump_chunk *next;	/* the arena's other mappings */
+	size_t size;			/* bytes mapped, this header included */
+};
+
+#define BUMP_HEADER ((sizeof(struct bump_chunk) + 15) & ~(size_t)15)
+
+void *bump_alloc(struct bump_arena *a, size_t len)
+{
+	size_t need = (len + 15) & ~(size_t)15, size;
+	bool own = need > BUMP_ARENA_CHUNK_BYTES / 4;
+	struct bump_chunk *c;
+	char *p;
+
+	if (len > SIZE_MAX / 2)
+		return NULL;
+	if (need <= a->left) {
+		p = a->next;
+		a->next += need;
+		a->left -= need;
+		return p;
 	}
+	size = own ? BUMP_HEADER + need : BUMP_ARENA_CHUNK_BYTES;
+	c = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return NULL;
+	memory_advise_huge(c, size);
+	*c = (struct bump_chunk){ .size = size };
+	p = (char *)c + BUMP_HEADER;
+	if (own && a->chunks) {		/* the mapping in use stays in use */
+		c->next = a->chunks->next;
+		a->chunks->next = c;
+		return p;
+	}
+	c->next = a->chunks;
+	a->chunks = c;
+	a->next = p + need;
+	a->left = size - BUMP_HEADER - need;
+	return p;
+}
+
+void bump_release(struct bump_arena *a)
+{
+	while (a->chunks) {
+		struct bump_chunk *c = a->chunks;
+
+		a->chunks = c->next;
+		munmap(c, c->size);
+	}
+	*a = (struct bump_arena){ 0 };
+}
+
+int array_grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = doubled_capacity(*cap, 16, need, elem);
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	if (!n)
+		return -ENOMEM;
 	p = realloc(*array, n * elem);
 	if (!p)
 		return -ENOMEM;
+	memory_advise_huge(p, n * elem);
 	*array = p;
 	*cap = n;
 	return 0;

@@ -38,6 +38,10 @@
 #define TAR_META_MAX (16u << 20)
 /* Most extents a sparse member may have. */
 #define TAR_SPARSE_EXTENTS_MAX (1u << 20)
+/* Bytes a scan reads at once while headers are dense: over shards of
+ * tiny members, 256 KiB took 8 % less CPU than 64 KiB (four times the
+ * reads) and than 1 MiB (a copy into a window that misses the cache). */
+#define TAR_WINDOW_SIZE (256u * 1024)
 
 enum tar_type {
 	TAR_FILE,	/* regular file (also contiguous, unknown types) */
@@ -95,6 +99,17 @@ struct tar_scan_ops {
  */
 int tar_scan(struct shard_source *src, const struct tar_scan_ops *ops,
 	     void *arg, struct tar_error *err);
+
+/*
+ * tar_scan() reading into the caller's @window of TAR_WINDOW_SIZE bytes:
+ * a thread that scans shard after shard lends each scan the same one (a
+ * window allocated per shard cost a page fault per 4 KiB of it for every
+ * shard: with 1 MiB windows, a third of the faults of a build of tiny
+ * members).
+ */
+int tar_scan_window(struct shard_source *src, char *window,
+		    const struct tar_scan_ops *ops, void *arg,
+		    struct tar_error *err);
 
 /*
  * Parse a numeric header field: octal digits (leading spaces allowed,

@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * util.h - small rules every part of shardfs shares: growing an array,
- * finding a name in a table of option values, reading a byte count,
- * reading a little-endian number of a compressed format's header,
- * reading the monotonic clock, deciding whether a file or directory
- * another user could have written may be trusted.
+ * util.h - small rules every part of shardfs shares: growing an array
+ * (on the heap, or in a mapping of its own), huge pages for large arrays,
+ * a bump arena, finding a name in a table of option values, reading a
+ * byte count, reading a little-endian number of a compressed format's
+ * header, reading the monotonic clock, deciding whether a file or
+ * directory another user could have written may be trusted.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
  *
- * Thread-safety: none of them keeps state.
+ * Thread-safety: none of them keeps state but a struct bump_arena, which
+ * one thread at a time may use.
  */
 #ifndef SHARDFS_UTIL_H
 #define SHARDFS_UTIL_H
@@ -38,9 +40,62 @@ static inline uint32_t le32(const unsigned char *p)
 	return (uint32_t)le_load(p, 4);
 }
 
+/* Arrays from this size on ask for huge pages. */
+#define HUGE_ARRAY_BYTES (4u << 20)
+
+/*
+ * Ask the kernel to back the @len bytes at @p with huge pages, if @len is
+ * at least HUGE_ARRAY_BYTES (MADV_HUGEPAGE on the pages that hold them; a
+ * hint, ignored where transparent huge pages are off).  An
+ * array of hundreds of MiB filled for the first time otherwise takes a
+ * page fault per 4 KiB: under a hypervisor those faults were half of an
+ * index build of tiny members (docs/benchmarks-scale.md).  Call it before
+ * the memory is first written.
+ */
+void memory_advise_huge(void *p, size_t len);
+
+/* calloc(), with memory_advise_huge() on the result. */
+void *calloc_huge(size_t n, size_t elem);
+
+/* A mapped array starts with this many bytes (virtual until written). */
+#define MAPPED_ARRAY_MIN_BYTES (2u << 20)
+
+/*
+ * array_grow() for an array that may grow to gigabytes: it lives in a
+ * mapping of its own, which mremap() grows without copying (realloc()
+ * copied a heap array of build nodes page by page, a quarter of a build's
+ * page faults), backed by huge pages.  Free it with mapped_array_free()
+ * and the same capacity.
+ */
+int mapped_array_grow(void **array, size_t *cap, size_t need, size_t elem);
+void mapped_array_free(void *array, size_t cap, size_t elem);
+
+/* Bytes an arena maps at a time (more for a larger allocation). */
+#define BUMP_ARENA_CHUNK_BYTES (32u << 20)
+
+/*
+ * A bump allocator for many arrays that all live until the arena is
+ * released, in mappings of BUMP_ARENA_CHUNK_BYTES backed by huge pages:
+ * what an index build keeps of every shard's scan (a scan's arrays on the
+ * heap took a 4 KiB page fault each, most of the build's system time).
+ * Zero-initialise it.  Thread-safety: none; one arena per thread.
+ */
+struct bump_chunk;
+struct bump_arena {
+	struct bump_chunk *chunks;	/* every mapping, the one in use first */
+	char *next;			/* free space in the one in use */
+	size_t left;			/* bytes free there */
+};
+
+/* @len bytes (16-byte aligned, not zeroed), or NULL when out of memory. */
+void *bump_alloc(struct bump_arena *a, size_t len);
+/* Unmap everything @a gave out; @a is empty afterwards. */
+void bump_release(struct bump_arena *a);
+
 /*
  * Grow *@array (of @elem-byte items, *@cap allocated) to hold at least
- * @need; the capacity doubles from 16, so growth is amortised O(1).
+ * @need; the capacity doubles from 16, so growth is amortised O(1).  A
+ * large array gets memory_advise_huge().
  * Returns 0 or -ENOMEM (the array is then unchanged).
  */
 int array_grow(void **array, size_t *cap, size_t need, size_t elem);

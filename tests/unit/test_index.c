@@ -12,6 +12,7 @@
  * bytewise, the same inode numbers on every build, also when a saved
  * index is extended) are checked on the arrays themselves.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "tarbuild.h"
+#include "shardfs/log.h"
 #include "shardfs/path.h"
 
 /* Check the layout invariants of index.h over every directory. */
@@ -304,6 +306,76 @@ static void test_file_and_directory_conflicts(void **state)
 	assert_int_equal(e->fs.idx.counts.skipped, 2);
 }
 
+/*
+ * A name after every name of its directory is added without a lookup; one
+ * that is not is looked up, whether it comes before the last name, equals
+ * it, or equals an earlier one (a byte prefix sorts first).
+ */
+static void test_names_out_of_order_still_merge(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	char buf[16];
+
+	tb_file(&a, "d/m", "1");
+	tb_file(&a, "d/z", "2");
+	tb_file(&a, "d/a", "3");
+	tb_file(&a, "d/z", "4");		/* the last name again */
+	tb_file(&a, "d/m", "5");		/* an earlier one */
+	tb_file(&a, "d/zz", "6");
+	tb_file(&a, "d/z", "7");		/* a prefix of the last */
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "d/a", "8");		/* the first, in a later shard */
+	tb_file(&a, "d/q", "9");
+	tb_env_shard(e, "01.tar", &a);
+	tb_env_build(e);
+
+	check_tree(&e->fs.idx);
+	expect_listing(&e->fs, "d", TB_LIST("a", "m", "q", "z", "zz"));
+	assert_int_equal(e->fs.idx.counts.duplicates, 4);
+	read_all(e, "d/z", buf, sizeof(buf));
+	assert_string_equal(buf, "7");
+	read_all(e, "d/a", buf, sizeof(buf));
+	assert_string_equal(buf, "8");
+}
+
+/*
+ * The merge starts a path's walk below the directory of the member before
+ * it.  A shortcut that outlived the directory (replaced by a file) would
+ * put members under a file; one taken from a failed hard-link lookup would
+ * too; and a directory with the same length of name is another directory.
+ */
+static void test_directory_walk_shortcut_keeps_conflicts(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+
+	tb_file(&a, "d/x", "");
+	tb_file(&a, "d", "cannot replace a non-empty directory");
+	tb_file(&a, "d/y", "");
+	tb_add(&a, "e/", '5', NULL, 0);
+	tb_link(&a, "link", '1', "e/missing");	/* a lookup that fails */
+	tb_file(&a, "e", "replaces an empty directory");
+	tb_file(&a, "e/z", "cannot go below a file");
+	tb_file(&a, "ab/1", "");
+	tb_file(&a, "ac/2", "");
+	tb_file(&a, "p/q/1", "");
+	tb_file(&a, "p/q/r/2", "");
+	tb_file(&a, "p/q/3", "");
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+
+	check_tree(&e->fs.idx);
+	expect_listing(&e->fs, "", TB_LIST("ab", "ac", "d", "e", "p"));
+	expect_listing(&e->fs, "d", TB_LIST("x", "y"));
+	assert_true(S_ISREG(entry_at(e, "e")->mode));
+	expect_listing(&e->fs, "ab", TB_LIST("1"));
+	expect_listing(&e->fs, "ac", TB_LIST("2"));
+	expect_listing(&e->fs, "p/q", TB_LIST("1", "3", "r"));
+	expect_listing(&e->fs, "p/q/r", TB_LIST("2"));
+	assert_int_equal(e->fs.idx.counts.skipped, 3);
+}
+
 /* Append an empty file named @path by a PAX record (no length limit). */
 static void pax_named_file(struct tb *a, const char *path)
 {
@@ -495,6 +567,123 @@ static void test_bad_shard_fails_or_is_skipped(void **state)
 	shard_set_release(&set);
 }
 
+/*
+ * Shards are merged as they are scanned, by however many threads: the
+ * index must not depend on which shard finished first.  Later shards
+ * replace, extend and conflict with earlier ones here.
+ */
+static void test_build_is_the_same_with_any_thread_count(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_set s1, s2, s7;
+	struct shard_index i1, i2, i7;
+
+	for (int i = 0; i < 12; i++) {
+		struct tb a = { 0 };
+		char name[32], path[32];
+
+		snprintf(path, sizeof(path), "dir%d/f%02d", i % 3, i);
+		tb_file(&a, path, "a member");
+		tb_file(&a, "dup", i % 2 ? "odd" : "even");
+		snprintf(path, sizeof(path), "k%d", i / 2);
+		if (i % 2)
+			tb_file(&a, path, "a file, or below one");
+		else
+			tb_add(&a, strcat(path, "/"), '5', NULL, 0);
+		tb_file(&a, "k0/under", "");
+		tb_link(&a, "dir0/link", '1', "dup");
+		snprintf(name, sizeof(name), "%02d.tar", i);
+		tb_env_shard(e, name, &a);
+	}
+	build(&s1, &i1, e->dir, 1, NULL, 0);
+	build(&s2, &i2, e->dir, 2, NULL, 0);
+	build(&s7, &i7, e->dir, 7, NULL, 0);
+	check_tree(&i1);
+	expect_same_index(&i1, &i2);
+	expect_same_index(&i1, &i7);
+	shard_index_release(&i1);
+	shard_index_release(&i2);
+	shard_index_release(&i7);
+	shard_set_release(&s1);
+	shard_set_release(&s2);
+	shard_set_release(&s7);
+}
+
+/* Run shard_index_build() with its log in @log (NUL-terminated). */
+static int build_logged(struct shard_index *idx, struct shard_set *set,
+			const struct shard_index_build_options *opt,
+			char *log, size_t size)
+{
+	FILE *f = tmpfile();
+	int saved = dup(STDERR_FILENO), rc;
+	size_t n;
+
+	assert_non_null(f);
+	assert_true(saved >= 0);
+	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+	rc = shard_index_build(idx, set, opt);
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	rewind(f);
+	n = fread(log, 1, size - 1, f);
+	log[n] = '\0';
+	fclose(f);
+	return rc;
+}
+
+/*
+ * A corrupt header in the middle of a shard in the middle of the set,
+ * scanned while other shards are merged: the build fails naming that
+ * shard and the header's offset, and with skip_bad_shards the rest is
+ * served.
+ */
+static void test_bad_header_mid_set_names_its_shard_and_offset(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_index_build_options opt = { .threads = 2 };
+	char msg[512] = "", log[8192], want[1024];
+	struct shard_set set;
+	struct shard_index idx;
+	char junk[TAR_BLOCK_SIZE];
+
+	memset(junk, 'j', sizeof(junk));
+	for (int i = 0; i < 5; i++) {
+		struct tb a = { 0 };
+		char name[32], path[32];
+
+		snprintf(path, sizeof(path), "s%d/a", i);
+		tb_file(&a, path, "1");
+		snprintf(path, sizeof(path), "s%d/b", i);
+		tb_file(&a, path, "2");
+		if (i == 2)
+			tb_bytes(&a, junk, sizeof(junk));	/* at 2048 */
+		snprintf(name, sizeof(name), "%02d.tar", i);
+		tb_env_shard(e, name, &a);
+	}
+	assert_int_equal(shard_set_expand(&set, e->dir, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
+
+	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), -EINVAL);
+	snprintf(want, sizeof(want), "%s/02.tar: offset 2048: header checksum mismatch",
+		 e->dir);
+	if (!strstr(log, want))
+		fail_msg("expected '%s' in the log:\n%s", want, log);
+	assert_null(idx.inodes);
+
+	opt.skip_bad_shards = true;
+	log_set_level(LOG_LEVEL_WARN);		/* a skipped shard is a warning */
+	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), 0);
+	log_set_level(LOG_LEVEL_ERROR);		/* as tb_env_setup() left it */
+	if (!strstr(log, want))
+		fail_msg("expected '%s' in the log:\n%s", want, log);
+	assert_true(set.shards[2].bad);
+	assert_int_equal(idx.counts.bad_shards, 1);
+	assert_int_equal(tb_entry(&idx, "s2"), -ENOENT);
+	assert_true(tb_entry(&idx, "s3/b") > 0);
+	shard_index_release(&idx);
+	shard_set_release(&set);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -506,11 +695,15 @@ int main(void)
 		TB_ENV_TEST(test_hard_links_that_cannot_bind_are_skipped),
 		TB_ENV_TEST(test_hard_link_across_shards),
 		TB_ENV_TEST(test_file_and_directory_conflicts),
+		TB_ENV_TEST(test_directory_walk_shortcut_keeps_conflicts),
+		TB_ENV_TEST(test_names_out_of_order_still_merge),
 		TB_ENV_TEST(test_unsafe_names_skipped_and_counted),
 		TB_ENV_TEST(test_special_files_counted_not_served),
 		TB_ENV_TEST(test_inode_numbers_stable_across_builds),
 		TB_ENV_TEST(test_extending_a_base_matches_a_full_build),
 		TB_ENV_TEST(test_bad_shard_fails_or_is_skipped),
+		TB_ENV_TEST(test_build_is_the_same_with_any_thread_count),
+		TB_ENV_TEST(test_bad_header_mid_set_names_its_shard_and_offset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,8 +3,9 @@
  * test_shard_scan.c - phase 1 of the index build (shard_scan.c), one
  * shard at a time: names normalised and refused, members in archive
  * order, the layouts' rewriting (shards: under the shard's name; classes:
- * under each sample's label, found by the sample key rule of path.h), and
- * the digest that decides whether a touched shard must be rescanned.
+ * under each sample's label, found by the sample key rule of path.h), the
+ * digest that decides whether a touched shard must be rescanned, and the
+ * read window and arena a scanning thread lends to shard after shard.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static void scan(struct scanned *s, struct tb_env *e, const char *name,
 	if (shard_set_expand(&s->set, spec, msg, sizeof(msg)) ||
 	    shard_set_open(&s->set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
-	shard_scan_run(&s->sc, &s->set.shards[0], &s->layout);
+	shard_scan_run(&s->sc, &s->set.shards[0], &s->layout, NULL);
 	assert_int_equal(s->sc.rc, 0);
 }
 
@@ -155,6 +156,81 @@ static void test_digest(void **state)
 	assert_true(d[0][0] != d[0][1]);
 }
 
+/* Scan the one shard of @s again into @sc, as thread @t. */
+static void rescan(const struct scanned *s, struct shard_scan *sc,
+		   struct shard_scan_thread *t)
+{
+	*sc = (struct shard_scan){ 0 };
+	memset(t->window, 'j', TAR_WINDOW_SIZE);	/* what the last scan left */
+	shard_scan_run(sc, &s->set.shards[0], &s->layout, t);
+	assert_int_equal(sc->rc, 0);
+	assert_int_equal(sc->nr_members, s->sc.nr_members);
+	assert_true(sc->digest == s->sc.digest);
+	assert_memory_equal(sc->strings, s->sc.strings, s->sc.strings_len);
+}
+
+/*
+ * A scanning thread lends one window to shard after shard: what a scan
+ * finds does not depend on what the window held.  Its scans move into its
+ * arena and stay there, whole, until the arena goes.  A scan on its own
+ * gives back the room it reserved for its members and names.
+ */
+static void test_a_scanning_thread_lends_window_and_arena(void **state)
+{
+	struct tb_env *e = *state;
+	const int big = 4 * TAR_WINDOW_SIZE / (2 * TAR_BLOCK_SIZE);
+	struct shard_scan_thread t = { .window = malloc(TAR_WINDOW_SIZE) };
+	struct shard_scan again[4];
+	struct scanned s[4];
+	struct tb a = { 0 };
+
+	assert_non_null(t.window);
+	for (int i = 0; i < big; i++) {
+		char path[32];
+
+		snprintf(path, sizeof(path), "big/%06d.txt", i);
+		tb_file(&a, path, "x");
+	}
+	scan(&s[0], e, "big.tar", &a, "tree");
+	a = (struct tb){ 0 };
+	tb_file(&a, "small/1.txt", "one");
+	tb_file(&a, "small/2.txt", "two");
+	scan(&s[1], e, "small.tar", &a, "tree");
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(s[k].sc.cap_members, s[k].sc.nr_members);
+		assert_int_equal(s[k].sc.strings_cap, s[k].sc.strings_len);
+	}
+	assert_int_equal(s[0].sc.nr_members, big);
+	for (int k = 0; k < 2; k++) {
+		rescan(&s[k], &again[k], &t);
+		assert_true(again[k].in_arena);
+	}
+	a = (struct tb){ 0 };
+	tb_file(&a, "../refused", "");		/* no member, some name bytes */
+	scan(&s[2], e, "none.tar", &a, "tree");
+	a = (struct tb){ 0 };
+	scan(&s[3], e, "empty.tar", &a, "tree");	/* not even a name */
+	for (int k = 2; k < 4; k++) {
+		rescan(&s[k], &again[k], &t);
+		assert_int_equal(again[k].nr_members, 0);
+		shard_scan_release(&again[k]);
+		scanned_release(&s[k]);
+	}
+	for (int k = 2; k < 4; k++)
+		rescan(&s[k - 2], &again[k], &t);
+	for (int k = 0; k < 4; k++) {		/* the later scans left them be */
+		assert_memory_equal(again[k].members, s[k % 2].sc.members,
+				    s[k % 2].sc.nr_members * sizeof(*again[k].members));
+		assert_string_equal(again[k].strings + again[k].members[1].path,
+				    path_of(&s[k % 2], 1));
+		shard_scan_release(&again[k]);
+	}
+	bump_release(&t.arena);
+	scanned_release(&s[0]);
+	scanned_release(&s[1]);
+	free(t.window);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -162,6 +238,7 @@ int main(void)
 		TB_ENV_TEST(test_shards_layout_prefixes_the_shard_name),
 		TB_ENV_TEST(test_classes_layout_moves_samples_under_labels),
 		TB_ENV_TEST(test_digest),
+		TB_ENV_TEST(test_a_scanning_thread_lends_window_and_arena),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

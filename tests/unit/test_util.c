@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
- * parses and what is refused), name tables, array growth and the clock.
+ * parses and what is refused), name tables, array growth (on the heap and
+ * mapped, with huge pages), the bump arena and the clock.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,6 +85,100 @@ static void test_array_grow(void **state)
 	free(a);
 }
 
+/* An item that does not divide a page, as the index build's nodes. */
+struct odd_item {
+	uint64_t value;		/* its index */
+	char pad[40];		/* to 48 bytes */
+};
+
+/*
+ * A mapped array grows past HUGE_ARRAY_BYTES (where it asks for huge
+ * pages, which must leave mremap() able to move it) keeping every item.
+ */
+static void test_mapped_array_grow(void **state)
+{
+	const size_t nr = 3 * HUGE_ARRAY_BYTES / sizeof(struct odd_item);
+	struct odd_item *a = NULL;
+	size_t cap = 0;
+
+	(void)state;
+	for (size_t i = 0; i < nr; i++) {
+		size_t before = cap;
+
+		assert_int_equal(mapped_array_grow((void **)&a, &cap, i + 1, sizeof(*a)), 0);
+		assert_true(cap >= i + 1);
+		assert_true(cap == before || cap >= 2 * before);
+		a[i].value = i;
+	}
+	for (size_t i = 0; i < nr; i++)
+		assert_int_equal(a[i].value, i);
+	assert_int_equal(mapped_array_grow((void **)&a, &cap, SIZE_MAX / 2, 64), -ENOMEM);
+	assert_int_equal(a[nr - 1].value, nr - 1);	/* unchanged on failure */
+	mapped_array_free(a, cap, sizeof(*a));
+	mapped_array_free(NULL, 0, sizeof(*a));
+}
+
+/* calloc_huge() is calloc(), small or large; a grown heap array advised
+ * for huge pages still grows (realloc may move it). */
+static void test_huge_page_advice_keeps_arrays_usable(void **state)
+{
+	const size_t big = 2 * HUGE_ARRAY_BYTES;
+	unsigned char *small = calloc_huge(100, 1), *large = calloc_huge(big, 1);
+	uint64_t *grown = NULL;
+	size_t cap = 0;
+
+	(void)state;
+	assert_non_null(small);
+	assert_non_null(large);
+	for (size_t i = 0; i < big; i += 4096)
+		assert_int_equal(large[i], 0);
+	assert_int_equal(small[99], 0);
+	for (uint64_t i = 0; i < 4 * HUGE_ARRAY_BYTES / sizeof(*grown); i++) {
+		assert_int_equal(array_grow((void **)&grown, &cap, i + 1, sizeof(*grown)), 0);
+		grown[i] = i;
+	}
+	for (uint64_t i = 0; i < 4 * HUGE_ARRAY_BYTES / sizeof(*grown); i++)
+		assert_int_equal(grown[i], i);
+	free(small);
+	free(large);
+	free(grown);
+}
+
+/*
+ * An arena hands out aligned, disjoint blocks that keep their bytes: small
+ * ones across the end of a mapping, and one too large for a mapping in a
+ * mapping of its own that leaves the current one in use.
+ */
+static void test_bump_arena(void **state)
+{
+	const size_t small = 1000, nr = 3 * BUMP_ARENA_CHUNK_BYTES / small;
+	struct bump_arena a = { 0 };
+	unsigned char **p = calloc(nr, sizeof(*p)), *large, *after;
+
+	(void)state;
+	assert_non_null(p);
+	for (size_t i = 0; i < nr; i++) {
+		p[i] = bump_alloc(&a, small - i % 16);
+		assert_non_null(p[i]);
+		assert_int_equal((uintptr_t)p[i] % 16, 0);
+		memset(p[i], (int)(i & 0xff), small - i % 16);
+	}
+	large = bump_alloc(&a, BUMP_ARENA_CHUNK_BYTES);
+	after = bump_alloc(&a, small);
+	assert_non_null(large);
+	assert_non_null(after);
+	memset(large, 0xee, BUMP_ARENA_CHUNK_BYTES);
+	assert_ptr_equal(after, p[nr - 1] + ((small - (nr - 1) % 16 + 15) & ~(size_t)15));
+	for (size_t i = 0; i < nr; i++) {
+		assert_int_equal(p[i][0], i & 0xff);
+		assert_int_equal(p[i][small - i % 16 - 1], i & 0xff);
+	}
+	assert_null(bump_alloc(&a, SIZE_MAX - 8));
+	bump_release(&a);
+	assert_null(a.chunks);
+	free(p);
+}
+
 /* monotonic_ns() never goes back and counts a 10 ms sleep as >= 10 ms. */
 static void test_monotonic_ns(void **state)
 {
@@ -103,6 +198,9 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_name_table),
 		cmocka_unit_test(test_array_grow),
+		cmocka_unit_test(test_mapped_array_grow),
+		cmocka_unit_test(test_huge_page_advice_keeps_arrays_usable),
+		cmocka_unit_test(test_bump_arena),
 		cmocka_unit_test(test_monotonic_ns),
 	};
 
