@@ -1,23 +1,26 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """What one node's share of a shuffled epoch costs an http:// store
-(issue 29): bytes nginx sent against the bytes of the files read, and
-GETs per file, for DistributedSampler shares N = 1, 2, 4, 8 and a
+(issue 29): bytes fetched against the bytes of the files read, and GETs
+per file, for DistributedSampler shares N = 1, 2, 4, 8 and a
 RandomSampler epoch, each on a fresh mount after ImageFolder's listing
-(os.walk), read by 2 threads; then a shard-order pass (one reader, in
-the order of the members in the shards) and, with -o cache_dir, a
-second epoch of the N = 2 share on a new mount.
+(os.walk), read by 2 threads; then shard-order passes (the members in
+the order of the shards, by 1 and by 2 threads) and, with -o cache_dir,
+the N = 2 share in two epochs on two mounts.
 
 The data set is SAMPLES ImageFolder samples (train/<class>/<key>.jpg of
 ~100 KB random bytes, plus a .cls) in 8 GNU-tar shards, served by nginx
 on loopback; cache_mem is set small (32M) rather than the set large, so
 that the set is >= 4x cache_mem.  Counters, not timings: the mount's
-/.shardfs/stats (remote requests and body bytes).  Builds side by side:
+/.shardfs/stats (remote requests and body bytes, and the bytes fetched
+per access class) around the reads.  Builds side by side:
 
     /usr/bin/python3 tests/bench/remote_shuffled.py [--samples 2000] \
         [--cache-mem 32M] BUILD_DIR [BUILD_DIR...]
 
-Needs root (mounts) and Debian's Python (torch's samplers).
+--only dist-1,random,shard-2 runs some rows; VERBOSE=1 prints each
+mount's push-ahead and remote counters (stderr).  Needs root (mounts) and
+Debian's Python (torch's samplers).
 """
 import argparse
 import concurrent.futures
@@ -91,7 +94,8 @@ def epoch(mnt, mode, sizes):
     def one(p):
         with open(p, "rb") as f:
             return len(f.read())
-    with concurrent.futures.ThreadPoolExecutor(1 if names is None else 2) as pool:
+    threads = mode[1] if mode[0] == "shard" and len(mode) > 1 else 1 if names is None else 2
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         used = sum(pool.map(one, paths))
     after = remote_site.settled_stats(mnt)
     out = {k: after[k] - before[k] for k in ("bytes", "requests")}
@@ -102,7 +106,9 @@ def epoch(mnt, mode, sizes):
     return used, len(paths), out
 
 
-def row(build, url, spec, mode, sizes, work, cache_mem, cache_dir=None):
+def row(build, spec, mode, sizes, work, cache_mem, cache_dir=None):
+    """Mount BUILD's shardfs over SPEC and read MODE's share (MODE None:
+    just build the index); a (bytes used, files, counters) per epoch."""
     mnt = os.path.join(work, "mnt")
     testlib_mount.SHARDFS = os.path.join(build, "shardfs")
     opts = ["-o", "cache_mem=%s" % cache_mem]
@@ -143,7 +149,8 @@ def run(a, work):
                 for n in os.listdir(os.path.join(work, "www")))
     print("set: %d samples, %.0f MB in %d shards; cache_mem=%s" %
           (a.samples, total / 1e6, SHARDS, a.cache_mem))
-    modes = [("dist", 1), ("dist", 2), ("dist", 4), ("dist", 8), ("random",), ("shard",)]
+    modes = [("dist", 1), ("dist", 2), ("dist", 4), ("dist", 8), ("random",), ("shard",),
+             ("shard", 2)]
     if a.only:
         modes = [m for m in modes if "-".join(map(str, m)) in a.only.split(",")]
     print("| build | share | files | MB used | MB fetched | fetched / used | GETs / file "
@@ -152,13 +159,13 @@ def run(a, work):
     with rs.nginx(os.path.join(work, "www"), os.path.join(work, "ng")) as url:
         spec = "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1)
         for build in a.builds:
-            row(build, url, spec, None, sizes, work, a.cache_mem)
+            row(build, spec, None, sizes, work, a.cache_mem)
         for mode in modes + ([] if a.no_cache_dir else [("dist", 2, "cache_dir")]):
             for build in a.builds:
                 cdir = None
                 if len(mode) == 3:
                     cdir = tempfile.mkdtemp(prefix="cd-", dir=work)
-                rows = row(build, url, spec, mode[:2], sizes, work, a.cache_mem, cdir)
+                rows = row(build, spec, mode[:2], sizes, work, a.cache_mem, cdir)
                 for k, (used, files, st) in enumerate(rows):
                     name = "-".join(str(m) for m in mode) + (" epoch %d" % (k + 1) if cdir else "")
                     print("| %s | %s | %d | %.1f | %.1f | %.2f | %.2f | %.1f / %.1f |" % (
