@@ -29,6 +29,7 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import remote_servers as rs  # noqa: E402
@@ -95,10 +96,13 @@ def epoch(mnt, mode, sizes):
         with open(p, "rb") as f:
             return len(f.read())
     threads = mode[1] if mode[0] == "shard" and len(mode) > 1 else 1 if names is None else 2
+    start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         used = sum(pool.map(one, paths))
+    seconds = time.monotonic() - start
     after = remote_site.settled_stats(mnt)
     out = {k: after[k] - before[k] for k in ("bytes", "requests")}
+    out["seconds"] = seconds
     for k in ("sequential_bytes", "random_bytes"):
         out[k] = after.get("fetched", {}).get(k, 0) - before.get("fetched", {}).get(k, 0)
     if os.environ.get("VERBOSE"):
@@ -154,8 +158,8 @@ def run(a, work):
     if a.only:
         modes = [m for m in modes if "-".join(map(str, m)) in a.only.split(",")]
     print("| build | share | files | MB used | MB fetched | fetched / used | GETs / file "
-          "| MB sequential / random |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| MB sequential / random | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with rs.nginx(os.path.join(work, "www"), os.path.join(work, "ng")) as url:
         spec = "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1)
         for build in a.builds:
@@ -168,10 +172,11 @@ def run(a, work):
                 rows = row(build, spec, mode[:2], sizes, work, a.cache_mem, cdir)
                 for k, (used, files, st) in enumerate(rows):
                     name = "-".join(str(m) for m in mode) + (" epoch %d" % (k + 1) if cdir else "")
-                    print("| %s | %s | %d | %.1f | %.1f | %.2f | %.2f | %.1f / %.1f |" % (
+                    print("| %s | %s | %d | %.1f | %.1f | %.2f | %.2f | %.1f / %.1f | %.2f |" % (
                         build, name, files, used / 1e6, st["bytes"] / 1e6,
                         st["bytes"] / used, st["requests"] / files,
-                        st["sequential_bytes"] / 1e6, st["random_bytes"] / 1e6), flush=True)
+                        st["sequential_bytes"] / 1e6, st["random_bytes"] / 1e6,
+                        st["seconds"]), flush=True)
 
 
 if __name__ == "__main__":
