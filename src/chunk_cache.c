@@ -739,14 +739,16 @@ static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uin
 }
 
 /* How a read at @off follows the last read of @ow: 1 just past its end
- * (forward), -1 far from it or first (a jump), 0 in between. */
+ * (forward), -1 far from it (a jump), 0 in between or the first read. */
 static int step_of(struct chunk_owner *ow, uint64_t off)
 {
 	uint64_t prev = atomic_load_explicit(&ow->read_end, memory_order_relaxed);
 
-	if (prev != UINT64_MAX && off >= prev && off - prev <= CHUNK_FORWARD_GAP)
+	if (prev == UINT64_MAX)
+		return 0;
+	if (off >= prev && off - prev <= CHUNK_FORWARD_GAP)
 		return 1;
-	return prev == UINT64_MAX || (off > prev ? off - prev : prev - off) > CHUNK_JUMP ? -1 : 0;
+	return (off > prev ? off - prev : prev - off) > CHUNK_JUMP ? -1 : 0;
 }
 
 /* Is @ow read as a stream, after @streak forward reads in a row: scanned,
@@ -759,17 +761,12 @@ static bool is_stream(struct chunk_owner *ow, unsigned streak)
 }
 
 /* Account a read of [@off, @end) of @ow; is it part of a stream?  A jump
- * ends the stream until reads in a row say so again.  Reads inside the
- * range of the latest WILLNEED of no stream are not looked at: push-ahead
- * reads a piece for a reader at random in order, as a stream would. */
+ * ends the stream until reads in a row say so again. */
 static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 {
 	int step = step_of(ow, off);
 	unsigned streak = 0;
 
-	if (atomic_load_explicit(&ow->ahead_off, memory_order_relaxed) <= off &&
-	    end <= atomic_load_explicit(&ow->ahead_end, memory_order_relaxed))
-		return is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed));
 	atomic_store_explicit(&ow->read_end, end, memory_order_relaxed);
 	if (step > 0) {
 		streak = atomic_fetch_add_explicit(&ow->streak, 1, memory_order_relaxed) + 1;
@@ -941,14 +938,11 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 
 	if (off >= ow->size)
 		return;
-	if (!stream) {
-		/* push-ahead's piece for a reader at random: what it reads
-		 * of it, member by member, makes no stream; fetched ahead,
-		 * the piece would bring the members the reader took already */
-		atomic_store_explicit(&ow->ahead_off, off, memory_order_relaxed);
-		atomic_store_explicit(&ow->ahead_end, off + len, memory_order_relaxed);
+	/* no stream (yet): push-ahead's piece around a read at random, or
+	 * readahead ahead of reads not yet known to be a stream's; fetched
+	 * ahead, the piece would bring the members the reader took already */
+	if (!stream)
 		return;
-	}
 	window = window ? (window * 2 < cap ? window * 2 : cap) : 1;
 	atomic_store_explicit(&ow->window, window, memory_order_relaxed);
 	pthread_mutex_lock(&cc->lock);

@@ -123,10 +123,6 @@ struct chunk_owner {
 				 * build: a stream (chunk_cache_scan) */
 	atomic_uint window;	/* chunks to fetch ahead, grows to a cap;
 				 * not 0: a stream, until a read jumps */
-	atomic_ullong ahead_off; /* bytes the latest WILLNEED of no stream */
-	atomic_ullong ahead_end; /* fetched (push-ahead's piece for a reader
-				 * at random): reads inside are its, and
-				 * make no stream (0, 0: none) */
 	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */
 	atomic_ullong hint_end;	/* (a file or sample): a read inside is
 				 * that file's, no stream, and a jumped
@@ -162,9 +158,7 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 
 /* Fetch the chunks of [@off, @off + @len) ahead of a stream (a window
  * that grows with each call).  For an owner that is no stream (push-ahead
- * about to read a piece around a read at random) nothing is fetched: the
- * range is noted, and the reads inside it (push-ahead's, member by
- * member) make no stream. */
+ * about to read a piece around a read at random) nothing is fetched. */
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
 
 /* [@off, @off + @len) is being read (one file or one sample, in several
