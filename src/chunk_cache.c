@@ -9,7 +9,7 @@
  * it wants, the sample its file's first READ announced (WILLREAD) or its
  * own bytes, into the slot of the chunk the range lies in: fetching the
  * 8 MiB chunk of each 100 KB sample made a shuffled epoch through a cache
- * smaller than the set fetch 47-73x the bytes it used (docs/remote.md).
+ * smaller than the set fetch 46-73x the bytes it used (docs/remote.md).
  * A slot holds one range [lo, hi) of its chunk; a read just past it grows
  * it (one GET for the missing bytes), a want just past a fetch not yet
  * started joins that fetch (coalesced), and a read elsewhere in the chunk
