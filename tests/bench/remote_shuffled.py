@@ -18,12 +18,15 @@ per access class) around the reads.  Builds side by side:
     /usr/bin/python3 tests/bench/remote_shuffled.py [--samples 2000] \
         [--cache-mem 32M] BUILD_DIR [BUILD_DIR...]
 
---only dist-1,random,shard-2 runs some rows; VERBOSE=1 prints each
+--s3 serves the shards from s3rver (behind the tests' SigV4-checking
+proxy) as s3://bench/set/ instead; --only dist-1,random,shard-2 runs some
+rows; VERBOSE=1 prints each
 mount's push-ahead and remote counters (stderr).  Needs root (mounts) and
 Debian's Python (torch's samplers).
 """
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import random
 import shutil
@@ -110,15 +113,17 @@ def epoch(mnt, mode, sizes):
     return used, len(paths), out
 
 
-def row(build, spec, mode, sizes, work, cache_mem, cache_dir=None):
-    """Mount BUILD's shardfs over SPEC and read MODE's share (MODE None:
-    just build the index); a (bytes used, files, counters) per epoch."""
+def row(build, store, mode, sizes, work, cache_mem, cache_dir=None):
+    """Mount BUILD's shardfs over STORE (spec, options, environment) and
+    read MODE's share (MODE None: just build the index); a (bytes used,
+    files, counters) per epoch."""
+    spec, opts, env = store
     mnt = os.path.join(work, "mnt")
     testlib_mount.SHARDFS = os.path.join(build, "shardfs")
-    opts = ["-o", "cache_mem=%s" % cache_mem]
+    opts = opts + ["-o", "cache_mem=%s" % cache_mem]
     if cache_dir:
         opts += ["-o", "cache_dir=%s" % cache_dir]
-    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "xdg-%s" % abs(hash(build))))
+    env = dict(env, XDG_CACHE_HOME=os.path.join(work, "xdg-%s" % abs(hash(build))))
     if mode is None:                # the index build, once per build
         with lib.mounted(spec, mnt, *opts, env=env):
             return []
@@ -137,6 +142,7 @@ def main():
     ap.add_argument("--cache-mem", default="32M")
     ap.add_argument("--only", help="shares to run, e.g. dist-1,random")
     ap.add_argument("--no-cache-dir", action="store_true")
+    ap.add_argument("--s3", action="store_true", help="s3rver instead of nginx")
     ap.add_argument("builds", nargs="+")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="remote-shuffled-")
@@ -144,6 +150,24 @@ def main():
         run(a, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def serve(s3, work):
+    """The shards in WORK/www served by nginx, or (S3) uploaded to s3rver
+    behind the tests' signature-checking proxy: (spec, options, env)."""
+    www = os.path.join(work, "www")
+    names = sorted(os.listdir(www))
+    if not s3:
+        with rs.nginx(www, os.path.join(work, "ng")) as url:
+            yield "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1), [], os.environ
+        return
+    with rs.s3_server(work, ["bench"]) as (_, url, upload):
+        for n in names:
+            upload("bench", "set/" + n, os.path.join(www, n))
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=rs.ACCESS_KEY,
+                   AWS_SECRET_ACCESS_KEY=rs.SECRET_KEY)
+        yield "s3://bench/set/", ["-o", "endpoint=%s,region=%s" % (url, rs.REGION)], env
 
 
 def run(a, work):
@@ -160,16 +184,15 @@ def run(a, work):
     print("| build | share | files | MB used | MB fetched | fetched / used | GETs / file "
           "| MB sequential / random | s |")
     print("|---|---|---|---|---|---|---|---|---|")
-    with rs.nginx(os.path.join(work, "www"), os.path.join(work, "ng")) as url:
-        spec = "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1)
+    with serve(a.s3, work) as store:
         for build in a.builds:
-            row(build, spec, None, sizes, work, a.cache_mem)
+            row(build, store, None, sizes, work, a.cache_mem)
         for mode in modes + ([] if a.no_cache_dir else [("dist", 2, "cache_dir")]):
             for build in a.builds:
                 cdir = None
                 if len(mode) == 3:
                     cdir = tempfile.mkdtemp(prefix="cd-", dir=work)
-                rows = row(build, spec, mode[:2], sizes, work, a.cache_mem, cdir)
+                rows = row(build, store, mode[:2], sizes, work, a.cache_mem, cdir)
                 for k, (used, files, st) in enumerate(rows):
                     name = "-".join(str(m) for m in mode) + (" epoch %d" % (k + 1) if cdir else "")
                     print("| %s | %s | %d | %.1f | %.1f | %.2f | %.2f | %.1f / %.1f | %.2f |" % (
