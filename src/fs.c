@@ -73,6 +73,17 @@ static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
 	return shardfs_fetch(fs, e, buf, size, off);
 }
 
+/* Are all of @set's shards plain ones fetched into a bounded cache (remote
+ * objects)?  A span push around a read at random then costs a GET per
+ * member it pushes, where the reader's own READ costs one per sample. */
+static bool all_fetched(const struct shard_set *set)
+{
+	for (uint32_t i = 0; i < set->nr; i++)
+		if (!set->shards[i].src->ahead_max || set->shards[i].src->encoding)
+			return false;
+	return set->nr > 0;
+}
+
 int shardfs_init_built(struct shardfs *fs)
 {
 	fs->streams = calloc(fs->set.nr ? fs->set.nr : 1, sizeof(*fs->streams));
@@ -84,6 +95,8 @@ int shardfs_init_built(struct shardfs *fs)
 	}
 	for (uint32_t i = 0; i < fs->set.nr; i++)
 		atomic_init(&fs->streams[i].served_lo, ~0ull);
+	if (all_fetched(&fs->set))
+		pushahead_cheap_reads(&fs->push);
 	control_init(&fs->control, &(struct control_source){
 		.idx = &fs->idx, .set = &fs->set, .streams = fs->streams,
 		.counters = &fs->counters, .opt = &fs->opt,
@@ -450,6 +463,62 @@ static ssize_t read_sparse(struct shardfs *fs, const struct shard_inode *in,
 	return (ssize_t)size;
 }
 
+/* Do entries @a and @b have the same WebDataset key (name up to its
+ * first '.', which both have)? */
+static bool same_key(const struct shard_index *idx, const struct shard_inode *a,
+		     const struct shard_inode *b)
+{
+	const char *an = shard_index_name(idx, a), *bn = shard_index_name(idx, b);
+	const char *dot = memchr(an, '.', a->name_len);
+	size_t key = dot ? (size_t)(dot - an) + 1 : 0;
+
+	return key && b->name_len >= key && !memcmp(an, bn, key);
+}
+
+/* Widen [*@lo, *@hi) by file entry @e, if it is of the sample of @in: same
+ * key and shard, plain, and next to the range in the shard. */
+static bool sample_member(const struct shard_index *idx, const struct shard_inode *in,
+			  uint32_t e, uint64_t *lo, uint64_t *hi)
+{
+	const struct shard_inode *m = &idx->inodes[e];
+
+	if (!S_ISREG(m->mode) || (m->flags & SHARD_INODE_SPARSE) || m->shard != in->shard ||
+	    !same_key(idx, in, m) || m->data > *hi + SHARDFS_SAMPLE_GAP ||
+	    m->data + m->size + SHARDFS_SAMPLE_GAP < *lo)
+		return false;
+	*lo = m->data < *lo ? m->data : *lo;
+	*hi = m->data + m->size > *hi ? m->data + m->size : *hi;
+	return true;
+}
+
+/*
+ * The bytes of the sample file entry @e (plain) belongs to, in its shard:
+ * its own data and that of the files of its key next to it in its
+ * directory (sorted by name: a key's files are adjacent) whose data lie
+ * next to it in the shard, as a WebDataset writer puts key.jpg,
+ * key.json, key.cls.  At most SHARDFS_WILLREAD_MAX bytes: else the file's
+ * first ones.
+ */
+static void sample_extent(const struct shard_index *idx, uint32_t e, uint64_t *lo,
+			  uint64_t *hi)
+{
+	const struct shard_inode *in = &idx->inodes[e], *dir = &idx->inodes[in->parent];
+	uint64_t first = dir->data, end = dir->data + dir->size;
+
+	*lo = in->data;
+	*hi = in->data + in->size;
+	for (uint32_t i = e; i > first && e - i < SHARDFS_SAMPLE_FILES &&
+	     sample_member(idx, in, i - 1, lo, hi); i--)
+		;
+	for (uint32_t i = e + 1; i < end && i - e <= SHARDFS_SAMPLE_FILES &&
+	     sample_member(idx, in, i, lo, hi); i++)
+		;
+	if (*hi - *lo > SHARDFS_WILLREAD_MAX) {
+		*lo = in->data;
+		*hi = in->data + (in->size < SHARDFS_WILLREAD_MAX ? in->size : SHARDFS_WILLREAD_MAX);
+	}
+}
+
 ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 		     uint64_t off)
 {
@@ -473,10 +542,13 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 	if (in->flags & SHARD_INODE_SPARSE) {
 		rc = read_sparse(fs, in, buf, size, off);
 	} else {
-		if (!off && size < in->size)
-			shard_source_advise(fs->set.shards[in->shard].src, in->data,
-					    in->size < SHARDFS_WILLREAD_MAX ? in->size :
-					    SHARDFS_WILLREAD_MAX, SHARD_SOURCE_WILLREAD);
+		uint64_t lo, hi;
+
+		if (!off) {
+			sample_extent(&fs->idx, (uint32_t)(ino - 1), &lo, &hi);
+			shard_source_advise(fs->set.shards[in->shard].src, lo, hi - lo,
+					    SHARD_SOURCE_WILLREAD);
+		}
 		rc = shard_pread(fs, in->shard, buf, size, in->data + off, &forward);
 		if (rc >= 0 && !forward)
 			atomic_fetch_add_explicit(&fs->counters.random_read_bytes,

@@ -4,11 +4,17 @@
  * bounded memory (chunk_cache.c).
  *
  * An object is read in chunks of chunk_size bytes at multiples of
- * chunk_size.  The cache knows nothing of HTTP, S3 or disks: it fills a
- * chunk through the callbacks of its configuration, load() (a local copy,
- * optional), else fetch() (one ranged read for a run of adjacent chunks),
- * and keeps it where store() (optional) may copy it.  The object behind an
- * owner is an opaque pointer handed to those callbacks.
+ * chunk_size.  A slot of the cache holds one chunk, or one range of it:
+ * a reader moving forward through an object (a stream) gets whole chunks
+ * and a window of them fetched ahead; a read that jumped (a sample at
+ * random) gets only the bytes it wants, those of the latest
+ * chunk_cache_willread() that holds it (a whole sample) or else its own.
+ * The cache knows nothing of HTTP, S3 or disks: it fills a slot through
+ * the callbacks of its configuration, load() (a local copy of a whole
+ * chunk, optional), else fetch() (one ranged read for a run of adjacent
+ * slots), and keeps a whole chunk where store() (optional) may copy it.
+ * The object behind an owner is an opaque pointer handed to those
+ * callbacks.
  *
  * Contract:
  * - chunk_cache_init() makes a cache, before any other call on it;
@@ -37,6 +43,7 @@
 #define SHARDFS_CHUNK_CACHE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +71,13 @@ struct chunk_cache_counters {
 	atomic_ullong hits;	/* chunk reads served from memory */
 	atomic_ullong misses;	/* chunk reads that waited for a fetch */
 	atomic_ullong prefetches; /* chunks fetched ahead of a reader */
+	atomic_ullong stream_bytes; /* bytes fetch() brought for streams
+				 * (whole chunks) */
+	atomic_ullong random_bytes; /* bytes fetch() brought for reads that
+				 * jumped (ranges) */
+	atomic_ullong random_fetches; /* fetch() calls for such ranges */
+	atomic_ullong coalesced; /* wanted ranges added to a fetch not yet
+				 * started rather than fetched apart */
 };
 
 /* How the cache is sized and filled. */
@@ -80,12 +94,14 @@ struct chunk_cache_config {
 	 * its length is whole, even if the call failed later. */
 	ssize_t (*fetch)(void *obj, const struct fetch_piece *piece, unsigned n,
 			 uint64_t off);
-	/* Chunk @index of @obj (@len bytes) into @buf from a local copy: 0,
-	 * or -errno (not there).  NULL: none. */
-	int (*load)(void *obj, uint64_t index, void *buf, size_t len);
-	/* Keep a local copy of chunk @index of @obj, just fetched whole.
+	/* Bytes [@off, @off + @len) of @obj (what one fetch would bring:
+	 * a chunk, a range, or the bytes that grow one) into @buf from a
+	 * local copy of exactly that range: 0, or -errno (not there).
 	 * NULL: none. */
-	void (*store)(void *obj, uint64_t index, const void *buf, size_t len);
+	int (*load)(void *obj, uint64_t off, void *buf, size_t len);
+	/* Keep a local copy of bytes [@off, @off + @len) of @obj, just
+	 * fetched whole by one fetch.  NULL: none. */
+	void (*store)(void *obj, uint64_t off, const void *buf, size_t len);
 	struct chunk_cache_counters *counters; /* bumped; outlives the cache */
 };
 
@@ -99,11 +115,18 @@ struct chunk_owner {
 	uint64_t size;		/* bytes of the object */
 	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
 				 * none): a read of the next one is forward */
-	atomic_uint window;	/* chunks to fetch ahead, grows to a cap */
-	atomic_ullong file_first; /* chunks of the file the latest WILLREAD */
-	atomic_ullong file_last; /* announced: stepping from the first into
-				 * the others is that file's read, no stream
-				 * (0, 0: none) */
+	atomic_ullong read_end;	/* end of the last read (UINT64_MAX: none) */
+	atomic_uint streak;	/* reads in a row that began just past the
+				 * one before: from CHUNK_STREAM_STREAK on,
+				 * the owner is a stream */
+	atomic_bool scanning;	/* read from start to end by the index
+				 * build: a stream (chunk_cache_scan) */
+	atomic_uint window;	/* chunks to fetch ahead, grows to a cap;
+				 * not 0: a stream, until a read jumps */
+	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */
+	atomic_ullong hint_end;	/* (a file or sample): a read inside is
+				 * that file's, no stream, and a jumped
+				 * one fetches them all (0, 0: none) */
 };
 
 /* Make a cache sized by @cfg, keeping its callbacks, in *@cachep;
@@ -122,16 +145,31 @@ void chunk_cache_release(struct chunk_cache *cache);
  * fetched one chunk twice, half of it none. */
 uint64_t chunk_cache_ahead_max(struct chunk_cache *cache);
 
-/* Read through the cache; the shard_source read() contract. */
+/* A stream needs no more reads in a row to be seen: from here on,
+ * misses fetch whole chunks and a window ahead (CHUNK_STREAM_STREAK). */
+#define CHUNK_STREAM_STREAK 2
+
+/* Read through the cache; the shard_source read() contract.  A read
+ * that missed fetches whole chunks for a stream; for one that jumped,
+ * the range of the latest WILLREAD from it (if that holds the read),
+ * else its own bytes. */
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off);
 
-/* Fetch the chunks of [@off, @off + @len) ahead of a forward reader. */
+/* Fetch the chunks of [@off, @off + @len) ahead of a stream (a window
+ * that grows with each call).  For an owner that is no stream (push-ahead
+ * about to read a piece around a read at random) nothing is fetched. */
 void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
 
-/* [@off, @off + @len) is being read (one file, in several reads): fetch
- * its first stretch of missing chunks with one GET, as a read's miss. */
+/* [@off, @off + @len) is being read (one file or one sample, in several
+ * reads): fetch what is missing of it with one GET, as a read's miss:
+ * whole chunks for a stream, else just those bytes. */
 void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len);
+
+/* @ow is read from start to end (@on) or no longer (!@on) by one
+ * reader whose reads are not all adjacent (the index build's scan): a
+ * stream, whatever its reads look like. */
+void chunk_cache_scan(struct chunk_owner *ow, bool on);
 
 /* Chunks of [@off, @off + @len) were consumed: evict them first. */
 void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len);

@@ -51,11 +51,18 @@
 /* Read errors logged per shard; later ones are only counted. */
 #define SHARDFS_READ_ERRORS_LOGGED 10
 
-/* A read at the start of a file that does not reach its end announces
- * the rest of the file, up to this many bytes, to the source
- * (SHARD_SOURCE_WILLREAD): a remote shard fetches the chunks of a file
- * that crosses a chunk boundary with one GET, not one per chunk. */
+/* A read at the start of a file announces its sample (the file and the
+ * files of the same WebDataset key next to it in its directory and in
+ * the shard), up to this many bytes, else the file, to the source
+ * (SHARD_SOURCE_WILLREAD): a remote shard fetches the sample of a reader
+ * at random with one GET, and the chunks of a file that crosses a chunk
+ * boundary with one GET, not one per chunk. */
 #define SHARDFS_WILLREAD_MAX (16u << 20)
+/* Files of a sample looked at on each side of the one read. */
+#define SHARDFS_SAMPLE_FILES 8
+/* Most bytes between two files of one sample in the shard (tar headers,
+ * a pax header, padding): further apart, they are read apart. */
+#define SHARDFS_SAMPLE_GAP (8u << 10)
 
 struct shardfs {
 	struct shard_set set;		/* shards, open for the mount's life */

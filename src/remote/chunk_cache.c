@@ -2,13 +2,26 @@
 /*
  * chunk_cache.c - remote shard bytes in aligned chunks, in bounded memory.
  *
- * A remote object is read in chunks of chunk_size bytes at multiples of
- * chunk_size, so that a full read of a shard takes ceil(size / chunk)
- * GETs and fetches no byte twice while its chunks stay cached.  A read
- * that misses on several adjacent chunks (a file across a chunk
- * boundary) fetches them with one ranged GET whose body is spread over
- * their slots, each slot filled, checked and cached as its own chunk: a
- * random read of one file is one GET wherever the file lies.
+ * A remote object read forward (a stream) is read in chunks of chunk_size
+ * bytes at multiples of chunk_size, so that a full read of a shard takes
+ * ceil(size / chunk) GETs and fetches no byte twice while its chunks stay
+ * cached.  A read that jumped (a sample at random) fetches only the range
+ * it wants, the sample its file's first READ announced (WILLREAD) or its
+ * own bytes, into the slot of the chunk the range lies in: fetching the
+ * 8 MiB chunk of each 100 KB sample made a shuffled epoch through a cache
+ * smaller than the set fetch 46-73x the bytes it used (docs/remote.md).
+ * A slot holds one range [lo, hi) of its chunk; a read just past it grows
+ * it (one GET for the missing bytes), a want just past a fetch not yet
+ * started joins that fetch (coalesced), and a read elsewhere in the chunk
+ * takes the slot over once nobody reads it.  A read or range across
+ * chunk boundaries fetches its adjacent pieces with one ranged GET whose
+ * body is spread over their slots, each filled, checked and cached as its
+ * own: a sample at random is one GET wherever it lies.
+ *
+ * A stream is an owner read CHUNK_STREAM_STREAK times in a row each just
+ * past the read before (a reader in shard order), one with a window open
+ * (fs.c's readahead), or the index build's scan; a read that lands far
+ * away (CHUNK_JUMP) ends it.
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (buffers are
  * allocated on a slot's first use, then kept: reads allocate nothing).  A
@@ -30,8 +43,12 @@
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
  * advances, and so does a read that steps into the next chunk (the index
  * build's scan); each call widens the owner's window (1, 2, 4 ... chunks,
- * up to a quarter of the cache) of chunks in flight.  Chunks a reader
- * has passed (advise(DONTNEED) reaching a chunk's end) are evicted first;
+ * up to a quarter of the cache) of chunks in flight; a WILLNEED for an
+ * owner that is no stream (push-ahead's piece around a read at random)
+ * fetches nothing ahead, which would bring the files the reader took
+ * already (measured: 1.57x the bytes used by a reader of every file).
+ * Chunks a reader has passed (advise(DONTNEED) reaching a chunk's end),
+ * and ranges fetched for a read that jumped once read, are evicted first;
  * a prefetch never evicts a chunk fetched ahead that no reader has used
  * yet (it stops instead), so a stream fetches no byte twice even when
  * many streams share a small cache (measured: 3 shards scanned at once
@@ -68,6 +85,17 @@
 #define CHUNK_HUGE_PAGE (2u << 20)
 /* Most adjacent chunks one GET fills for a read that missed them all. */
 #define CHUNK_RUN_MAX 32
+/* A read that begins at most this far past the end of the one before
+ * continues a stream (a reader in shard order skips a sample's small
+ * members: a few KiB); one that lands further than CHUNK_JUMP away,
+ * either way, jumped.  Between the two (readers of one stream whose
+ * READs arrive a little out of order) the owner stays what it was. */
+#define CHUNK_FORWARD_GAP (64u << 10)
+#define CHUNK_JUMP (1u << 20)
+/* Wanted bytes at most this far past a slot's range (or a fetch not yet
+ * started) are fetched with it: one GET instead of two, for a few
+ * bytes of tar headers and padding between them. */
+#define CHUNK_COALESCE_GAP (16u << 10)
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -81,7 +109,14 @@ struct chunk {
 	uint64_t index;		/* chunk number within the owner */
 	enum chunk_state state;	/* see above */
 	unsigned refs;		/* readers copying out, plus the fetcher */
-	size_t len;		/* valid bytes when ready */
+	size_t lo;		/* first byte of the chunk it holds */
+	size_t from;		/* [lo, from) was held before the fetch in
+				 * flight, which fills [from, hi) */
+	size_t hi;		/* end of the bytes it holds when ready */
+	bool ranged;		/* its fetch is for a read that jumped */
+	bool queued;		/* its fetch waits in a ring: hi may grow */
+	bool loaded_whole;	/* its fetch of a range found the whole chunk
+				 * on disk: it holds all of it once ready */
 	char *data;		/* chunk_size bytes, allocated on first use */
 	struct chunk *hnext;	/* next in its hash bucket */
 	struct chunk *prev, *next; /* LRU links (ready, refs == 0) or free list */
@@ -95,9 +130,9 @@ struct chunk {
 	struct chunk *run;	/* next chunk the same GET fills (loading,
 				 * set when queued), or NULL */
 	uint64_t used_ms;	/* last fetched or read (monotonic ms) */
-	struct fetch_progress progress; /* bytes of data filled so far,
-				 * while loading: readers need not wait for
-				 * the whole chunk */
+	struct fetch_progress progress; /* bytes of [from, hi) filled so
+				 * far, while loading: readers need not wait
+				 * for the whole range */
 };
 
 /* Loading chunks waiting for a worker, in order. */
@@ -279,7 +314,8 @@ static void make_free(struct chunk_cache *cc, struct chunk *c)
  * The least recently used chunk that may be evicted: one its reader went
  * past, or one read but then left alone for CHUNK_IDLE_MS; for a read
  * that missed, failing those, one fetched ahead and not read for
- * CHUNK_IDLE_MS.  A chunk a stream is still reading is kept (evicting it
+ * CHUNK_IDLE_MS; a range fetched for a read that jumped goes once read.
+ * A chunk a stream is still reading is kept (evicting it
  * would fetch its bytes twice: with 64 streams through 8 slots, 2 MB/s
  * instead of the link's speed), and a prefetch never evicts a chunk
  * fetched ahead that no reader has used.  NULL: wait.  O(slots) under the
@@ -291,13 +327,14 @@ static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 
 	for (int pass = 0; pass < (prefetch ? 1 : 2); pass++)
 		for (struct chunk *c = cc->lru.next; c != &cc->lru; c = c->next)
-			if (c->done || (now - c->used_ms >= CHUNK_IDLE_MS &&
-					c->consumed == !pass))
+			if (c->done || (c->ranged && c->consumed) ||
+			    (now - c->used_ms >= CHUNK_IDLE_MS && c->consumed == !pass))
 				return c;
 	return NULL;
 }
 
-/* A slot for chunk @index of @ow, loading, referenced once; or NULL. */
+/* A slot for chunk @index of @ow, loading, referenced once, holding
+ * nothing yet (set_range() says what to fetch); or NULL. */
 static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
 			       bool prefetch)
 {
@@ -314,6 +351,9 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	c->consumed = false;
 	c->done = false;
 	c->missed = false;
+	c->ranged = false;
+	c->queued = false;
+	c->lo = c->from = c->hi = 0;
 	c->run = NULL;
 	c->used_ms = monotonic_ms();
 	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
@@ -321,7 +361,6 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	c->index = index;
 	c->state = CHUNK_LOADING;
 	c->refs = 1;
-	c->len = 0;
 	c->hnext = cc->buckets[bucket_of(cc, ow, index)];
 	cc->buckets[bucket_of(cc, ow, index)] = c;
 	return c;
@@ -351,9 +390,12 @@ static void put_run(struct chunk_cache *cc, struct chunk *c)
 	}
 }
 
+/* Queue run @c (lock held); its chunks are queued until popped. */
 static void ring_push(struct chunk_cache *cc, struct ring *r, struct chunk *c)
 {
 	r->slot[(r->head + r->len++) % cc->nr] = c;
+	for (; c; c = c->run)
+		c->queued = true;
 }
 
 static struct chunk *ring_pop(struct chunk_cache *cc, struct ring *r)
@@ -362,6 +404,8 @@ static struct chunk *ring_pop(struct chunk_cache *cc, struct ring *r)
 
 	r->head = (r->head + 1) % cc->nr;
 	r->len--;
+	for (struct chunk *q = c; q; q = q->run)
+		q->queued = false;
 	return c;
 }
 
@@ -401,36 +445,111 @@ static size_t chunk_bytes(struct chunk_cache *cc, const struct chunk *c)
 						       : (size_t)cc->cfg.chunk_size;
 }
 
-/* Does loading chunk @c hold all its bytes? */
-static bool complete(struct chunk_cache *cc, struct chunk *c)
+/* Bytes of the object a fetch brings: [off, end); ranged: for a read
+ * that jumped. */
+struct want {
+	uint64_t off;		/* first byte wanted */
+	uint64_t end;		/* past the last one */
+	bool ranged;		/* not a stream's whole chunks */
+};
+
+/* End of what @w wants of chunk @c, within the chunk. */
+static size_t want_hi(struct chunk_cache *cc, const struct chunk *c, const struct want *w)
 {
-	return atomic_load_explicit(&c->progress.bytes, memory_order_acquire) ==
-	       chunk_bytes(cc, c);
+	uint64_t base = c->index * cc->cfg.chunk_size;
+
+	assert(w->end > base);
+	return w->end - base < chunk_bytes(cc, c) ? (size_t)(w->end - base) : chunk_bytes(cc, c);
 }
 
-/* One GET fills the adjacent chunks of a run from @first up to @end
- * (excluded); those that came whole go to the disk cache. */
+/* Have empty chunk @c fetch what @w wants of it (lock held). */
+static void set_range(struct chunk_cache *cc, struct chunk *c, const struct want *w)
+{
+	uint64_t base = c->index * cc->cfg.chunk_size;
+
+	c->lo = c->from = w->off > base ? (size_t)(w->off - base) : 0;
+	c->hi = want_hi(cc, c, w);
+	c->ranged = w->ranged;
+	assert(c->lo < c->hi);
+}
+
+/* Bytes of the fetch in flight into @c that arrived. */
+static size_t arrived(const struct chunk *c)
+{
+	return atomic_load_explicit(&c->progress.bytes, memory_order_acquire);
+}
+
+/* Does loading chunk @c hold all the bytes of its fetch? */
+static bool complete(const struct chunk *c)
+{
+	return arrived(c) == c->hi - c->from;
+}
+
+/* End of the bytes of @c a reader may copy, from c->lo on: all once
+ * ready; while loading, what has arrived; none after a failed fetch (the
+ * read fails, rather than copy what came and meet the next fetch of the
+ * same bytes). */
+static size_t avail_end(const struct chunk *c)
+{
+	return c->state == CHUNK_READY ? c->hi : c->state == CHUNK_LOADING ?
+	       c->from + arrived(c) : 0;
+}
+
+/* One GET fills the runs' ranges from @first up to @end (excluded),
+ * adjacent in the object; each range that came whole goes to the disk
+ * cache as it was fetched (a stream's whole chunk, a sample, the bytes
+ * that grew a range), so that a later epoch asking the same finds it. */
 static void get_stretch(struct chunk_cache *cc, struct chunk *first, struct chunk *end)
 {
+	struct chunk_cache_counters *k = cc->cfg.counters;
 	struct fetch_piece piece[CHUNK_RUN_MAX];
 	struct chunk *r = first;
+	unsigned long long got = 0;
 	unsigned n = 0;
 
 	do {
 		assert(n < CHUNK_RUN_MAX);	/* extend_run() */
-		piece[n++] = (struct fetch_piece){ r->data, chunk_bytes(cc, r), &r->progress };
+		piece[n++] = (struct fetch_piece){ r->data + r->from, r->hi - r->from,
+						   &r->progress };
 	} while ((r = r->run) != end);
-	cc->cfg.fetch(first->owner->obj, piece, n, first->index * cc->cfg.chunk_size);
-	for (r = first; r != end && cc->cfg.store; r = r->run)
-		if (complete(cc, r))
-			cc->cfg.store(r->owner->obj, r->index, r->data, chunk_bytes(cc, r));
+	cc->cfg.fetch(first->owner->obj, piece, n,
+		      first->index * cc->cfg.chunk_size + first->from);
+	for (r = first; r != end; r = r->run) {
+		got += arrived(r);
+		if (cc->cfg.store && complete(r))
+			cc->cfg.store(r->owner->obj, r->index * cc->cfg.chunk_size + r->from,
+				      r->data + r->from, r->hi - r->from);
+	}
+	atomic_fetch_add_explicit(first->ranged ? &k->random_bytes : &k->stream_bytes, got,
+				  memory_order_relaxed);
+	if (first->ranged)
+		atomic_fetch_add_explicit(&k->random_fetches, 1, memory_order_relaxed);
 }
 
 /*
- * Fill the loading chunks of run @c (adjacent chunks of one owner): each
- * from the disk cache if it is there, the others with one GET per stretch
- * of adjacent ones (lock not held).  A chunk is ready when all its bytes
- * came, even if a later one of its GET failed.
+ * Fill chunk @r's fetch from the disk cache (lock not held): its range as
+ * fetched before, or the whole chunk (a range of a new slot: a stream
+ * kept the chunk whole, then a reader at random wants part of it; no
+ * reader copies from the slot yet, so the bytes before the range may be
+ * written).  True when there.
+ */
+static bool load(struct chunk_cache *cc, struct chunk *r)
+{
+	uint64_t base = r->index * cc->cfg.chunk_size;
+	size_t whole = chunk_bytes(cc, r);
+
+	if (r->from == r->lo && r->hi - r->lo < whole &&
+	    !cc->cfg.load(r->owner->obj, base, r->data, whole))
+		return r->loaded_whole = true;
+	return !cc->cfg.load(r->owner->obj, base + r->from, r->data + r->from, r->hi - r->from);
+}
+
+/*
+ * Fill the loading ranges of run @c (adjacent in one owner): each from
+ * the disk cache if it is there, the others with one GET per stretch of
+ * adjacent ones (lock not held), then drop the fetcher's references.  A
+ * chunk is ready when all its bytes came, even if a later one of its GET
+ * failed.
  */
 static void fetch(struct chunk_cache *cc, struct chunk *c)
 {
@@ -440,13 +559,12 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 		r->progress.notify = progress_notify;
 		if (!r->data)
 			r->data = chunk_buffer_alloc(cc->cfg.chunk_size); /* once per slot */
-		if (r->data && cc->cfg.load &&
-		    !cc->cfg.load(r->owner->obj, r->index, r->data, chunk_bytes(cc, r)))
-			atomic_store_explicit(&r->progress.bytes, chunk_bytes(cc, r),
+		if (r->data && cc->cfg.load && load(cc, r))
+			atomic_store_explicit(&r->progress.bytes, r->hi - r->from,
 					      memory_order_release);
 	}
 	for (r = c;; r = r->run) {
-		bool get = r && r->data && !complete(cc, r);
+		bool get = r && r->data && !complete(r);
 
 		if (get && !first)
 			first = r;
@@ -459,10 +577,18 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 	}
 	pthread_mutex_lock(&cc->lock);
 	for (r = c; r; r = r->run) {
-		r->len = complete(cc, r) ? chunk_bytes(cc, r) : 0;
-		r->state = r->len ? CHUNK_READY : CHUNK_FAILED;
+		r->state = r->data && complete(r) ? CHUNK_READY : CHUNK_FAILED;
+		if (r->loaded_whole) {
+			r->lo = r->from = 0;
+			r->hi = chunk_bytes(cc, r);
+			atomic_store_explicit(&r->progress.bytes, r->hi, memory_order_relaxed);
+			r->loaded_whole = false;
+		}
 	}
 	pthread_cond_broadcast(&cc->changed);
+	/* with the state: once ready, a chunk may be given a new fetch and
+	 * run at once (grow()), which a later put_run() would cut */
+	put_run(cc, c);	/* the fetcher's references */
 	pthread_mutex_unlock(&cc->lock);
 }
 
@@ -496,99 +622,231 @@ static void fetch_for_reader(struct chunk_cache *cc, struct chunk *c)
 	pthread_mutex_unlock(&cc->lock);
 	fetch(cc, c);
 	pthread_mutex_lock(&cc->lock);
-	put_run(cc, c);	/* the fetcher's references */
 }
 
 /*
- * Chunk @c (just taken for a read that missed it) heads a run: take the
- * chunks after it up to @last that are not cached either, while slots are
- * free or evictable, so that one GET fetches them all (lock held).
+ * Chunk @c (just given its range for a read that missed it) heads a run:
+ * when its range reaches the chunk's end, take the chunks after it that
+ * @w wants and that are not cached either, while slots are free or
+ * evictable (as a prefetch may evict, with @prefetch), so that one GET
+ * fetches them all (lock held).
  */
-static void extend_run(struct chunk_cache *cc, struct chunk *c, uint64_t last)
+static void extend_run(struct chunk_cache *cc, struct chunk *c, const struct want *w,
+		       bool prefetch)
 {
 	struct chunk *tail = c, *n;
 
-	for (uint64_t i = c->index + 1; i <= last && i - c->index < CHUNK_RUN_MAX; i++) {
-		if (find(cc, c->owner, i) || !(n = take_slot(cc, c->owner, i, false)))
+	for (uint64_t i = c->index + 1; tail->hi == chunk_bytes(cc, tail) &&
+	     i * cc->cfg.chunk_size < w->end && i - c->index < CHUNK_RUN_MAX; i++) {
+		if (find(cc, c->owner, i) || !(n = take_slot(cc, c->owner, i, prefetch)))
 			break;
+		set_range(cc, n, w);
 		n->missed = true;
 		tail->run = n;
 		tail = n;
 	}
 }
 
+/* Start a fetch of what @w wants of chunk @c (taken, or ready and
+ * emptied): its range, and the chunks after it (lock held). */
+static void start_fetch(struct chunk_cache *cc, struct chunk *c, const struct want *w)
+{
+	extend_run(cc, c, w, false);
+	fetch_for_reader(cc, c);
+}
+
 /*
- * Chunk @index of @ow, referenced, with its first @need bytes present
- * (or settled: ready with fewer, or failed): from the cache, or after
- * waiting for the part of a fetch in flight that the reader needs.  A
- * miss fetches the chunks after it up to @last that are missing too with
- * the same GET.  *@avail gets the bytes that may be copied (0: failed).
+ * Chunk @c holds no [@in, @need) of its bytes, which @w wants: have it
+ * fetch them with @refs more references (the reader's), lock held.  A
+ * fetch of it not yet started takes them if they lie just past its end
+ * (coalesced: one GET); a ready chunk holding the bytes just before them
+ * fetches from its end on; one nobody reads takes @w's range instead.
+ * False: it cannot now (loading, failed, or read elsewhere).
+ */
+static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, size_t in,
+		 size_t need, unsigned refs)
+{
+	struct chunk_cache_counters *k = cc->cfg.counters;
+	bool after = c->lo <= in && in <= c->hi + CHUNK_COALESCE_GAP;
+	size_t hi = want_hi(cc, c, w);
+
+	assert(hi >= need);
+	if (c->state == CHUNK_LOADING && c->queued && !c->run && after) {
+		c->hi = hi > c->hi ? hi : c->hi;
+		c->refs += refs;
+		atomic_fetch_add_explicit(&k->coalesced, 1, memory_order_relaxed);
+		return true;
+	}
+	if (c->state != CHUNK_READY || (!after && c->refs))
+		return false;
+	lru_remove(c);
+	if (after) {
+		c->from = c->hi;
+		c->hi = hi;
+		c->ranged = w->ranged;
+	} else {
+		set_range(cc, c, w);
+	}
+	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
+	c->state = CHUNK_LOADING;
+	c->done = c->consumed = false;
+	c->missed = !refs;
+	c->refs += 1 + refs;	/* the fetcher's and the reader's */
+	c->used_ms = monotonic_ms();
+	start_fetch(cc, c, w);
+	return true;
+}
+
+/*
+ * Chunk @index of @ow, referenced, with its bytes [@in, @need) present
+ * (or settled: failed): from the cache, or after waiting for the part of
+ * a fetch in flight that the reader needs.  A miss fetches what @w wants
+ * of it, and of the chunks after it that are missing too, with one GET.
+ * *@avail gets the end of the bytes that may be copied (<= @in: failed).
  */
 static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
-			     uint64_t last, size_t need, size_t *avail)
+			     const struct want *w, size_t in, size_t need, size_t *avail)
 {
 	struct chunk *c;
-	bool load = false;
+	bool load = true;
 
 	pthread_mutex_lock(&cc->lock);
 	for (;;) {
-		if ((c = find(cc, ow, index))) {
+		if ((c = find(cc, ow, index)) && c->lo <= in && need <= c->hi) {
 			c->refs++;
 			lru_remove(c);
 			load = c->missed;
 			c->missed = false;
 			break;
 		}
-		if ((c = take_slot(cc, ow, index, false))) {
-			load = true;
+		if (c && grow(cc, c, w, in, need, 1))
+			break;
+		if (!c && (c = take_slot(cc, ow, index, false))) {
+			set_range(cc, c, w);
 			c->refs++;	/* the reader's; the fetcher has one */
-			extend_run(cc, c, last);
-			fetch_for_reader(cc, c);
+			start_fetch(cc, c, w);
 			break;
 		}
 		wait_a_little(cc);	/* backpressure */
 	}
-	while (c->state == CHUNK_LOADING &&
-	       atomic_load_explicit(&c->progress.bytes, memory_order_acquire) < need)
+	while (c->state == CHUNK_LOADING && avail_end(c) < need)
 		wait_a_little(cc);	/* woken by each piece that arrives */
-	*avail = c->state == CHUNK_READY ? c->len : c->state == CHUNK_FAILED ? 0 :
-		 atomic_load_explicit(&c->progress.bytes, memory_order_acquire);
+	*avail = avail_end(c);
 	pthread_mutex_unlock(&cc->lock);
 	atomic_fetch_add_explicit(load ? &cc->cfg.counters->misses :
 				  &cc->cfg.counters->hits, 1, memory_order_relaxed);
 	return c;
 }
 
+/* How a read at @off follows the last read of @ow: 1 just past its end
+ * (forward), -1 far from it (a jump), 0 in between or the first read. */
+static int step_of(struct chunk_owner *ow, uint64_t off)
+{
+	uint64_t prev = atomic_load_explicit(&ow->read_end, memory_order_relaxed);
+
+	if (prev == UINT64_MAX)
+		return 0;
+	if (off >= prev && off - prev <= CHUNK_FORWARD_GAP)
+		return 1;
+	return (off > prev ? off - prev : prev - off) > CHUNK_JUMP ? -1 : 0;
+}
+
+/* Is @ow read as a stream, after @streak forward reads in a row: scanned,
+ * a window open, or enough of them? */
+static bool is_stream(struct chunk_owner *ow, unsigned streak)
+{
+	return atomic_load_explicit(&ow->scanning, memory_order_relaxed) ||
+	       streak >= CHUNK_STREAM_STREAK ||
+	       atomic_load_explicit(&ow->window, memory_order_relaxed);
+}
+
+/* Account a read of [@off, @end) of @ow; is it part of a stream?  A jump
+ * ends the stream until reads in a row say so again. */
+static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
+{
+	int step = step_of(ow, off);
+	unsigned streak = 0;
+
+	atomic_store_explicit(&ow->read_end, end, memory_order_relaxed);
+	if (step > 0) {
+		streak = atomic_fetch_add_explicit(&ow->streak, 1, memory_order_relaxed) + 1;
+	} else if (step < 0) {
+		atomic_store_explicit(&ow->streak, 0, memory_order_relaxed);
+		atomic_store_explicit(&ow->window, 0, memory_order_relaxed);
+	} else {
+		streak = atomic_load_explicit(&ow->streak, memory_order_relaxed);
+	}
+	return is_stream(ow, streak);
+}
+
+/* What a miss of [@off, @end) fetches: for a stream, the whole chunks
+ * it lies in; else just those bytes. */
+static struct want want_of(struct chunk_cache *cc, uint64_t off, uint64_t end, bool stream)
+{
+	uint64_t cs = cc->cfg.chunk_size;
+
+	if (stream)
+		return (struct want){ off / cs * cs, (end + cs - 1) / cs * cs, false };
+	return (struct want){ off, end, true };
+}
+
+/* What a read of [@off, @off + @len) of @ow that misses fetches: whole
+ * chunks for a stream; else the latest WILLREAD from @off on when it
+ * holds the read, or the read's own bytes. */
+static struct want read_want(struct chunk_owner *ow, uint64_t off, uint64_t len, bool stream)
+{
+	uint64_t end = off + len;
+	uint64_t hint_off = atomic_load_explicit(&ow->hint_off, memory_order_relaxed);
+	uint64_t hint_end = atomic_load_explicit(&ow->hint_end, memory_order_relaxed);
+
+	if (!stream && hint_off <= off && end <= hint_end)
+		end = hint_end;
+	return want_of(ow->cache, off, end, stream);
+}
+
+/* Is chunk @index inside the file of the latest WILLREAD, past its
+ * first chunk (stepping into it is that file's read, no stream)? */
+static bool inside_hint(struct chunk_owner *ow, uint64_t index)
+{
+	uint64_t cs = ow->cache->cfg.chunk_size;
+	uint64_t hint_off = atomic_load_explicit(&ow->hint_off, memory_order_relaxed);
+	uint64_t hint_end = atomic_load_explicit(&ow->hint_end, memory_order_relaxed);
+
+	return hint_end && index > hint_off / cs && index <= (hint_end - 1) / cs;
+}
+
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off)
 {
 	struct chunk_cache *cc = ow->cache;
-	uint64_t first = off / cc->cfg.chunk_size, last, prev;
+	uint64_t first = off / cc->cfg.chunk_size, prev;
+	struct want w;
 	size_t done = 0;
+	bool stream;
 
 	if (off >= ow->size || !len)
 		return 0;
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
-	last = (off + len - 1) / cc->cfg.chunk_size;
-	/* a reader stepping into the next chunk (the index build's scan, or
+	stream = note_read(ow, off, off + len);
+	w = read_want(ow, off, len, stream);
+	/* a stream stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
 	 * ahead of it (from the next chunk: starting past the chunks of this
 	 * read put the window one chunk further out, which in a cache of 8
 	 * slots fetched a chunk twice) */
 	prev = atomic_exchange_explicit(&ow->last_chunk, first, memory_order_relaxed);
-	if (prev != UINT64_MAX && prev + 1 == first) {
+	if (stream && prev != UINT64_MAX && prev + 1 == first) {
 		chunk_cache_dontneed(ow, prev * cc->cfg.chunk_size, cc->cfg.chunk_size);
-		if (first <= atomic_load_explicit(&ow->file_first, memory_order_relaxed) ||
-		    first > atomic_load_explicit(&ow->file_last, memory_order_relaxed))
+		if (!inside_hint(ow, first))
 			chunk_cache_willneed(ow, (first + 1) * cc->cfg.chunk_size, cc->cfg.chunk_size);
 	}
 	while (done < len) {
 		uint64_t pos = off + done, index = pos / cc->cfg.chunk_size;
 		size_t in = (size_t)(pos % cc->cfg.chunk_size), avail;
 		size_t n = len - done < cc->cfg.chunk_size - in ? len - done : cc->cfg.chunk_size - in;
-		/* referenced: its first avail bytes stay as they are */
-		struct chunk *c = acquire(cc, ow, index, last, in + n, &avail);
+		/* referenced: its bytes up to avail stay as they are */
+		struct chunk *c = acquire(cc, ow, index, &w, in, in + n, &avail);
 		bool failed = avail <= in;
 
 		if (!failed) {
@@ -640,7 +898,6 @@ static void *fetch_worker(void *arg)
 		cc->busy_ahead -= ahead;
 		if (ahead && cc->ahead.len)
 			pthread_cond_signal(&cc->work);
-		put_run(cc, c);	/* the fetcher's references */
 	}
 	pthread_mutex_unlock(&cc->lock);
 	return NULL;
@@ -677,8 +934,14 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 							 cc->cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
 	unsigned cap = window_max(cc);
+	bool stream = is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed));
 
 	if (off >= ow->size)
+		return;
+	/* no stream (yet): push-ahead's piece around a read at random, or
+	 * readahead ahead of reads not yet known to be a stream's; fetched
+	 * ahead, the piece would bring the members the reader took already */
+	if (!stream)
 		return;
 	window = window ? (window * 2 < cap ? window * 2 : cap) : 1;
 	atomic_store_explicit(&ow->window, window, memory_order_relaxed);
@@ -693,6 +956,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		if (!c)
 			break;	/* every slot is busy or unread: no prefetch
 				 * past cache_mem */
+		set_range(cc, c, &(struct want){ 0, ow->size, false });
 		ring_push(cc, &cc->ahead, c);
 		pthread_cond_signal(&cc->work);
 	}
@@ -702,24 +966,42 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 {
 	struct chunk_cache *cc = ow->cache;
-	uint64_t index = off / cc->cfg.chunk_size, last;
+	uint64_t cs = cc->cfg.chunk_size, end;
+	int step = step_of(ow, off);
+	struct want w;
 	struct chunk *c;
 
 	if (off >= ow->size || !len)
 		return;
-	last = (off + (len < ow->size - off ? len : ow->size - off) - 1) / cc->cfg.chunk_size;
-	atomic_store_explicit(&ow->file_first, index, memory_order_relaxed);
-	atomic_store_explicit(&ow->file_last, last, memory_order_relaxed);
+	end = off + (len < ow->size - off ? len : ow->size - off);
+	atomic_store_explicit(&ow->hint_off, off, memory_order_relaxed);
+	atomic_store_explicit(&ow->hint_end, end, memory_order_relaxed);
+	w = want_of(cc, off, end, step >= 0 &&
+		    is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) +
+			      (step > 0)));
 	pthread_mutex_lock(&cc->lock);
-	while (index <= last && find(cc, ow, index))
-		index++;
 	/* a hint: no waiting for a slot, the read that follows does that */
-	if (index <= last && (c = take_slot(cc, ow, index, false))) {
-		c->missed = true;
-		extend_run(cc, c, last);
-		fetch_for_reader(cc, c);
+	for (uint64_t i = off / cs; i * cs < end; i++) {
+		size_t in = off > i * cs ? (size_t)(off - i * cs) : 0;
+		size_t need = (size_t)((end < (i + 1) * cs ? end : (i + 1) * cs) - i * cs);
+
+		if ((c = find(cc, ow, i)) && c->lo <= in && need <= c->hi)
+			continue;
+		if (c) {
+			grow(cc, c, &w, in, need, 0);
+		} else if ((c = take_slot(cc, ow, i, false))) {
+			set_range(cc, c, &w);
+			c->missed = true;
+			start_fetch(cc, c, &w);
+		}
+		break;
 	}
 	pthread_mutex_unlock(&cc->lock);
+}
+
+void chunk_cache_scan(struct chunk_owner *ow, bool on)
+{
+	atomic_store_explicit(&ow->scanning, on, memory_order_relaxed);
 }
 
 void chunk_cache_dontneed(struct chunk_owner *ow, uint64_t off, uint64_t len)

@@ -2,9 +2,10 @@
 /*
  * disk_cache.c - remote chunks kept on a node-local disk (-o cache_dir=).
  *
- * One file per chunk, DIR/<2 hex>/<32 hex>.chunk, named by a 128-bit
- * keyed hash of the object's URL, validator (ETag, else Last-Modified),
- * size, the chunk size and the chunk number: later mounts of the same set
+ * One file per chunk, or per range fetched for a read at random (a
+ * sample), DIR/<2 hex>/<32 hex>.chunk, named by a 128-bit keyed hash of
+ * the object's URL, validator (ETag, else Last-Modified), size, and the
+ * range's offset and length: later mounts of the same set
  * (same objects, same validators) find the chunks, a replaced object (new
  * ETag or Last-Modified) never matches its old ones.  An object with
  * neither validator is never cached: nothing would tell its versions
@@ -99,10 +100,10 @@ bool disk_cache_chunk_name(const char *name)
 	return !strcmp(name + 32, ".chunk");
 }
 
-static XXH128_hash_t chunk_key(const struct remote_object *o, uint64_t index)
+static XXH128_hash_t chunk_key(const struct remote_object *o, uint64_t off, size_t len)
 {
 	XXH3_state_t st;
-	uint64_t nums[4] = { o->size, (uint64_t)o->mtime, remote_cfg.chunk_size, index };
+	uint64_t nums[4] = { o->size, (uint64_t)o->mtime, off, len };
 
 	XXH3_128bits_reset_withSecret(&st, dc.key, sizeof(dc.key));
 	XXH3_128bits_update(&st, o->name, strlen(o->name) + 1);
@@ -380,7 +381,7 @@ static bool cacheable(const struct remote_object *o)
 	return dc.dir && remote_validator(o) != REMOTE_VALIDATOR_NONE;
 }
 
-int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
+int disk_cache_load(const struct remote_object *o, uint64_t off, void *buf,
 		    size_t len)
 {
 	struct remote_counters *c = &remote_cfg.counters;
@@ -395,7 +396,7 @@ int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
 		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);
 		return -ENOENT;	/* no key yet: no chunk either */
 	}
-	k = chunk_key(o, index);
+	k = chunk_key(o, off, len);
 	i = chunk_name(k, name);
 	sub = open_sub(i, false);
 	/* never blocks (a FIFO), never follows a link (ELOOP: one is there,
@@ -511,7 +512,7 @@ static void store_failed(int err)
 			 "disk_store_errors, logged once)", dc.dir, strerror(-err));
 }
 
-void disk_cache_store(const struct remote_object *o, uint64_t index,
+void disk_cache_store(const struct remote_object *o, uint64_t off,
 		      const void *buf, size_t len)
 {
 	char name[DISK_CACHE_NAME_MAX];
@@ -521,7 +522,7 @@ void disk_cache_store(const struct remote_object *o, uint64_t index,
 
 	if (!cacheable(o) || !have_key())
 		return;
-	k = chunk_key(o, index);
+	k = chunk_key(o, off, len);
 	h = (struct disk_chunk_header){ DISK_CACHE_MAGIC, k.low64, k.high64, len, 0 };
 	h.checksum = chunk_checksum(&h, buf, len);
 	sub = open_sub(chunk_name(k, name), true);

@@ -27,13 +27,15 @@ bool disk_cache_chunk_name(const char *name);
 int disk_cache_init(const char *dir, uint64_t limit);
 void disk_cache_release(void);
 
-/* Chunk @index of @o (@len bytes) from disk into @buf: 0, or -ENOENT
- * (absent) or -EBADMSG (failed a check: deleted). */
-int disk_cache_load(const struct remote_object *o, uint64_t index, void *buf,
+/* Bytes [@off, @off + @len) of @o (a chunk, or the range fetched for a
+ * read at random), as stored, from disk into @buf: 0, or -ENOENT (absent)
+ * or -EBADMSG (failed a check: deleted). */
+int disk_cache_load(const struct remote_object *o, uint64_t off, void *buf,
 		    size_t len);
 
-/* Keep chunk @index of @o on disk; failures only cost a later fetch. */
-void disk_cache_store(const struct remote_object *o, uint64_t index,
+/* Keep bytes [@off, @off + @len) of @o on disk; failures only cost a
+ * later fetch. */
+void disk_cache_store(const struct remote_object *o, uint64_t off,
 		      const void *buf, size_t len);
 
 #endif

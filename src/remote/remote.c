@@ -113,14 +113,14 @@ static ssize_t fetch_chunks(void *obj, const struct fetch_piece *piece,
 	return remote_http_read(obj, piece, n, off);
 }
 
-static int load_chunk(void *obj, uint64_t index, void *buf, size_t len)
+static int load_chunk(void *obj, uint64_t off, void *buf, size_t len)
 {
-	return disk_cache_load(obj, index, buf, len);
+	return disk_cache_load(obj, off, buf, len);
 }
 
-static void store_chunk(void *obj, uint64_t index, const void *buf, size_t len)
+static void store_chunk(void *obj, uint64_t off, const void *buf, size_t len)
 {
-	disk_cache_store(obj, index, buf, len);
+	disk_cache_store(obj, off, buf, len);
 }
 
 int remote_init(const struct remote_options *ro)
@@ -306,6 +306,11 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"shardfs_remote_requests_total %llu\n"
 			"# TYPE shardfs_remote_bytes_total counter\n"
 			"shardfs_remote_bytes_total %llu\n"
+			"# TYPE shardfs_remote_fetched_bytes_total counter\n"
+			"shardfs_remote_fetched_bytes_total{access=\"sequential\"} %llu\n"
+			"shardfs_remote_fetched_bytes_total{access=\"random\"} %llu\n"
+			"# TYPE shardfs_remote_random_fetches_total counter\n"
+			"shardfs_remote_random_fetches_total %llu\n"
 			"# TYPE shardfs_remote_retries_total counter\n"
 			"shardfs_remote_retries_total %llu\n"
 			"# TYPE shardfs_remote_errors_total counter\n"
@@ -320,19 +325,25 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			"shardfs_remote_disk_hits_total %llu\n"
 			"# TYPE shardfs_remote_disk_store_errors_total counter\n"
 			"shardfs_remote_disk_store_errors_total %llu\n",
-			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
+			req, counter(&k->bytes), counter(&k->cache.stream_bytes),
+			counter(&k->cache.random_bytes), counter(&k->cache.random_fetches),
+			counter(&k->retries), counter(&k->errors),
 			counter(&k->cache.hits), counter(&k->cache.misses), lat / 1e6,
 			counter(&k->disk_hits), counter(&k->disk_store_errors));
 	else
 		n = snprintf(buf, cap,
 			"  \"remote\": {\"requests\": %llu, \"bytes\": %llu, "
+			"\"fetched\": {\"sequential_bytes\": %llu, \"random_bytes\": %llu, "
+			"\"random_fetches\": %llu, \"coalesced\": %llu}, "
 			"\"retries\": %llu, \"errors\": %llu, \"replaced_objects\": %llu, "
 			"\"cache_hits\": %llu, \"cache_misses\": %llu, \"prefetches\": %llu, "
 			"\"latency_mean_ms\": %.3f, \"latency_max_ms\": %.3f, "
 			"\"disk_hits\": %llu, \"disk_misses\": %llu, \"disk_corrupt\": %llu, "
 			"\"disk_store_errors\": %llu, "
 			"\"chunk_size\": %llu, \"cache_mem\": %llu},\n",
-			req, counter(&k->bytes), counter(&k->retries), counter(&k->errors),
+			req, counter(&k->bytes), counter(&k->cache.stream_bytes),
+			counter(&k->cache.random_bytes), counter(&k->cache.random_fetches),
+			counter(&k->cache.coalesced), counter(&k->retries), counter(&k->errors),
 			counter(&k->replaced), counter(&k->cache.hits),
 			counter(&k->cache.misses), counter(&k->cache.prefetches),
 			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,

@@ -78,6 +78,8 @@ static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
 		atomic_store_explicit(&r->ranged_scan, advice == SHARD_SOURCE_SCAN &&
 				      remote_cfg.index_fetch == REMOTE_INDEX_RANGED,
 				      memory_order_relaxed);
+		/* its reads skip the members' data: a stream all the same */
+		chunk_cache_scan(&r->owner, advice == SHARD_SOURCE_SCAN);
 		break;
 	}
 }
@@ -139,7 +141,8 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
 					 .push.ahead_max = chunk_cache_ahead_max(remote_cfg.chunk_cache) };
 	r->owner = (struct chunk_owner){ .cache = remote_cfg.chunk_cache, .obj = &r->obj,
-					 .size = r->obj.size, .last_chunk = UINT64_MAX };
+					 .size = r->obj.size, .last_chunk = UINT64_MAX,
+					 .read_end = UINT64_MAX };
 	info->stored_size = r->obj.size;
 	info->mtime = (struct timespec){ .tv_sec = r->obj.mtime };
 	info->ctime = (struct timespec){

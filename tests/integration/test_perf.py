@@ -36,6 +36,9 @@ from remote_servers import (CHUNK, digests, one_chunk_member, remote_stats,
                             straddling_member)
 from remote_site import requests, settled_stats, spec
 
+# Bytes in front of the data of a cache_dir file (struct disk_chunk_header).
+DISK_HEADER = 40
+
 # the fixtures site, url and cache_env
 pytest_plugins = ("remote_site",)
 
@@ -63,14 +66,16 @@ def test_every_byte_and_request_bounds(site, url, tmp_path, cache_env):
         with open(ref / victim, "rb") as f:
             assert data == f.read()
         assert requests(mnt) == len(names) + 1
-        # a full read of one shard: at most ceil(size/chunk) + 1 GETs
+        # a full read of one shard: at most ceil(size/chunk) + 2 GETs
+        # (its first two files are not known to be a stream's yet: each
+        # fetches its own bytes, as a read at random does)
         before = settled_stats(mnt)
         first = [p for p in sorted(digests(ref)) if p.startswith("s0/")]
         for p in first:
             lib.read_member(mnt / p)
         after = remote_stats(mnt)
         size = os.path.getsize(www / names[0])
-        assert (after["requests"] - after["retries"]) - (before["requests"] - before["retries"]) <= math.ceil(size / CHUNK) + 1
+        assert (after["requests"] - after["retries"]) - (before["requests"] - before["retries"]) <= math.ceil(size / CHUNK) + 2
         assert after["bytes"] - before["bytes"] <= size
 
 
@@ -125,12 +130,13 @@ def read_page_by_page(path):
         os.close(fd)
 
 
-# A file across chunk boundaries is fetched with one GET of its chunks,
-# whether the kernel asks for it in one READ (a whole-file read of a file
-# across two 1 MiB chunks) or in many (page by page, a file across four
-# or more 64 KiB chunks: the first READ announces the rest of the file;
-# the shard readahead and push-ahead that a run of forward READs starts
-# are turned off, as they would rightly fetch past the file).
+# A file read at random across chunk boundaries is fetched with one GET of
+# its bytes (its sample is the file alone here), whether the kernel asks
+# for it in one READ (a whole-file read of a file across two 1 MiB chunks)
+# or in many (page by page, a file across four or more 64 KiB chunks: the
+# first READ announces the whole file; the shard readahead and push-ahead
+# that a run of forward READs starts are turned off, as they would
+# rightly fetch past the file).
 @pytest.mark.parametrize("chunk,spans,page_by_page", [(CHUNK, 2, False),
                                                       (64 << 10, 4, True)])
 def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cache_env,
@@ -150,8 +156,7 @@ def test_random_read_of_a_file_across_chunks_is_one_get(site, url, tmp_path, cac
         after = settled_stats(mnt)
         size = os.path.getsize(www / names[1])
         assert after["requests"] - before["requests"] == 1, (before, after)
-        assert after["bytes"] - before["bytes"] == \
-            min(size, (last + 1) * chunk) - first * chunk
+        assert after["bytes"] - before["bytes"] == len(data), (before, after)
 
 
 # A 2 MiB cache of 256 KiB chunks is smaller than one push-ahead window
@@ -232,9 +237,16 @@ def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_
     mnt = tmp_path / "mnt"
     with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
         assert digests(mnt) == digests(ref)
+    # every byte fetched is on disk, as the GETs brought it: whole chunks
+    # (the index build's and the reader's), and the ranges of the first
+    # files of each shard (read before the reader was known to be a
+    # stream: their chunk may also be there whole, from the build)
     files = sorted(cache.glob("*/*.chunk"))
     total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
-    assert len(files) == total
+    sizes = sum(os.path.getsize(www / n) for n in names)
+    stored = sum(os.path.getsize(f) - DISK_HEADER for f in files)
+    assert total <= len(files) <= total + 3 * len(names)
+    assert 0.99 * sizes <= stored <= sizes + len(names) * CHUNK
     # a torn file and a flipped byte: deleted and fetched again
     with open(files[0], "r+b") as f:
         f.truncate(os.path.getsize(files[0]) // 2)
@@ -250,7 +262,7 @@ def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_
         st = remote_stats(mnt)
     assert st["disk_corrupt"] == 2
     assert st["requests"] - st["retries"] == len(names) + 2, st
-    assert st["disk_hits"] >= total - 2
+    assert st["disk_hits"] >= len(files) - 2
 
 
 def test_published_index(site, tmp_path, cache_env):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What a shuffled reader costs the local storage: bytes read from the
-shards (backing_read_bytes in /.shardfs/stats) against the bytes of the
-files it read, with push-ahead at its default.
+"""What a shuffled reader costs the storage: bytes read from local
+shards (backing_read_bytes in /.shardfs/stats), or fetched from an
+http:// store (remote bytes), against the bytes of the files it read, with
+push-ahead at its default.
 
 One node of N under DistributedSampler reads every N-th file of a
 shuffled order: a 1/N share of every 4 MiB piece of the shards.  Pushing
@@ -23,6 +24,8 @@ import random
 
 import pytest
 
+import remote_servers as rs
+import remote_site
 import shardfs_testlib as lib
 
 SHARDS = 4
@@ -72,17 +75,6 @@ def read_share(mnt, content, names):
     return after["backing_read_bytes"] - before["backing_read_bytes"], used, after
 
 
-def forget_pages(mnt, content):
-    """Have the kernel drop the mount's cached pages of every file (as a
-    new epoch after the page cache was reclaimed), keeping its inodes."""
-    for name in content:
-        fd = os.open(os.path.join(mnt, name), os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def list_tree(mnt):
     for _ in os.walk(mnt):      # as ImageFolder does first
         pass
@@ -116,7 +108,7 @@ def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
         assert stats["pushahead"]["spans"] == 0, stats["pushahead"]
         reads_before = stats["ops"]["read"]["count"]
 
-        forget_pages(mnt, content)
+        lib.forget_pages(mnt, content)
         every = shuffled(content, 2)
         got, used, stats = read_share(mnt, content, every)
         assert got <= BOUND * used, ("dense after sparse", got, used, stats["pushahead"])
@@ -131,9 +123,46 @@ def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
         else:
             assert reads < 0.8 * len(every), (reads, len(every), stats["pushahead"])
 
-        forget_pages(mnt, content)
+        lib.forget_pages(mnt, content)
         got, used, stats = read_share(mnt, content, shuffled(content, 3)[::4])
         assert got <= BOUND * used, ("sparse after dense", got, used, stats["pushahead"])
         assert stats["pushahead"]["passes"] >= 2, stats["pushahead"]
         assert abs(stats["pushahead"]["density"] - 0.25) < 0.05, stats["pushahead"]
         assert stats["pushahead"]["spans"] == spans, stats["pushahead"]
+
+
+# --------------------------------------------------------------------------
+# the same shares from an http:// store
+
+
+def remote_fetched(mnt):
+    """(body bytes, GETs) the mount had from the server, once the GETs in
+    flight finished."""
+    st = remote_site.settled_stats(mnt)
+    return st["bytes"], st["requests"] - st["retries"], st
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nodes", [2, 8])
+def test_a_node_share_fetches_at_most_the_bound(tmp_path, dataset, nodes):
+    """One node's share read from nginx through a memory cache of 8 MiB,
+    a seventh of the set: a READ that jumped fetches its file, not a
+    chunk, so the store sends at most 1.1x the bytes used, in one GET
+    per file (push-ahead at its default)."""
+    shards, content = dataset
+    mnt = tmp_path / "mnt"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    spec = "%s/shard-{00..%02d}.tar"
+    with rs.nginx(shards, str(tmp_path / "ng")) as url, \
+            lib.mounted(spec % (url, SHARDS - 1), mnt, "-o",
+                        "chunk_size=1M,cache_mem=8M", env=env):
+        list_tree(mnt)
+        names = shuffled(content, nodes)[::nodes]
+        bytes_before, gets_before, _ = remote_fetched(mnt)
+        _, used, _ = read_share(mnt, content, names)
+        bytes_after, gets_after, st = remote_fetched(mnt)
+    got, gets = bytes_after - bytes_before, gets_after - gets_before
+    assert got <= BOUND * used, (nodes, got, used, st)
+    # a GET per file, and the shards' first opens (one probe each)
+    assert gets <= len(names) + SHARDS, (nodes, gets, len(names), st)
+    assert st["fetched"]["random_bytes"] >= 0.9 * used, st

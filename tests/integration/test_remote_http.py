@@ -143,3 +143,37 @@ def test_disk_cache_stays_within_cache_size(site, url, tmp_path, cache_env):
     assert 0 < on_disk <= 5 << 20
 
 
+
+
+def _read_all(mnt, ref, rels):
+    """Read RELS of the mount whole, each compared with the reference."""
+    for rel in rels:
+        with open(os.path.join(mnt, rel), "rb") as f, open(os.path.join(ref, rel), "rb") as g:
+            assert f.read() == g.read(), rel
+
+
+def test_dense_reader_after_sparse_one_gets_every_byte(site, url, tmp_path, cache_env):
+    """A node's sparse share at random (ranges fetched), then every file
+    at random, then every file in shard order (whole chunks), then the
+    sparse share again, on one mount through a cache of 4 chunks: every
+    byte right, and both access classes were taken."""
+    import random
+    www, names, ref = site
+    rels = sorted(digests(ref))
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                     env=cache_env):
+        for _ in os.walk(mnt):
+            pass
+        sparse = random.Random(1).sample(rels, len(rels) // 4)
+        _read_all(mnt, ref, sparse)
+        assert remote_stats(mnt)["fetched"]["random_bytes"] > 0
+        lib.forget_pages(mnt, rels)
+        _read_all(mnt, ref, random.Random(2).sample(rels, len(rels)))
+        lib.forget_pages(mnt, rels)
+        _read_all(mnt, ref, sorted(rels, key=lambda r: (
+            int(os.getxattr(mnt / r, "user.shardfs.shard_index")),
+            int(os.getxattr(mnt / r, "user.shardfs.offset")))))
+        assert remote_stats(mnt)["fetched"]["sequential_bytes"] > 0
+        lib.forget_pages(mnt, rels)
+        _read_all(mnt, ref, sparse)

@@ -361,6 +361,18 @@ def drop_caches(what=3):
         time.sleep(0.05)
 
 
+def forget_pages(mnt, names):
+    """Have the kernel drop the mount's cached pages of NAMES (as a new
+    epoch after the page cache was reclaimed), keeping its inodes: the
+    next reads reach the daemon."""
+    for name in names:
+        fd = os.open(os.path.join(mnt, name), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,

@@ -4,8 +4,14 @@
  * served and counted, concurrent readers of one chunk sharing one fetch,
  * eviction in a small cache, readers waiting while every slot is busy,
  * a failed fetch giving -EIO and being fetched again, prefetch windows,
- * forgetting an owner, and two caches side by side.  No network: the fetcher fills chunks with a
- * pattern of their offset and can be held (a gate) or made to fail.
+ * forgetting an owner, and two caches side by side; and the ranges of
+ * reads that jumped: only their bytes (or their WILLREAD's) fetched,
+ * adjacent wants coalesced into one fetch, a forward stream still given
+ * whole chunks and a window, ranges evicted once read, a failed extension,
+ * ranges kept and found again through load/store, and readers growing
+ * ranges at once.  No network: the
+ * fetcher fills chunks with a pattern of their offset and can be held (a
+ * gate) or made to fail.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +33,10 @@
 #define WAIT_MAX_MS 5000
 /* How long a test gives a thread to do what it must not (ms). */
 #define SETTLE_MS 50
+/* Further than a read at random lands from the one before (the cache's
+ * CHUNK_JUMP, 1 MiB), in chunks; and objects that leave room for it. */
+#define FAR (300 * CHUNK)
+#define BIG (4 * FAR)
 
 /* A remote object: its bytes are a pattern of their offset and tag. */
 struct object {
@@ -40,7 +50,9 @@ static struct {
 	bool gate_closed;	/* fetches wait until it opens */
 	unsigned calls;		/* fetches made */
 	unsigned pieces;	/* chunks they filled, in all */
-	uint64_t fail_off;	/* a fetch at this offset fails (UINT64_MAX:
+	uint64_t last_off;	/* first byte of the latest fetch */
+	uint64_t last_len;	/* its bytes */
+	uint64_t fail_off;	/* a fetch of this byte fails (UINT64_MAX:
 				 * none) */
 } fake = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -58,15 +70,20 @@ static unsigned char byte_at(const struct object *o, uint64_t off)
 static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n,
 			  uint64_t off)
 {
+	uint64_t len = 0;
 	bool fail;
 	ssize_t done = 0;
 
+	for (unsigned i = 0; i < n; i++)
+		len += piece[i].len;
 	pthread_mutex_lock(&fake.lock);
 	fake.calls++;
 	fake.pieces += n;
+	fake.last_off = off;
+	fake.last_len = len;
 	while (fake.gate_closed)
 		pthread_cond_wait(&fake.opened, &fake.lock);
-	fail = off == fake.fail_off;
+	fail = off <= fake.fail_off && fake.fail_off < off + len;
 	pthread_mutex_unlock(&fake.lock);
 	if (fail)
 		return -EIO;
@@ -126,10 +143,19 @@ static void cache_init(unsigned chunks, unsigned threads)
 			 0);
 }
 
+/* @ow reads @o: a reader at random until it reads forward. */
 static void owner_init(struct chunk_owner *ow, struct object *o, uint64_t size)
 {
 	*ow = (struct chunk_owner){ .cache = cache, .obj = o, .size = size };
 	atomic_store(&ow->last_chunk, UINT64_MAX);
+	atomic_store(&ow->read_end, UINT64_MAX);
+}
+
+/* @ow reads @o as a stream, whatever its reads look like. */
+static void stream_init(struct chunk_owner *ow, struct object *o, uint64_t size)
+{
+	owner_init(ow, o, size);
+	chunk_cache_scan(ow, true);
 }
 
 /* Read [@off, @off + @len) of @ow: what the read returned, or -EBADMSG
@@ -154,10 +180,11 @@ static unsigned long long count(atomic_ullong *c)
 	return atomic_load(c);
 }
 
-/* A read in a thread: the whole chunk @chunk, then advise(DONTNEED). */
+/* A read in a thread: [off, off + len), then advise(DONTNEED). */
 struct reader {
 	struct chunk_owner *ow;	/* what is read */
-	uint64_t chunk;		/* which chunk */
+	uint64_t off;		/* first byte */
+	size_t len;		/* bytes */
 	ssize_t result;		/* chunk_cache_read()'s */
 	atomic_bool finished;	/* the read returned */
 	pthread_t thread;	/* running it */
@@ -167,19 +194,27 @@ static void *reader_run(void *arg)
 {
 	struct reader *r = arg;
 
-	r->result = read_check(r->ow, r->chunk * CHUNK, CHUNK);
-	chunk_cache_dontneed(r->ow, r->chunk * CHUNK, CHUNK);
+	r->result = read_check(r->ow, r->off, r->len);
+	chunk_cache_dontneed(r->ow, r->off, r->len);
 	atomic_store(&r->finished, true);
 	return NULL;
 }
 
-static void reader_start(struct reader *r, struct chunk_owner *ow, uint64_t chunk)
+static void reader_start_at(struct reader *r, struct chunk_owner *ow, uint64_t off,
+			    size_t len)
 {
 	r->ow = ow;
-	r->chunk = chunk;
+	r->off = off;
+	r->len = len;
 	r->result = 0;
 	atomic_store(&r->finished, false);
 	assert_int_equal(pthread_create(&r->thread, NULL, reader_run, r), 0);
+}
+
+/* A read of chunk @chunk whole, in a thread. */
+static void reader_start(struct reader *r, struct chunk_owner *ow, uint64_t chunk)
+{
+	reader_start_at(r, ow, chunk * CHUNK, CHUNK);
 }
 
 static void test_read_served(void **state)
@@ -189,7 +224,7 @@ static void test_read_served(void **state)
 	uint64_t size = 10 * CHUNK + 100;
 
 	cache_init(8, 2);
-	owner_init(&ow, &o, size);
+	stream_init(&ow, &o, size);
 	/* across a chunk boundary: both chunks with one fetch */
 	assert_int_equal(read_check(&ow, CHUNK - 10, 30), 30);
 	assert_int_equal(fetch_calls(), 1);
@@ -282,7 +317,7 @@ static void test_fetch_error(void **state)
 
 	cache_init(8, 2);
 	owner_init(&ow, &o, 8 * CHUNK);
-	fake.fail_off = 3 * CHUNK;
+	fake.fail_off = 3 * CHUNK + 50;
 	assert_int_equal(read_check(&ow, 3 * CHUNK + 7, 100), -EIO);
 	assert_int_equal(fetch_calls(), 1);
 	pthread_mutex_lock(&fake.lock);
@@ -306,6 +341,12 @@ static void test_willneed_prefetch(void **state)
 
 	cache_init(8, 2);	/* a window of at most 2 chunks */
 	owner_init(&ow, &o, 8 * CHUNK);
+	/* no stream: push-ahead's piece for a reader at random is not
+	 * fetched ahead (it would bring what the reader took already) */
+	chunk_cache_willneed(&ow, 0, CHUNK);
+	sleep_ms(SETTLE_MS);
+	assert_int_equal(fetch_calls(), 0);
+	chunk_cache_scan(&ow, true);
 	chunk_cache_willneed(&ow, 0, CHUNK);
 	WAIT_FOR(count(&counters.prefetches) == 1);
 	assert_int_equal(read_check(&ow, 0, CHUNK), CHUNK);
@@ -353,6 +394,7 @@ static void test_forget_owner(void **state)
 	assert_int_equal(fetch_calls(), 3);
 	/* a fetch running when its owner is forgotten is waited for */
 	gate(true);
+	chunk_cache_scan(&a, true);
 	chunk_cache_willneed(&a, 5 * CHUNK, CHUNK);
 	WAIT_FOR(fetch_calls() == 4);
 	assert_int_equal(pthread_create(&t, NULL, forget_run, &f), 0);
@@ -379,8 +421,8 @@ static void test_two_caches(void **state)
 				 .fetch_threads = 1, .prefetch_threads = 1,
 				 .fetch = fake_fetch, .counters = &other_counters }),
 			 0);
-	owner_init(&a, &o, 8 * CHUNK);
-	owner_init(&b, &o, 8 * CHUNK);
+	stream_init(&a, &o, 8 * CHUNK);
+	stream_init(&b, &o, 8 * CHUNK);
 	b.cache = other;
 	/* one object through both: each cache fetches, counts and sizes its
 	 * own chunks */
@@ -397,6 +439,306 @@ static void test_two_caches(void **state)
 	assert_int_equal(read_check(&a, CHUNK, 10), 10);	/* a's still there */
 	assert_int_equal(count(&counters.hits), 1);
 	chunk_cache_forget(&a);
+}
+
+/* The latest fetch: its first byte and length. */
+static void assert_last_fetch(uint64_t off, uint64_t len)
+{
+	uint64_t last_off, last_len;
+
+	pthread_mutex_lock(&fake.lock);
+	last_off = fake.last_off;
+	last_len = fake.last_len;
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(last_off, off);
+	assert_int_equal(last_len, len);
+}
+
+static void test_jumped_read_fetches_its_range(void **state)
+{
+	struct object o = { 10 };
+	struct chunk_owner ow;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a read that jumped: its bytes only, counted random */
+	assert_int_equal(read_check(&ow, 5 * CHUNK + 100, 200), 200);
+	assert_int_equal(fetch_calls(), 1);
+	assert_last_fetch(5 * CHUNK + 100, 200);
+	WAIT_FOR(count(&counters.random_bytes) == 200);	/* after the fetch */
+	assert_int_equal(count(&counters.random_fetches), 1);
+	assert_int_equal(count(&counters.stream_bytes), 0);
+	/* inside it: served from memory */
+	assert_int_equal(read_check(&ow, 5 * CHUNK + 150, 100), 100);
+	assert_int_equal(fetch_calls(), 1);
+	assert_int_equal(count(&counters.hits), 1);
+	/* just past its end: only the missing bytes, into the same slot */
+	assert_int_equal(read_check(&ow, 5 * CHUNK + 250, 150), 150);
+	assert_int_equal(fetch_calls(), 2);
+	assert_last_fetch(5 * CHUNK + 300, 100);
+	/* before it: the slot, read by nobody, takes the new range */
+	assert_int_equal(read_check(&ow, 5 * CHUNK, 50), 50);
+	assert_last_fetch(5 * CHUNK, 50);
+	/* across a chunk boundary: both pieces with one fetch */
+	assert_int_equal(read_check(&ow, FAR + 10 * CHUNK - 30, 60), 60);
+	assert_last_fetch(FAR + 10 * CHUNK - 30, 60);
+	assert_int_equal(fake.pieces, 5);
+	chunk_cache_forget(&ow);
+}
+
+static void test_willread_fetches_the_sample_once(void **state)
+{
+	struct object o = { 11 };
+	struct chunk_owner ow;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a sample of 3 files across a chunk boundary, read file by file */
+	chunk_cache_willread(&ow, 3 * CHUNK - 1000, 3000);
+	assert_int_equal(read_check(&ow, 3 * CHUNK - 1000, 1500), 1500);
+	chunk_cache_willread(&ow, 3 * CHUNK + 1000, 500);
+	assert_int_equal(read_check(&ow, 3 * CHUNK + 1000, 500), 500);
+	assert_int_equal(read_check(&ow, 3 * CHUNK + 1500, 500), 500);
+	assert_int_equal(fetch_calls(), 1);
+	assert_last_fetch(3 * CHUNK - 1000, 3000);
+	WAIT_FOR(count(&counters.random_bytes) == 3000);
+	/* a later read of the sample: from the hint on, not just its own */
+	chunk_cache_forget(&ow);
+	chunk_cache_willread(&ow, FAR + 7 * CHUNK + 10, 2000);
+	WAIT_FOR(fetch_calls() == 2);
+	assert_int_equal(read_check(&ow, FAR + 7 * CHUNK + 1010, 100), 100);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+static void test_adjacent_wants_coalesce(void **state)
+{
+	struct object o = { 12 };
+	struct chunk_owner ow;
+	struct reader r[3];
+
+	cache_init(8, 1);	/* one fetch thread: the others queue */
+	owner_init(&ow, &o, BIG);
+	gate(true);
+	reader_start_at(&r[0], &ow, CHUNK + 10, 100);
+	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
+	reader_start_at(&r[1], &ow, FAR + 100, 100);
+	sleep_ms(SETTLE_MS);		/* queued behind it */
+	reader_start_at(&r[2], &ow, FAR + 250, 150);
+	WAIT_FOR(count(&counters.coalesced) == 1);
+	gate(false);
+	for (unsigned i = 0; i < 3; i++) {
+		pthread_join(r[i].thread, NULL);
+		assert_int_equal(r[i].result, (ssize_t)r[i].len);
+	}
+	/* one fetch for the two wants and the bytes between them */
+	assert_int_equal(fetch_calls(), 2);
+	assert_last_fetch(FAR + 100, 300);
+	chunk_cache_forget(&ow);
+}
+
+static void test_forward_stream_gets_whole_chunks(void **state)
+{
+	struct object o = { 13 };
+	struct chunk_owner ow;
+	uint64_t off = 0;
+
+	cache_init(16, 2);	/* a window of up to 4 chunks */
+	owner_init(&ow, &o, BIG);
+	/* reads in a row, each where the one before ended: ranges for the
+	 * first CHUNK_STREAM_STREAK - 1, then whole chunks and a window */
+	for (unsigned i = 0; i < CHUNK_STREAM_STREAK + 1; i++, off += 100)
+		assert_int_equal(read_check(&ow, off, 100), 100);
+	WAIT_FOR(count(&counters.stream_bytes) == CHUNK - 200);
+	for (; off < 3 * CHUNK; off += 1000)
+		assert_int_equal(read_check(&ow, off, 1000), 1000);
+	WAIT_FOR(count(&counters.prefetches) >= 1);
+	WAIT_FOR(count(&counters.stream_bytes) >= 3 * CHUNK - 200);
+	assert_int_equal(count(&counters.random_bytes), 200);
+	/* a jump ends the stream: a range again */
+	assert_int_equal(read_check(&ow, FAR + 7, 10), 10);
+	WAIT_FOR(count(&counters.random_bytes) == 210);
+	chunk_cache_forget(&ow);
+}
+
+static void test_ranges_read_are_evicted_first(void **state)
+{
+	struct object o = { 14 };
+	struct chunk_owner ow;
+
+	cache_init(4, 4);	/* a thread per slot */
+	owner_init(&ow, &o, BIG);
+	for (uint64_t c = 0; c < 4; c++)
+		assert_int_equal(read_check(&ow, c * FAR / 2 + 1, 10), 10);
+	/* every slot holds a range that was read: a hint (which never
+	 * waits for a slot) takes one at once */
+	chunk_cache_willread(&ow, 3 * FAR, 10);
+	WAIT_FOR(fetch_calls() == 5);
+	assert_int_equal(read_check(&ow, 3 * FAR, 10), 10);
+	assert_int_equal(fetch_calls(), 5);
+	/* a range being fetched is not taken by a hint */
+	gate(true);
+	for (uint64_t c = 0; c < 4; c++)
+		chunk_cache_willread(&ow, 2 * FAR + c * CHUNK, 10);
+	WAIT_FOR(fetch_calls() == 9);
+	chunk_cache_willread(&ow, 2 * FAR + 4 * CHUNK, 10);
+	sleep_ms(SETTLE_MS);
+	assert_int_equal(fetch_calls(), 9);
+	gate(false);
+	chunk_cache_forget(&ow);
+}
+
+static void test_failed_extension(void **state)
+{
+	struct object o = { 15 };
+	struct chunk_owner ow;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, 8 * CHUNK);
+	assert_int_equal(read_check(&ow, 2 * CHUNK, 100), 100);
+	pthread_mutex_lock(&fake.lock);
+	fake.fail_off = 2 * CHUNK + 150;
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(read_check(&ow, 2 * CHUNK + 100, 100), -EIO);
+	assert_int_equal(fetch_calls(), 2);
+	pthread_mutex_lock(&fake.lock);
+	fake.fail_off = UINT64_MAX;
+	pthread_mutex_unlock(&fake.lock);
+	/* not kept: fetched again, every byte right */
+	for (int w = 0; read_check(&ow, 2 * CHUNK, 200) == -EIO; w++) {
+		assert_true(w < WAIT_MAX_MS);
+		sleep_ms(1);
+	}
+	assert_int_equal(read_check(&ow, 2 * CHUNK, 200), 200);
+	chunk_cache_forget(&ow);
+}
+
+/* A local copy of ranges (as cache_dir keeps them): one slot, under
+ * fake.lock. */
+static struct {
+	uint64_t off;		/* first byte kept */
+	size_t len;		/* bytes kept (0: none) */
+	char buf[CHUNK];	/* the bytes */
+	unsigned loads;		/* load() served */
+} disk;
+
+static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&fake.lock);
+	if (disk.len && off == disk.off && len == disk.len) {
+		memcpy(buf, disk.buf, len);
+		disk.loads++;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&fake.lock);
+	return rc;
+}
+
+static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
+{
+	pthread_mutex_lock(&fake.lock);
+	disk.off = off;
+	disk.len = len;
+	memcpy(disk.buf, buf, len);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* The range kept: its first byte, or UINT64_MAX when it is not @len
+ * bytes long. */
+static uint64_t disk_kept(size_t len)
+{
+	uint64_t off;
+
+	pthread_mutex_lock(&fake.lock);
+	off = disk.len == len ? disk.off : UINT64_MAX;
+	pthread_mutex_unlock(&fake.lock);
+	return off;
+}
+
+static void test_ranges_stored_and_loaded(void **state)
+{
+	struct object o = { 16 };
+	struct chunk_owner ow;
+	unsigned loads;
+
+	counters = (struct chunk_cache_counters){ 0 };
+	disk.len = disk.loads = 0;
+	fake.calls = 0;
+	fake.fail_off = UINT64_MAX;
+	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
+				 .chunk_size = CHUNK, .mem = 8 * CHUNK,
+				 .fetch_threads = 2, .prefetch_threads = 1,
+				 .fetch = fake_fetch, .load = fake_load, .store = fake_store,
+				 .counters = &counters }),
+			 0);
+	owner_init(&ow, &o, 8 * CHUNK);
+	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
+	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
+	assert_int_equal(fetch_calls(), 1);
+	WAIT_FOR(disk_kept(1000) == 4 * CHUNK + 64);	/* after the fetch */
+	/* the next epoch (the memory forgotten): the same range from disk */
+	chunk_cache_forget(&ow);
+	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
+	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
+	assert_int_equal(fetch_calls(), 1);
+	pthread_mutex_lock(&fake.lock);
+	loads = disk.loads;
+	pthread_mutex_unlock(&fake.lock);
+	assert_int_equal(loads, 1);
+	/* a chunk a stream kept whole serves a range of it, and then the
+	 * rest of the chunk, from memory */
+	chunk_cache_forget(&ow);
+	chunk_cache_scan(&ow, true);
+	assert_int_equal(read_check(&ow, 6 * CHUNK, 10), 10);
+	WAIT_FOR(disk_kept(CHUNK) == 6 * CHUNK);
+	chunk_cache_forget(&ow);
+	chunk_cache_scan(&ow, false);
+	assert_int_equal(read_check(&ow, 6 * CHUNK + 100, 10), 10);
+	assert_int_equal(read_check(&ow, 6 * CHUNK + 2000, 10), 10);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+/* Reads in a row through one area of an owner, each growing the range
+ * its slot holds. */
+struct stepper {
+	struct chunk_owner *ow;	/* what is read */
+	uint64_t off;		/* where the first read starts */
+	ssize_t bad;		/* the first read that failed, or 0 */
+	pthread_t thread;	/* running it */
+};
+
+static void *stepper_run(void *arg)
+{
+	struct stepper *s = arg;
+
+	for (unsigned i = 0; i < 400 && !s->bad; i++)
+		if (read_check(s->ow, s->off + i * 20, 20) != 20)
+			s->bad = -(ssize_t)i - 1;
+	return NULL;
+}
+
+static void test_concurrent_extensions(void **state)
+{
+	struct object o = { 17 };
+	struct chunk_owner ow;
+	struct stepper s[4];
+
+	/* four readers in turn on one owner, each a jump from the others:
+	 * ranges, grown read after read while their fetches settle */
+	cache_init(4, 4);
+	owner_init(&ow, &o, BIG);
+	for (unsigned i = 0; i < 4; i++) {
+		s[i] = (struct stepper){ .ow = &ow, .off = i * FAR / 2 + 7 };
+		assert_int_equal(pthread_create(&s[i].thread, NULL, stepper_run, &s[i]), 0);
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(s[i].thread, NULL);
+		assert_int_equal(s[i].bad, 0);
+	}
+	chunk_cache_forget(&ow);
 }
 
 /* After each test, passed or not: no fetch left waiting at the gate. */
@@ -419,6 +761,14 @@ int main(void)
 		cmocka_unit_test_teardown(test_willneed_prefetch, cache_release),
 		cmocka_unit_test_teardown(test_forget_owner, cache_release),
 		cmocka_unit_test_teardown(test_two_caches, cache_release),
+		cmocka_unit_test_teardown(test_jumped_read_fetches_its_range, cache_release),
+		cmocka_unit_test_teardown(test_willread_fetches_the_sample_once, cache_release),
+		cmocka_unit_test_teardown(test_adjacent_wants_coalesce, cache_release),
+		cmocka_unit_test_teardown(test_forward_stream_gets_whole_chunks, cache_release),
+		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
+		cmocka_unit_test_teardown(test_failed_extension, cache_release),
+		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
+		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
