@@ -79,7 +79,7 @@ static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
 static bool all_fetched(const struct shard_set *set)
 {
 	for (uint32_t i = 0; i < set->nr; i++)
-		if (!set->shards[i].src->ahead_max || set->shards[i].src->encoding)
+		if (!set->shards[i].src->push.ahead_max || set->shards[i].src->encoding)
 			return false;
 	return set->nr > 0;
 }
