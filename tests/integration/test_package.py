@@ -553,8 +553,10 @@ def test_textfile_collector(installed, shard_set, tmp_path):
                if not line.startswith("#")]
     assert samples
     label = '{mountpoint="%s"}' % mnt
-    assert all(re.fullmatch(r"shardfs_\w+%s \S+" % re.escape(label), s)
-               for s in samples), samples
+    # the mount point first, then a series' own labels, if any
+    labelled = r'shardfs_\w+\{mountpoint="%s"(,\w+="[^"]*")*\} \S+' % re.escape(str(mnt))
+    assert all(re.fullmatch(labelled, s) for s in samples), samples
+    assert any(',access="random"}' in s for s in samples), samples
     assert "shardfs_files%s 36" % label in samples
     # the mount is gone: the stale file goes too
     assert lib.run_cmd(["sh", collector, str(mnt), str(out)]).returncode != 0
