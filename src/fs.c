@@ -73,17 +73,6 @@ static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
 	return shardfs_fetch(fs, e, buf, size, off);
 }
 
-/* Are all of @set's shards plain ones fetched into a bounded cache (remote
- * objects)?  A span push around a read at random then costs a GET per
- * member it pushes, where the reader's own READ costs one per sample. */
-static bool all_fetched(const struct shard_set *set)
-{
-	for (uint32_t i = 0; i < set->nr; i++)
-		if (!set->shards[i].src->push.ahead_max || set->shards[i].src->encoding)
-			return false;
-	return set->nr > 0;
-}
-
 int shardfs_init_built(struct shardfs *fs)
 {
 	fs->streams = calloc(fs->set.nr ? fs->set.nr : 1, sizeof(*fs->streams));
@@ -95,8 +84,6 @@ int shardfs_init_built(struct shardfs *fs)
 	}
 	for (uint32_t i = 0; i < fs->set.nr; i++)
 		atomic_init(&fs->streams[i].served_lo, ~0ull);
-	if (all_fetched(&fs->set))
-		pushahead_cheap_reads(&fs->push);
 	control_init(&fs->control, &(struct control_source){
 		.idx = &fs->idx, .set = &fs->set, .streams = fs->streams,
 		.counters = &fs->counters, .opt = &fs->opt,

@@ -381,8 +381,11 @@ struct shard_policy {
  * The window is smaller than p->window where the source's cache holds
  * less (a remote shard's chunk cache); spans go unless they were found
  * wasted (spans_wasted), and for a plain shard unless READs are cheap
- * (pushahead_cheap_reads: a compressed shard's READs decode the span
- * anyway); a worker leaps where decoding sets the pace (decode_bound).
+ * (pushahead_cheap_reads) or each member pushed would be a request of
+ * its own (fetched: a remote object; 1.55-1.65 GETs a sample with span
+ * pushes, 1.00 without, the same bytes) -- a compressed shard's READs
+ * decode the span anyway; a worker leaps where decoding sets the pace
+ * (decode_bound).
  */
 static struct shard_policy policy_of(const struct pushahead *p, uint32_t shard)
 {
@@ -394,7 +397,8 @@ static struct shard_policy policy_of(const struct pushahead *p, uint32_t shard)
 		.window = max && max < p->window ? max : p->window,
 		.spans = !atomic_load_explicit(&pol->spans_off, memory_order_relaxed) &&
 			 (src->encoding ||
-			  !atomic_load_explicit(&pol->cheap_reads, memory_order_relaxed)),
+			  (!src->push.fetched &&
+			   !atomic_load_explicit(&pol->cheap_reads, memory_order_relaxed))),
 		.leap = src->push.decode_bound,
 	};
 }

@@ -260,18 +260,14 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
 
 /*
- * Say that span pushes around READs at random cost more than they save:
- * plain shards read at random then get none.  Two callers: a READ costs
- * the daemon little (FUSE over io_uring: a few microseconds, served on
- * the reader's CPU), where the pushes' reads of the storage would only
- * queue ahead of the READs (shuffled cold, 4 threads, side by side:
- * 0.88-0.95x loose with them, 0.99-1.02x without; over /dev/fuse
- * 0.98-1.16x with them, 0.89-0.95x without); and a mount whose shards
- * are all remote objects (fs.c), where each member pushed is a GET of
- * its own while the reader's READ fetches its whole sample in one
- * (1.55-1.65 GETs a sample with them, 1.00 without, the same bytes).  A
- * compressed shard keeps them: its READs decode the span anyway.  Any
- * thread, any time.
+ * Say that a READ costs the daemon little (FUSE over io_uring: a few
+ * microseconds, served on the reader's CPU): plain shards read at random
+ * then get no span pushes, whose reads of the storage would only queue
+ * ahead of the READs (shuffled cold, 4 threads, side by side: 0.88-0.95x
+ * loose with them, 0.99-1.02x without; over /dev/fuse 0.98-1.16x with
+ * them, 0.89-0.95x without).  A compressed shard keeps them: its READs
+ * decode the span anyway.  (A remote shard gets none in any case: its
+ * hints say fetched.)  Any thread, any time.
  */
 void pushahead_cheap_reads(struct pushahead *p);
 

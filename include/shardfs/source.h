@@ -97,6 +97,11 @@ struct shard_push_hints {
 				 * overtaken by its reader goes on at the
 				 * next seek span, not behind the READs'
 				 * decoder */
+	bool fetched;		/* a read the source's cache misses is a
+				 * request to a store (a remote object):
+				 * a member pushed around a READ at random
+				 * costs a request of its own, where the
+				 * READ fetches its whole sample in one */
 };
 
 /* The common head of every source; implementations embed it first. */

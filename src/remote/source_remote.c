@@ -139,7 +139,8 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 			 "cache_dir; said once for all such shards", url);
 	remote_cfg.used = true;
 	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
-					 .push.ahead_max = chunk_cache_ahead_max(remote_cfg.chunk_cache) };
+					 .push = { .ahead_max = chunk_cache_ahead_max(remote_cfg.chunk_cache),
+						   .fetched = true } };
 	r->owner = (struct chunk_owner){ .cache = remote_cfg.chunk_cache, .obj = &r->obj,
 					 .size = r->obj.size, .last_chunk = UINT64_MAX,
 					 .read_end = UINT64_MAX };
