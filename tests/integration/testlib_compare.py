@@ -196,6 +196,22 @@ def compare_big_file(mpath, rpath, size, chunk=1 << 20):
     return diffs
 
 
+def attr_diffs(p, what, rst, mst, check_mode, check_mtime, check_owner):
+    """The mode, mtime and owner differences of path P (WHAT: "dir " or
+    "") between the reference's stat RST and the mount's MST."""
+    out = []
+    if check_mode and (rst.st_mode & 0o7777) != (mst.st_mode & 0o7777):
+        out.append("%r: %smode %o, tar -x has %o"
+                   % (p, what, mst.st_mode & 0o7777, rst.st_mode & 0o7777))
+    if check_mtime and rst.st_mtime_ns != mst.st_mtime_ns:
+        out.append("%r: %smtime_ns %d, tar -x has %d"
+                   % (p, what, mst.st_mtime_ns, rst.st_mtime_ns))
+    if check_owner and (rst.st_uid, rst.st_gid) != (mst.st_uid, mst.st_gid):
+        out.append("%r: %sowner %d:%d, tar -x has %d:%d"
+                   % (p, what, mst.st_uid, mst.st_gid, rst.st_uid, rst.st_gid))
+    return out
+
+
 def compare_trees(mnt, ref, ref_start_ns, *, check_owner=True,
                   check_mtime=True, check_mode=True, check_nlink=True,
                   ignore_special=True, ref_snapshot=None, max_report=40,
@@ -236,15 +252,8 @@ def compare_trees(mnt, ref, ref_start_ns, *, check_owner=True,
         if rt == "d":
             if rst.st_mtime_ns >= ref_start_ns:
                 continue      # synthesized or touched by tar: type only
-            if check_mode and (rst.st_mode & 0o7777) != (mst.st_mode & 0o7777):
-                diffs.append("%r: dir mode %o, tar -x has %o"
-                             % (p, mst.st_mode & 0o7777, rst.st_mode & 0o7777))
-            if check_mtime and rst.st_mtime_ns != mst.st_mtime_ns:
-                diffs.append("%r: dir mtime_ns %d, tar -x has %d"
-                             % (p, mst.st_mtime_ns, rst.st_mtime_ns))
-            if check_owner and (rst.st_uid, rst.st_gid) != (mst.st_uid, mst.st_gid):
-                diffs.append("%r: dir owner %d:%d, tar -x has %d:%d"
-                             % (p, mst.st_uid, mst.st_gid, rst.st_uid, rst.st_gid))
+            diffs += attr_diffs(p, "dir ", rst, mst, check_mode, check_mtime,
+                                check_owner)
             continue
         # regular file
         if rst.st_size != mst.st_size:
@@ -256,16 +265,8 @@ def compare_trees(mnt, ref, ref_start_ns, *, check_owner=True,
                                           rst.st_size)
         elif rx != mx:
             diffs.append("%r: sha256 differs from tar -x" % (p,))
-        if check_mode and (rst.st_mode & 0o7777) != (mst.st_mode & 0o7777):
-            diffs.append("%r: mode %o, tar -x has %o"
-                         % (p, mst.st_mode & 0o7777, rst.st_mode & 0o7777))
-        if check_mtime and rst.st_mtime_ns != mst.st_mtime_ns:
-            diffs.append("%r: mtime_ns %d, tar -x has %d"
-                         % (p, mst.st_mtime_ns, rst.st_mtime_ns))
-        if check_owner and p not in owner_exceptions and \
-                (rst.st_uid, rst.st_gid) != (mst.st_uid, mst.st_gid):
-            diffs.append("%r: owner %d:%d, tar -x has %d:%d"
-                         % (p, mst.st_uid, mst.st_gid, rst.st_uid, rst.st_gid))
+        diffs += attr_diffs(p, "", rst, mst, check_mode, check_mtime,
+                            check_owner and p not in owner_exceptions)
         if check_nlink and rst.st_nlink != mst.st_nlink:
             diffs.append("%r: nlink %d, tar -x has %d" % (p, mst.st_nlink, rst.st_nlink))
         ref_dense = rst.st_blocks * 512 >= rst.st_size
