@@ -116,6 +116,8 @@ struct transfer {
 	unsigned npieces;	/* entries of piece */
 	unsigned key_gen;	/* generation of the keys that signed it */
 	bool keys_refreshed;	/* refused for stale keys once: re-read */
+	char body_digest[REMOTE_BODY_DIGEST_MAX]; /* the signer's, for all
+				 * attempts: a body is hashed once */
 	const char *upload;	/* a PUT's body (the request is a PUT), or NULL */
 	size_t upload_len;	/* bytes of upload */
 	struct remote_response resp; /* from the headers */
@@ -516,6 +518,7 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 		.method = t->upload ? "PUT" : "GET", .host = t->o->host,
 		.path = t->o->sign_path, .query = t->query,
 		.body = t->upload, .body_len = t->upload_len,
+		.body_digest = t->body_digest,
 	};
 
 	return t->o->signer->sign(&req, add_header, hdrs, &t->key_gen);

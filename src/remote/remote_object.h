@@ -75,6 +75,9 @@ struct remote_config {
 
 extern struct remote_config remote_cfg;
 
+/* Bytes a signer may keep of a body's digest: a hex SHA-256 and its NUL. */
+#define REMOTE_BODY_DIGEST_MAX 65
+
 /* A request to sign: what remote_http.c sends, as the signer sees it. */
 struct remote_sign_request {
 	const char *method;	/* "GET" or "PUT" */
@@ -83,6 +86,9 @@ struct remote_sign_request {
 	const char *query;	/* what follows '?', or NULL */
 	const void *body;	/* a PUT's body, or NULL (no body) */
 	size_t body_len;	/* bytes of body */
+	char *body_digest;	/* REMOTE_BODY_DIGEST_MAX bytes, "" at the
+				 * request's first attempt, where the signer
+				 * may keep the body's digest for the others */
 };
 
 /*

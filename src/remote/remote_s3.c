@@ -344,6 +344,8 @@ bool remote_s3_keys_refresh(unsigned gen)
 	return newer;
 }
 
+_Static_assert(REMOTE_BODY_DIGEST_MAX >= SIGV4_HEX_LEN, "a SHA-256 fits the memo");
+
 /* The SigV4 headers of @r, signed with the current keys. */
 static int s3_sign(const struct remote_sign_request *r,
 		   void (*add)(void *ctx, const char *line), void *ctx,
@@ -354,7 +356,6 @@ static int s3_sign(const struct remote_sign_request *r,
 	struct remote_keys k;
 	struct sigv4_key key = { k.key_id, k.secret, NULL };
 	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
-	char payload[SIGV4_HEX_LEN];
 	struct sigv4_request req = { r->method, r->path, r->query, &host, 1,
 				     SIGV4_EMPTY_SHA256, true };
 	char line[SIGV4_AUTH_MAX + 32];
@@ -363,8 +364,9 @@ static int s3_sign(const struct remote_sign_request *r,
 	if (!sig)
 		return -ENOMEM;
 	if (r->body) {
-		sigv4_sha256_hex(r->body, r->body_len, payload);
-		req.payload_sha256 = payload;
+		if (!r->body_digest[0])	/* the request's first attempt */
+			sigv4_sha256_hex(r->body, r->body_len, r->body_digest);
+		req.payload_sha256 = r->body_digest;
 	}
 	remote_s3_keys(&k);
 	*gen = k.gen;

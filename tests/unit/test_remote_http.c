@@ -12,7 +12,8 @@
  *   size mark the object replaced (every later read fails, with no
  *   request) and store no byte; a 416 naming the same size is asked again;
  * - the signer is asked for every attempt, and after a 403 it decides
- *   whether the keys were stale (one more try) or not (EIO);
+ *   whether the keys were stale (one more try) or not (EIO); a PUT's
+ *   body is digested once, whatever the number of attempts;
  * - a server that never answers gives EIO within remote_timeout x
  *   remote_attempts, not a hang;
  * - the probe takes size, ETag and Last-Modified from a 206 and refuses
@@ -110,7 +111,20 @@ static void header(const char *hdrs, const char *name, char *out, size_t cap)
 	}
 }
 
-/* Read one request's headers from @fd into @r: false at the end. */
+/* The request in @buf (@got bytes) is whole: its headers and the
+ * Content-Length bytes of body after them. */
+static bool request_whole(const char *buf, size_t got)
+{
+	const char *end = strstr(buf, "\r\n\r\n");
+	char len[32];
+
+	if (!end)
+		return false;
+	header(buf, "Content-Length", len, sizeof(len));
+	return got >= (size_t)(end + 4 - buf) + strtoull(len, NULL, 10);
+}
+
+/* Read one request (a PUT's body too) from @fd into @r: false at the end. */
 static bool read_request(int fd, struct request *r)
 {
 	char buf[REQUEST_MAX];
@@ -128,7 +142,7 @@ static bool read_request(int fd, struct request *r)
 			return false;
 		got += (size_t)n;
 		buf[got] = '\0';
-		if (strstr(buf, "\r\n\r\n"))
+		if (request_whole(buf, got))
 			break;
 	}
 	header(buf, "Range", r->range, sizeof(r->range));
@@ -462,6 +476,51 @@ static void test_signer_signs_each_attempt_and_judges_a_403(void **state)
 	assert_false(atomic_load(&o.replaced));
 }
 
+/* A signer of PUTs that keeps a digest of the body in the request's memo:
+ * what it found there at each call. */
+static char memo_seen[4][REMOTE_BODY_DIGEST_MAX];
+
+static int memo_sign(const struct remote_sign_request *r,
+		     void (*add)(void *ctx, const char *line), void *ctx, unsigned *gen)
+{
+	assert_string_equal(r->method, "PUT");
+	assert_int_equal(r->body_len, 5);
+	if (sign_calls < 4)
+		snprintf(memo_seen[sign_calls], sizeof(memo_seen[0]), "%s", r->body_digest);
+	if (!r->body_digest[0])
+		snprintf(r->body_digest, REMOTE_BODY_DIGEST_MAX, "digest of %.5s",
+			 (const char *)r->body);
+	*gen = ++sign_calls;
+	add(ctx, "Authorization: memo");
+	return 0;
+}
+
+static const struct remote_signer memo_signer = { memo_sign, fake_stale };
+
+static bool answer_put_503_once(struct server *s, int fd, unsigned n)
+{
+	(void)s;
+	send_status(fd, n == 0 ? 503 : 200, "", "");
+	return true;
+}
+
+static void test_a_body_is_digested_once_for_all_attempts(void **state)
+{
+	struct remote_object o = object_v1();
+	char msg[256];
+
+	(void)state;
+	o.sign_path = "/bucket/obj";
+	o.signer = &memo_signer;
+	sign_calls = 0;
+	srv.handler = answer_put_503_once;
+	assert_int_equal(remote_http_put(&o, "index", 5, msg, sizeof(msg)), 0);
+	assert_int_equal(srv.nreq, 2);
+	assert_int_equal(sign_calls, 2);
+	assert_string_equal(memo_seen[0], "");		/* first attempt */
+	assert_string_equal(memo_seen[1], "digest of index");	/* the retry */
+}
+
 /* Read the request and say nothing, until the client gives up. */
 static bool answer_nothing(struct server *s, int fd, unsigned n)
 {
@@ -573,6 +632,7 @@ int main(void)
 		cmocka_unit_test_setup(test_416_of_the_same_size_is_asked_again, setup),
 		cmocka_unit_test_setup(test_without_etag_last_modified_pins_it, setup),
 		cmocka_unit_test_setup(test_signer_signs_each_attempt_and_judges_a_403, setup),
+		cmocka_unit_test_setup(test_a_body_is_digested_once_for_all_attempts, setup),
 		cmocka_unit_test_setup(test_a_silent_server_gives_eio_not_a_hang, setup),
 		cmocka_unit_test_setup(test_probe_learns_size_etag_and_date, setup),
 	};
