@@ -256,6 +256,7 @@ static int cache_init(struct cli_config *cfg, const struct cli_index *cli)
 int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 {
 	enum log_level level;
+	int rc;
 
 	*cfg = (struct cli_config){ 0 };
 	if (cli->loglevel && log_parse_level(cli->loglevel, &level))
@@ -276,14 +277,17 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 	cfg->build.skip_bad_shards = cli->skip_bad_shards;
 	if (isatty(STDERR_FILENO) && !cli->quiet)
 		cfg->build.progress = print_progress;
-	return remote_init(&cli->remote);
+	rc = remote_init(&cfg->remote, &cli->remote);
+	cfg->build.remote = cfg->remote;
+	return rc;
 }
 
 void cli_config_release(struct cli_config *cfg)
 {
 	layout_release(&cfg->layout);
 	span_cache_release(&cfg->spans);
-	remote_release();
+	remote_release(cfg->remote);
+	cfg->remote = NULL;
 }
 
 void cli_index_free(struct cli_index *cli)

@@ -41,6 +41,9 @@ struct cli_config {
 	struct shard_index_build_options build;	/* how to scan */
 	struct span_cache spans;		/* -o cache_dir (build.spans
 						 * points here), or all zero */
+	struct remote *remote;			/* remote shards' layer, from
+						 * -o endpoint= ... (build.remote
+						 * points here too), or NULL */
 };
 
 /* The option table for struct cli_index. */

@@ -106,11 +106,12 @@ static void render_stats_ops(const struct control_source *src, struct control_bu
 }
 
 /* The remote counters (remote.h), when the set has remote shards. */
-static void render_remote(struct control_buf *b, bool metrics)
+static void render_remote(const struct control_source *src, struct control_buf *b,
+			  bool metrics)
 {
 	char text[CONTROL_REMOTE_MAX];
 
-	if (remote_stats_format(text, sizeof(text), metrics))
+	if (remote_stats_format(src->set->remote, text, sizeof(text), metrics))
 		buf_printf(b, "%s", text);
 }
 
@@ -184,7 +185,7 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 		   "  \"index_bytes_per_entry\": %.1f,\n", src->idx->nr_inodes,
 		   *src->build_seconds, shard_index_bytes_per_entry(src->idx));
 	render_stats_ops(src, b);
-	render_remote(b, false);
+	render_remote(src, b, false);
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
 		   "  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
@@ -309,7 +310,7 @@ static void render_metrics(const struct control_source *src, struct control_buf 
 	metric(b, "shards", "gauge", "Shards mounted.", src->set->nr - c->bad_shards);
 	metric(b, "index_build_seconds", "gauge", "Seconds the index took to build.",
 	       *src->build_seconds);
-	render_remote(b, true);
+	render_remote(src, b, true);
 }
 
 static const struct {

@@ -42,7 +42,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	char msg[512];
 	int rc;
 
-	rc = shard_set_expand(&fs->set, spec, msg, sizeof(msg));
+	rc = shard_set_expand(&fs->set, spec, opt->remote, msg, sizeof(msg));
 	fs->set.skip_bad = opt->skip_bad_shards;
 	fs->set.spans = opt->spans;
 	if (!rc)

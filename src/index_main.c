@@ -162,7 +162,8 @@ static int publish(const struct shardfs *fs)
 		log_info("%s: already published and valid", res->published);
 		return INDEX_EXIT_OK;
 	}
-	if (remote_put_file(res->path, res->published, msg, sizeof(msg))) {
+	if (remote_put_file(fs->set.remote, res->path, res->published, msg,
+			    sizeof(msg))) {
 		log_error("%s", msg);
 		return INDEX_EXIT_FAILED;
 	}

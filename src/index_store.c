@@ -187,8 +187,9 @@ static int64_t covered_shards(struct shard_set *set,
  * it is fetched into the first candidate, the local cache, so that the
  * next mount finds it there.
  */
-static int load_candidate(char paths[][PATH_MAX], int i, struct shard_index *idx,
-			  struct index_file_shards *sh, char *msg, size_t msg_len)
+static int load_candidate(struct remote *remote, char paths[][PATH_MAX], int i,
+			  struct shard_index *idx, struct index_file_shards *sh,
+			  char *msg, size_t msg_len)
 {
 	char fetched[PATH_MAX + 16];
 	int rc;
@@ -197,7 +198,7 @@ static int load_candidate(char paths[][PATH_MAX], int i, struct shard_index *idx
 		return index_file_load(paths[i], idx, sh, msg, msg_len);
 	if (snprintf(fetched, sizeof(fetched), "%s.fetched", paths[0]) >= (int)sizeof(fetched))
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", paths[0]);
-	rc = remote_fetch_file(paths[i], fetched, msg, msg_len);
+	rc = remote_fetch_file(remote, paths[i], fetched, msg, msg_len);
 	if (rc == -ENOENT) {
 		log_debug("%s", msg);
 		return rc;
@@ -246,7 +247,7 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 	for (int i = 0; i < nr_paths; i++) {
 		struct index_file_shards sh;
 		char msg[256];
-		int rc = load_candidate(paths, i, idx, &sh, msg, sizeof(msg));
+		int rc = load_candidate(set->remote, paths, i, idx, &sh, msg, sizeof(msg));
 
 		if (rc == -ENOENT)
 			continue;

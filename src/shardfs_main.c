@@ -28,6 +28,7 @@
 #include "shardfs/index_map.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
+#include "shardfs/remote.h"
 #include "shardfs/shardset.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
@@ -390,6 +391,25 @@ static void stop_pushing(void *ls)
 }
 
 /*
+ * Go to the background unless @foreground: fuse_daemonize() forks, and
+ * only the child returns, to serve.  Threads do not cross a fork: the
+ * remote layer's stop before it and start again in the child, as the
+ * index maps' lease watch does.
+ */
+static void daemonize(struct shardfs *fs, bool foreground)
+{
+	struct remote *remote = foreground ? NULL : fs->set.remote;
+	pid_t pid = getpid();
+
+	/* the process that serves, maybe a child, is told of index writers */
+	index_map_handoff();
+	remote_fork_prepare(remote);
+	fuse_daemonize(foreground);
+	remote_fork_done(remote, getpid() != pid);
+	index_map_adopt();
+}
+
+/*
  * Mount session @se (made before the index, so that libfuse has checked
  * its options before any shard was read) and serve @fs until unmounted or
  * signalled.  Destroys @se.
@@ -412,10 +432,7 @@ static int mount_and_serve(struct fuse_session *se, struct ll_session *ls,
 	lifecycle_set_readahead(o->mountpoint, SHARDFS_KERNEL_READAHEAD_KIB);
 	if (!o->foreground)
 		log_detach();
-	/* the process that serves, maybe a child, is told of index writers */
-	index_map_handoff();
-	fuse_daemonize(o->foreground);
-	index_map_adopt();
+	daemonize(ls->fs, o->foreground);
 	if (lifecycle_signals_start(se, stop_pushing, ls))
 		goto out_unmount;
 	lifecycle_notify_ready(m->notify_fd);

@@ -110,7 +110,7 @@ static int add_item(struct shard_set *set, const char *item, char *msg,
 	int rc;
 
 	if (shard_source_is_remote(item))
-		return remote_expand(item, add_name, set, msg, msg_len);
+		return remote_expand(set->remote, item, add_name, set, msg, msg_len);
 	if (!stat(item, &st) && S_ISDIR(st.st_mode))
 		return add_directory(set, item, msg, msg_len);
 	if (strpbrk(item, "*?["))
@@ -252,14 +252,14 @@ static int expand(struct shard_set *set, const char *spec, char *msg,
 	return expand_list(set, spec, open, close, msg, msg_len);
 }
 
-int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
-		     size_t msg_len)
+int shard_set_expand(struct shard_set *set, const char *spec,
+		     struct remote *remote, char *msg, size_t msg_len)
 {
 	size_t start = 0, len = strlen(spec);
 	int depth = 0, rc = 0;
 	char *item;
 
-	*set = (struct shard_set){ 0 };
+	*set = (struct shard_set){ .remote = remote };
 	if (len == 0 || len > SHARD_SET_SPEC_MAX)
 		return log_format(msg, msg_len, -EINVAL, "SHARDS argument is empty or too long");
 	item = malloc(len + 1);
@@ -302,11 +302,12 @@ static int raise_fd_limit(uint32_t nr, char *msg, size_t msg_len)
 	return 0;
 }
 
-static int shard_open(struct shard *s, struct shard_decoders *decoders,
-		      char *msg, size_t msg_len)
+static int shard_open(struct shard_set *set, struct shard *s, char *msg,
+		      size_t msg_len)
 {
 	struct shard_source_info info = { 0 };
-	int rc = shard_source_open(s->path, decoders, &s->src, &info, msg, msg_len);
+	int rc = shard_source_open(s->path, set->remote, set->decoders, &s->src, &info,
+				   msg, msg_len);
 
 	if (rc)
 		return rc;
@@ -379,7 +380,7 @@ int shard_set_open(struct shard_set *set, char *msg, size_t msg_len)
 	for (uint32_t i = 0; i < set->nr; i++) {
 		struct shard *s = &set->shards[i];
 
-		rc = shard_open(s, set->decoders, msg, msg_len);
+		rc = shard_open(set, s, msg, msg_len);
 		if (!rc) {
 			if (!s->size && !shard_source_needs_seek(s->src))
 				log_warn("%s: empty shard (0 bytes): it adds no files",

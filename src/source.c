@@ -112,14 +112,14 @@ int shard_source_detect(struct shard_source **src, const char *name, char *msg,
 	return 0;
 }
 
-int shard_source_open(const char *name, struct shard_decoders *decoders,
-		      struct shard_source **src, struct shard_source_info *info,
-		      char *msg, size_t msg_len)
+int shard_source_open(const char *name, struct remote *remote,
+		      struct shard_decoders *decoders, struct shard_source **src,
+		      struct shard_source_info *info, char *msg, size_t msg_len)
 {
 	int rc;
 
 	if (shard_source_is_remote(name))
-		rc = shard_source_open_remote(name, src, info, msg, msg_len);
+		rc = shard_source_open_remote(remote, name, src, info, msg, msg_len);
 	else
 		rc = shard_source_open_file(name, src, info, msg, msg_len);
 	if (!rc)

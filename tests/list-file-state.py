@@ -24,8 +24,7 @@ on the declaration's lines, or on lines of its own above it: such a
 comment covers the declarations that follow it up to the next blank
 line (a block of state with one reason).  Every piece is printed with
 its reason; any without one (or with a marker that gives no reason)
-makes the exit status 1.  The files of ALLOWED are listed but do not
-fail: see there why (each is being changed elsewhere at the same time).
+makes the exit status 1.
 
     tests/list-file-state.py [TOP]      check the tree at TOP (default: ..)
     tests/list-file-state.py --self-test
@@ -39,22 +38,6 @@ import tempfile
 
 MARKER = "file-state:"
 MARKER_MIN_WORDS = 3
-
-# Files whose state is listed but does not fail the check, and why.
-# Each is being changed by another piece of issue 31 at the same time, so
-# its state cannot be moved or annotated here without a conflict; once
-# that lands, its entry goes and its state passes the check like any.
-REMOTE_LAYER = ("the remote layer, being reworked into handles (issue 31): "
-                "remote_cfg, the chunk cache's, the HTTP engine's, the S3 keys")
-ALLOWED = {
-    "src/remote/chunk_cache.c": REMOTE_LAYER,
-    "src/remote/disk_cache.c": REMOTE_LAYER,
-    "src/remote/remote.c": REMOTE_LAYER,
-    "src/remote/remote_http.c": REMOTE_LAYER,
-    "src/remote/remote_object.h": REMOTE_LAYER,
-    "src/remote/remote_s3.c": REMOTE_LAYER,
-    "src/remote/source_remote.c": REMOTE_LAYER,
-}
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|->|\+\+|--|<<=?|>>=?|[<>=!&|^+\-*/%]=|&&|\|\||\S")
 # Tokens of a declaration that are never the declared name.
@@ -305,8 +288,6 @@ def check(top):
             for line, name, where, why in check_file(path):
                 if why:
                     status = "justified: " + why
-                elif rel in ALLOWED:
-                    status = "allowed for now: " + ALLOWED[rel]
                 else:
                     status = "NO REASON" if why == "" else "NOT JUSTIFIED"
                     bad += 1

@@ -27,12 +27,13 @@
  * - Memory never grows past max(mem, CHUNK_CACHE_MIN_CHUNKS chunks): when
  *   every slot is in use, readers wait for one (backpressure) and
  *   prefetching stops.
- * - fork(2): fetch threads stop before a fork and restart after it in both
- *   processes (pthread_atfork, registered by the first chunk_cache_init,
- *   for every cache alive).
- *   A fetcher with fork handlers of its own (remote_http.c's event thread)
- *   must register them before chunk_cache_init, so that the cache's run
- *   first at prepare and last after the fork.
+ * - fork(2): threads do not survive one.  Before a fork after which the
+ *   child runs on (a daemon's), the owner calls chunk_cache_fork_prepare()
+ *   (the fetch threads finish their fetch and exit) and, after it,
+ *   chunk_cache_fork_done() in the process that goes on (threads start
+ *   again for what is queued).  A fetcher with threads of its own
+ *   (remote_http.c's event thread) is stopped after the cache's and
+ *   started before them: remote.c's remote_fork_prepare() says the order.
  *
  * Thread-safety: after chunk_cache_init(), every function but
  * chunk_cache_release() may be called from any thread.  The callbacks run
@@ -136,6 +137,15 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 /* Stop @cache's fetch threads (waiting for fetches running), fail what is
  * queued and free it and every buffer.  NULL: nothing. */
 void chunk_cache_release(struct chunk_cache *cache);
+
+/* Before a fork(2) whose child runs on: wait for running fetches and
+ * stop @cache's fetch threads (no fetch may be queued until the fork is
+ * done: the caller sees to it).  NULL: nothing. */
+void chunk_cache_fork_prepare(struct chunk_cache *cache);
+
+/* After that fork, in the process that goes on (or after no fork at
+ * all): start fetch threads again if fetches are queued.  NULL: nothing. */
+void chunk_cache_fork_done(struct chunk_cache *cache);
 
 /* Bytes a reader ahead of the readers of a shard (push-ahead) may read
  * past them: half of what the cache fetches ahead of one stream (which is

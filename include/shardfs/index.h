@@ -142,6 +142,8 @@ struct shard_index_build_options {
 	struct span_cache *spans; /* the decoded-span cache compressed shards
 				 * are read through (-o cache_dir; the set's
 				 * spans, shardset.h), or NULL */
+	struct remote *remote;	/* what remote shards are read through
+				 * (remote.h; the set's remote), or NULL */
 	const struct shard_index *base; /* an index of the first base_shards
 				 * shards to extend instead of rescanning
 				 * them; NULL to scan everything */

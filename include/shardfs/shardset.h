@@ -70,16 +70,22 @@ struct shard_set {
 	struct shard_decoders *decoders; /* what its compressed shards decode
 				 * with (source.h): made by shard_set_open(),
 				 * freed by shard_set_release() */
+	struct remote *remote;	/* what its remote shards are listed and
+				 * read through (remote.h), or NULL: none
+				 * may be named; given to shard_set_expand(),
+				 * not owned, outlives the set */
 };
 
 /*
- * Expand @spec into shard paths (not yet opened).  On error returns
- * -errno and writes a message for the user into @msg: no match for a
- * pattern, a directory without *.tar files, a malformed brace, too many
- * shards.
+ * Make @set the shard paths @spec expands to (not yet opened), whose
+ * remote ones are listed and later opened through @remote (NULL: none
+ * may be named).  On error returns -errno and writes a message for the
+ * user into @msg: no match for a pattern, a directory without *.tar
+ * files, a malformed brace, too many shards, an s3:// prefix that
+ * cannot be listed.
  */
-int shard_set_expand(struct shard_set *set, const char *spec, char *msg,
-		     size_t msg_len);
+int shard_set_expand(struct shard_set *set, const char *spec,
+		     struct remote *remote, char *msg, size_t msg_len);
 
 /*
  * Open every shard's source (source.h), with the set's decoders (made

@@ -32,6 +32,7 @@
 struct shard_source;
 struct seek_table;
 struct shard_decoders;
+struct remote;
 struct span_cache;
 
 /* What advise() says about a range. */
@@ -140,25 +141,28 @@ int shard_decoders_new(struct span_cache *spans, struct shard_decoders **out);
 void shard_decoders_free(struct shard_decoders *d);
 
 /*
- * Open the shard named @name (a path) and fill @info.  Returns 0 and
- * *@src, or -errno with a message naming the shard in @msg: missing,
+ * Open the shard named @name (a path, or a URL read through @remote,
+ * remote.h; NULL: remote shards are refused) and fill @info.  Returns 0
+ * and *@src, or -errno with a message naming the shard in @msg: missing,
  * unreadable, not a regular file.  The source serves the stored bytes:
  * whether they are compressed is told later, by shard_source_detect() or
  * by the index, and a decoding source then uses @decoders (may be NULL:
  * no decoding source can be put on it).
  */
-int shard_source_open(const char *name, struct shard_decoders *decoders,
-		      struct shard_source **src, struct shard_source_info *info,
-		      char *msg, size_t msg_len);
+int shard_source_open(const char *name, struct remote *remote,
+		      struct shard_decoders *decoders, struct shard_source **src,
+		      struct shard_source_info *info, char *msg, size_t msg_len);
 
 /* Does @name name a remote object (http://, https://, s3://)? */
 bool shard_source_is_remote(const char *name);
 
 /*
- * Open the remote object @url as a source (source_remote.c; configured
- * by remote_init(), remote.h).  The contract of shard_source_open().
+ * Open the remote object @url as a source read through @remote
+ * (source_remote.c; made by remote_init(), remote.h; it outlives the
+ * source).  The contract of shard_source_open().
  */
-int shard_source_open_remote(const char *url, struct shard_source **src,
+int shard_source_open_remote(struct remote *remote, const char *url,
+			     struct shard_source **src,
 			     struct shard_source_info *info, char *msg,
 			     size_t msg_len);
 

@@ -161,19 +161,8 @@ struct chunk_cache {
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
-	struct chunk_cache *live_next; /* next in live.caches */
 };
 
-/*
- * Every cache of the process, for the pthread_atfork handlers (which take
- * no argument): the one process-wide state of this file.
- */
-static struct {
-	pthread_mutex_t lock;	/* guards caches; held across a fork */
-	struct chunk_cache *caches; /* initialised, not yet released */
-} live = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static void register_fork_handler(void);
 static void stop_workers(struct chunk_cache *cc);
 static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 
@@ -193,13 +182,11 @@ static void cache_free(struct chunk_cache *cc)
 
 int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_config *cfg)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	uint64_t nr = cfg->mem / cfg->chunk_size;
 	struct chunk_cache *cc;
 
 	assert(cfg->fetch && cfg->counters && cfg->fetch_threads &&
 	       cfg->prefetch_threads);
-	pthread_once(&once, register_fork_handler);
 	*cachep = NULL;
 	cc = calloc(1, sizeof(*cc));
 	if (!cc)
@@ -226,25 +213,14 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 		cc->chunks[i].next = cc->free_list;
 		cc->free_list = &cc->chunks[i];
 	}
-	pthread_mutex_lock(&live.lock);
-	cc->live_next = live.caches;
-	live.caches = cc;
-	pthread_mutex_unlock(&live.lock);
 	*cachep = cc;
 	return 0;
 }
 
 void chunk_cache_release(struct chunk_cache *cc)
 {
-	struct chunk_cache **p;
-
 	if (!cc)
 		return;
-	pthread_mutex_lock(&live.lock);
-	for (p = &live.caches; *p != cc; p = &(*p)->live_next)
-		;
-	*p = cc->live_next;
-	pthread_mutex_unlock(&live.lock);
 	stop_workers(cc);
 	pthread_mutex_lock(&cc->lock);
 	cancel_queued(cc, NULL);
@@ -1051,10 +1027,11 @@ static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow)
 
 /*
  * Threads do not survive fork(2), and a condition variable with waiters
- * that vanished is not safe to use: before any fork (the daemon's, after
- * the index build may have prefetched; lifecycle.c's fusermount3), the
- * workers finish their fetch and exit; after it, both processes start new
- * ones if fetches are still queued (readers may be waiting for them).
+ * that vanished is not safe to use: before a fork whose child runs on
+ * (the daemon's, after the index build may have prefetched), the owner
+ * calls chunk_cache_fork_prepare() and the workers finish their fetch and
+ * exit; after it, chunk_cache_fork_done() starts new ones if fetches are
+ * still queued (readers may be waiting for them).
  */
 static void stop_workers(struct chunk_cache *cc)
 {
@@ -1071,31 +1048,20 @@ static void stop_workers(struct chunk_cache *cc)
 	pthread_mutex_unlock(&cc->lock);
 }
 
-static void resume_workers(struct chunk_cache *cc)
+void chunk_cache_fork_prepare(struct chunk_cache *cc)
 {
+	if (cc)
+		stop_workers(cc);
+}
+
+void chunk_cache_fork_done(struct chunk_cache *cc)
+{
+	if (!cc)
+		return;
 	pthread_mutex_lock(&cc->lock);
 	if (cc->demand.len || cc->ahead.len)
 		start_workers(cc);
 	pthread_mutex_unlock(&cc->lock);
-}
-
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&live.lock);
-	for (struct chunk_cache *cc = live.caches; cc; cc = cc->live_next)
-		stop_workers(cc);
-}
-
-static void fork_done(void)
-{
-	for (struct chunk_cache *cc = live.caches; cc; cc = cc->live_next)
-		resume_workers(cc);
-	pthread_mutex_unlock(&live.lock);
-}
-
-static void register_fork_handler(void)
-{
-	pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
 void chunk_cache_forget(struct chunk_owner *ow)

@@ -77,8 +77,9 @@ struct disk_chunk_header {
 				 * of the data */
 };
 
-static struct {
-	char *dir;		/* the cache directory; NULL: no disk cache */
+/* One disk cache (the cache_dir of one struct remote). */
+struct disk_cache {
+	char *dir;		/* the cache directory */
 	int fd;			/* it, opened without following links */
 	unsigned char key[DISK_CACHE_KEY_BYTES]; /* the XXH3 secret, once keyed */
 	atomic_bool keyed;	/* key holds the key file's bytes */
@@ -89,8 +90,8 @@ static struct {
 	atomic_ullong stores;	/* chunks stored so far */
 	atomic_bool full_logged; /* a failed store was logged */
 	pthread_mutex_t evicting; /* one eviction at a time */
-} dc = { .fd = -1, .keying = PTHREAD_MUTEX_INITIALIZER,
-	  .evicting = PTHREAD_MUTEX_INITIALIZER };
+	struct remote_counters *counters; /* disk_* bumped; outlives it */
+};
 
 bool disk_cache_chunk_name(const char *name)
 {
@@ -100,12 +101,13 @@ bool disk_cache_chunk_name(const char *name)
 	return !strcmp(name + 32, ".chunk");
 }
 
-static XXH128_hash_t chunk_key(const struct remote_object *o, uint64_t off, size_t len)
+static XXH128_hash_t chunk_key(const struct disk_cache *dc,
+			       const struct remote_object *o, uint64_t off, size_t len)
 {
 	XXH3_state_t st;
 	uint64_t nums[4] = { o->size, (uint64_t)o->mtime, off, len };
 
-	XXH3_128bits_reset_withSecret(&st, dc.key, sizeof(dc.key));
+	XXH3_128bits_reset_withSecret(&st, dc->key, sizeof(dc->key));
 	XXH3_128bits_update(&st, o->name, strlen(o->name) + 1);
 	XXH3_128bits_update(&st, o->etag, strlen(o->etag) + 1);
 	XXH3_128bits_update(&st, nums, sizeof(nums));
@@ -113,12 +115,13 @@ static XXH128_hash_t chunk_key(const struct remote_object *o, uint64_t off, size
 }
 
 /* The keyed checksum of header @h (but its checksum) and @len bytes. */
-static uint64_t chunk_checksum(const struct disk_chunk_header *h, const void *buf,
+static uint64_t chunk_checksum(const struct disk_cache *dc,
+			       const struct disk_chunk_header *h, const void *buf,
 			       size_t len)
 {
 	XXH3_state_t st;
 
-	XXH3_64bits_reset_withSecret(&st, dc.key, sizeof(dc.key));
+	XXH3_64bits_reset_withSecret(&st, dc->key, sizeof(dc->key));
 	XXH3_64bits_update(&st, h, offsetof(struct disk_chunk_header, checksum));
 	XXH3_64bits_update(&st, buf, len);
 	return XXH3_64bits_digest(&st);
@@ -134,16 +137,16 @@ static unsigned chunk_name(XXH128_hash_t k, char name[DISK_CACHE_NAME_MAX])
 
 /* Subdirectory @i, never through a link; made when missing if @create.
  * Its fd or -errno. */
-static int open_sub(unsigned i, bool create)
+static int open_sub(const struct disk_cache *dc, unsigned i, bool create)
 {
 	char name[4];
 	int fd;
 
 	snprintf(name, sizeof(name), "%02x", i);
-	fd = openat(dc.fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(dc->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create &&
-	    (!mkdirat(dc.fd, name, 0700) || errno == EEXIST))
-		fd = openat(dc.fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	    (!mkdirat(dc->fd, name, 0700) || errno == EEXIST))
+		fd = openat(dc->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 
@@ -159,73 +162,73 @@ static int link_into(int fd, int dirfd, const char *name)
 
 /* Make the key file: random bytes, written whole before it has a name.
  * 0, -EEXIST (another mount made it first) or -errno. */
-static int make_key(void)
+static int make_key(struct disk_cache *dc)
 {
 	unsigned char key[DISK_CACHE_KEY_BYTES];
 	int rc, fd;
 
 	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
 		return -errno;
-	fd = openat(dc.fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+	fd = openat(dc->fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	rc = write(fd, key, sizeof(key)) == (ssize_t)sizeof(key) && !fsync(fd) ?
-	     link_into(fd, dc.fd, DISK_CACHE_KEY_NAME) : -EIO;
+	     link_into(fd, dc->fd, DISK_CACHE_KEY_NAME) : -EIO;
 	close(fd);
 	explicit_bzero(key, sizeof(key));
 	return rc;
 }
 
-/* Read the key file into dc.key, making it first if missing and
+/* Read the key file into dc->key, making it first if missing and
  * @create.  It must be a regular file of ours that no one else may read.
- * 0 (dc.keyed set), -ENOENT (none, and not @create) or -errno, logged. */
-static int load_key(bool create)
+ * 0 (dc->keyed set), -ENOENT (none, and not @create) or -errno, logged. */
+static int load_key(struct disk_cache *dc, bool create)
 {
 	struct stat st;
 	int fd, rc;
 
 	for (int tries = 0;; tries++) {
-		fd = openat(dc.fd, DISK_CACHE_KEY_NAME,
+		fd = openat(dc->fd, DISK_CACHE_KEY_NAME,
 			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd >= 0 || errno != ENOENT || tries)
 			break;
 		if (!create)
 			return -ENOENT;
-		rc = make_key();
+		rc = make_key(dc);
 		if (rc && rc != -EEXIST)
 			return log_error("cache_dir=%s: cannot make its key file: %s",
-					 dc.dir, strerror(-rc)), rc;
+					 dc->dir, strerror(-rc)), rc;
 	}
 	if (fd < 0)
-		return log_error("%s/" DISK_CACHE_KEY_NAME ": %s", dc.dir, strerror(errno)),
+		return log_error("%s/" DISK_CACHE_KEY_NAME ": %s", dc->dir, strerror(errno)),
 		       -errno;
 	rc = fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	     (st.st_mode & 077) || st.st_size != (off_t)sizeof(dc.key) ||
-	     pread(fd, dc.key, sizeof(dc.key), 0) != (ssize_t)sizeof(dc.key) ? -EPERM : 0;
+	     (st.st_mode & 077) || st.st_size != (off_t)sizeof(dc->key) ||
+	     pread(fd, dc->key, sizeof(dc->key), 0) != (ssize_t)sizeof(dc->key) ? -EPERM : 0;
 	close(fd);
 	if (rc)
 		log_error("%s/" DISK_CACHE_KEY_NAME ": not a key file of shardfs (a "
 			  "%zu-byte regular file owned by uid %u, mode 0600); remove it "
-			  "to have a new one made", dc.dir, sizeof(dc.key),
+			  "to have a new one made", dc->dir, sizeof(dc->key),
 			  (unsigned)geteuid());
 	else
-		atomic_store_explicit(&dc.keyed, true, memory_order_release);
+		atomic_store_explicit(&dc->keyed, true, memory_order_release);
 	return rc;
 }
 
 /* Is there a key, made now if need be (the first store)?  A cache_dir
  * only shared with the decoded spans of local shards gets no key file. */
-static bool have_key(void)
+static bool have_key(struct disk_cache *dc)
 {
 	bool ok;
 
-	if (atomic_load_explicit(&dc.keyed, memory_order_acquire))
+	if (atomic_load_explicit(&dc->keyed, memory_order_acquire))
 		return true;
-	pthread_mutex_lock(&dc.keying);
-	ok = atomic_load_explicit(&dc.keyed, memory_order_relaxed) ||
-	     (!dc.key_failed && !load_key(true));
-	dc.key_failed = !ok;
-	pthread_mutex_unlock(&dc.keying);
+	pthread_mutex_lock(&dc->keying);
+	ok = atomic_load_explicit(&dc->keyed, memory_order_relaxed) ||
+	     (!dc->key_failed && !load_key(dc, true));
+	dc->key_failed = !ok;
+	pthread_mutex_unlock(&dc->keying);
 	return ok;
 }
 
@@ -249,18 +252,18 @@ static int cmp_age(const void *a, const void *b)
 /* Append the chunk files of subdirectory @i to @v: regular files named
  * as chunks, nothing reached through a link.  With @report, say why a
  * subdirectory cannot be used. */
-static void list_sub(unsigned i, struct aged **v, size_t *nr, size_t *cap,
+static void list_sub(const struct disk_cache *dc, unsigned i, struct aged **v, size_t *nr, size_t *cap,
 		     bool report)
 {
 	struct dirent *de;
-	int fd = open_sub(i, false);
+	int fd = open_sub(dc, i, false);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 
 	if (!d && fd >= 0)
 		close(fd);
 	if (fd < 0 && fd != -ENOENT && report)
 		log_warn("%s/%02x: %s (not a directory of the cache, or a symbolic "
-			 "link): chunks of it are not kept", dc.dir, i, strerror(-fd));
+			 "link): chunks of it are not kept", dc->dir, i, strerror(-fd));
 	while (d && (de = readdir(d))) {
 		struct stat st;
 
@@ -279,7 +282,7 @@ static void list_sub(unsigned i, struct aged **v, size_t *nr, size_t *cap,
 }
 
 /* Every chunk file of the cache into *@v (*@nr of them); their bytes. */
-static uint64_t list_all(struct aged **v, size_t *nr, bool report)
+static uint64_t list_all(const struct disk_cache *dc, struct aged **v, size_t *nr, bool report)
 {
 	size_t cap = 0;
 	uint64_t total = 0;
@@ -287,14 +290,14 @@ static uint64_t list_all(struct aged **v, size_t *nr, bool report)
 	*v = NULL;
 	*nr = 0;
 	for (unsigned i = 0; i < DISK_CACHE_SUBDIRS; i++)
-		list_sub(i, v, nr, &cap, report);
+		list_sub(dc, i, v, nr, &cap, report);
 	for (size_t i = 0; i < *nr; i++)
 		total += (*v)[i].size;
 	return total;
 }
 
-/* Open the trusted directory @dir into dc; 0 or -errno, logged. */
-static int open_dir(const char *dir)
+/* Open the trusted directory @dir into @dc; 0 or -errno, logged. */
+static int open_dir(struct disk_cache *dc, const char *dir)
 {
 	char msg[PATH_MAX + 128];
 	struct stat st;
@@ -308,15 +311,15 @@ static int open_dir(const char *dir)
 				 "(or root) and writable by no one else, and so must the "
 				 "directories above it (sticky ones excepted)", dir, msg,
 				 (unsigned)geteuid()), rc;
-	dc.dir = realpath(dir, NULL);
-	if (!dc.dir)
+	dc->dir = realpath(dir, NULL);
+	if (!dc->dir)
 		return log_error("cache_dir=%s: %s", dir, strerror(errno)), -errno;
-	dc.fd = open(dc.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	dc->fd = open(dc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* what was checked is what was opened */
-	if (dc.fd < 0 || fstat(dc.fd, &st) || stat_trusted(&st, false, msg, sizeof(msg)))
+	if (dc->fd < 0 || fstat(dc->fd, &st) || stat_trusted(&st, false, msg, sizeof(msg)))
 		return log_error("cache_dir=%s: changed while it was checked", dir), -EPERM;
 	/* chunks are linked into place from O_TMPFILE files: check support */
-	fd = openat(dc.fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+	fd = openat(dc->fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return log_error("cache_dir=%s: %s (it must be a local directory on a "
 				 "filesystem with O_TMPFILE: ext4, xfs, btrfs, tmpfs)",
@@ -325,42 +328,53 @@ static int open_dir(const char *dir)
 	return 0;
 }
 
-int disk_cache_init(const char *dir, uint64_t limit)
+int disk_cache_init(struct disk_cache **dcp, const char *dir, uint64_t limit,
+		    struct remote_counters *counters)
 {
+	struct disk_cache *dc;
 	struct aged *v;
 	size_t nr;
 	int rc;
 
+	*dcp = NULL;
 	if (!dir)
 		return 0;
-	rc = open_dir(dir);
-	if (!rc && (rc = load_key(false)) == -ENOENT)
+	dc = calloc(1, sizeof(*dc));
+	if (!dc)
+		return -ENOMEM;
+	dc->fd = -1;
+	dc->limit = limit;
+	dc->counters = counters;
+	pthread_mutex_init(&dc->keying, NULL);
+	pthread_mutex_init(&dc->evicting, NULL);
+	rc = open_dir(dc, dir);
+	if (!rc && (rc = load_key(dc, false)) == -ENOENT)
 		rc = 0;		/* made by the first store */
 	if (rc) {
-		disk_cache_release();
+		disk_cache_release(dc);
 		return rc;
 	}
-	dc.limit = limit;
-	atomic_store(&dc.bytes, list_all(&v, &nr, true));
-	atomic_store(&dc.full_logged, false);
+	atomic_store(&dc->bytes, list_all(dc, &v, &nr, true));
 	free(v);
+	*dcp = dc;
 	return 0;
 }
 
-void disk_cache_release(void)
+void disk_cache_release(struct disk_cache *dc)
 {
-	if (dc.fd >= 0)
-		close(dc.fd);
-	dc.fd = -1;
-	free(dc.dir);
-	dc.dir = NULL;
-	explicit_bzero(dc.key, sizeof(dc.key));
-	atomic_store(&dc.keyed, false);
-	dc.key_failed = false;
+	if (!dc)
+		return;
+	if (dc->fd >= 0)
+		close(dc->fd);
+	free(dc->dir);
+	explicit_bzero(dc->key, sizeof(dc->key));
+	pthread_mutex_destroy(&dc->keying);
+	pthread_mutex_destroy(&dc->evicting);
+	free(dc);
 }
 
 /* Check and read the chunk file @fd into @buf; 0 or -EBADMSG. */
-static int read_chunk(int fd, XXH128_hash_t k, void *buf, size_t len)
+static int read_chunk(const struct disk_cache *dc, int fd, XXH128_hash_t k, void *buf, size_t len)
 {
 	struct disk_chunk_header h;
 	struct stat st;
@@ -370,35 +384,36 @@ static int read_chunk(int fd, XXH128_hash_t k, void *buf, size_t len)
 	    h.magic != DISK_CACHE_MAGIC || h.key_lo != k.low64 ||
 	    h.key_hi != k.high64 || h.len != len ||
 	    pread(fd, buf, len, sizeof(h)) != (ssize_t)len ||
-	    chunk_checksum(&h, buf, len) != h.checksum)
+	    chunk_checksum(dc, &h, buf, len) != h.checksum)
 		return -EBADMSG;
 	return 0;
 }
 
 /* Is @o's version known well enough for its chunks to be kept? */
-static bool cacheable(const struct remote_object *o)
+static bool cacheable(const struct disk_cache *dc, const struct remote_object *o)
 {
-	return dc.dir && remote_validator(o) != REMOTE_VALIDATOR_NONE;
+	return dc && remote_validator(o) != REMOTE_VALIDATOR_NONE;
 }
 
-int disk_cache_load(const struct remote_object *o, uint64_t off, void *buf,
-		    size_t len)
+int disk_cache_load(struct disk_cache *dc, const struct remote_object *o,
+		    uint64_t off, void *buf, size_t len)
 {
-	struct remote_counters *c = &remote_cfg.counters;
+	struct remote_counters *c;
 	char name[DISK_CACHE_NAME_MAX];
 	XXH128_hash_t k;
 	unsigned i;
 	int sub, fd, rc;
 
-	if (!cacheable(o))
+	if (!cacheable(dc, o))
 		return -ENOENT;
-	if (!atomic_load_explicit(&dc.keyed, memory_order_acquire)) {
+	c = dc->counters;
+	if (!atomic_load_explicit(&dc->keyed, memory_order_acquire)) {
 		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);
 		return -ENOENT;	/* no key yet: no chunk either */
 	}
-	k = chunk_key(o, off, len);
+	k = chunk_key(dc, o, off, len);
 	i = chunk_name(k, name);
-	sub = open_sub(i, false);
+	sub = open_sub(dc, i, false);
 	/* never blocks (a FIFO), never follows a link (ELOOP: one is there,
 	 * removed below); any other failure is a miss */
 	fd = sub < 0 ? -1 : openat(sub, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -408,14 +423,14 @@ int disk_cache_load(const struct remote_object *o, uint64_t off, void *buf,
 		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);
 		return -ENOENT;
 	}
-	rc = fd < 0 ? -EBADMSG : read_chunk(fd, k, buf, len);
+	rc = fd < 0 ? -EBADMSG : read_chunk(dc, fd, k, buf, len);
 	if (!rc)
 		futimens(fd, NULL);	/* recently used */
 	if (fd >= 0)
 		close(fd);
 	if (rc) {
 		log_warn("%s/%02x/%s: not a valid cache file (torn, corrupt, forged, or "
-			 "not a regular file): removed, fetched again", dc.dir, i, name);
+			 "not a regular file): removed, fetched again", dc->dir, i, name);
 		unlinkat(sub, name, 0);
 		atomic_fetch_add_explicit(&c->disk_corrupt, 1, memory_order_relaxed);
 	} else {
@@ -427,23 +442,23 @@ int disk_cache_load(const struct remote_object *o, uint64_t off, void *buf,
 
 /* Delete the least recently used chunks down to the low-water mark, by
  * what one listing of the directory finds. */
-static void evict_listed(void)
+static void evict_listed(struct disk_cache *dc)
 {
 	struct aged *v;
 	size_t nr;
-	uint64_t total = list_all(&v, &nr, false),
-		 target = dc.limit / 100 * DISK_CACHE_LOW_WATER;
+	uint64_t total = list_all(dc, &v, &nr, false),
+		 target = dc->limit / 100 * DISK_CACHE_LOW_WATER;
 
 	qsort(v, nr, sizeof(*v), cmp_age);
 	for (size_t i = 0; i < nr && total > target; i++) {
-		int sub = open_sub(v[i].sub, false);
+		int sub = open_sub(dc, v[i].sub, false);
 
 		if (sub >= 0 && !unlinkat(sub, v[i].name, 0))
 			total -= v[i].size;
 		if (sub >= 0)
 			close(sub);
 	}
-	atomic_store(&dc.bytes, total);
+	atomic_store(&dc->bytes, total);
 	free(v);
 }
 
@@ -454,17 +469,17 @@ static void evict_listed(void)
  * meanwhile, or the cache could stay over cache_size (measured: 6.2 MB
  * in a 5 MB cache, with the transfers of the multi-handle engine).
  */
-static void evict(void)
+static void evict(struct disk_cache *dc)
 {
 	unsigned long long seen;
 
 	do {
-		if (pthread_mutex_trylock(&dc.evicting))
+		if (pthread_mutex_trylock(&dc->evicting))
 			return;	/* another thread is at it, and looks again */
-		seen = atomic_load(&dc.stores);
-		evict_listed();
-		pthread_mutex_unlock(&dc.evicting);
-	} while (atomic_load(&dc.stores) != seen);
+		seen = atomic_load(&dc->stores);
+		evict_listed(dc);
+		pthread_mutex_unlock(&dc->evicting);
+	} while (atomic_load(&dc->stores) != seen);
 }
 
 /* Write @len bytes at @off of @fd, whatever the calls take; 0 or -errno
@@ -502,41 +517,41 @@ static int write_temp(int sub, const struct disk_chunk_header *h,
 }
 
 /* A chunk could not be stored: say so once per mount, count each. */
-static void store_failed(int err)
+static void store_failed(struct disk_cache *dc, int err)
 {
-	atomic_fetch_add_explicit(&remote_cfg.counters.disk_store_errors, 1,
+	atomic_fetch_add_explicit(&dc->counters->disk_store_errors, 1,
 				  memory_order_relaxed);
-	if (!atomic_exchange(&dc.full_logged, true))
+	if (!atomic_exchange(&dc->full_logged, true))
 		log_warn("cache_dir=%s: cannot store a chunk: %s; chunks that cannot be "
 			 "stored are read from the server again (counted in stats as "
-			 "disk_store_errors, logged once)", dc.dir, strerror(-err));
+			 "disk_store_errors, logged once)", dc->dir, strerror(-err));
 }
 
-void disk_cache_store(const struct remote_object *o, uint64_t off,
-		      const void *buf, size_t len)
+void disk_cache_store(struct disk_cache *dc, const struct remote_object *o,
+		      uint64_t off, const void *buf, size_t len)
 {
 	char name[DISK_CACHE_NAME_MAX];
 	struct disk_chunk_header h;
 	XXH128_hash_t k;
 	int sub, fd;
 
-	if (!cacheable(o) || !have_key())
+	if (!cacheable(dc, o) || !have_key(dc))
 		return;
-	k = chunk_key(o, off, len);
+	k = chunk_key(dc, o, off, len);
 	h = (struct disk_chunk_header){ DISK_CACHE_MAGIC, k.low64, k.high64, len, 0 };
-	h.checksum = chunk_checksum(&h, buf, len);
-	sub = open_sub(chunk_name(k, name), true);
+	h.checksum = chunk_checksum(dc, &h, buf, len);
+	sub = open_sub(dc, chunk_name(k, name), true);
 	fd = sub < 0 ? sub : write_temp(sub, &h, buf, len);
 	if (fd < 0) {
-		store_failed(fd);
+		store_failed(dc, fd);
 		goto out_close_sub;
 	}
 	/* link the finished file into place: never visible half-written */
 	unlinkat(sub, name, 0);
 	if (!link_into(fd, sub, name) &&
-	    (atomic_fetch_add(&dc.stores, 1),
-	     atomic_fetch_add(&dc.bytes, len + sizeof(h)) + len + sizeof(h) > dc.limit))
-		evict();
+	    (atomic_fetch_add(&dc->stores, 1),
+	     atomic_fetch_add(&dc->bytes, len + sizeof(h)) + len + sizeof(h) > dc->limit))
+		evict(dc);
 	close(fd);
 out_close_sub:
 	if (sub >= 0)

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * remote.c - the remote shard options, their resolution, SHARDS items
- * that are URLs, and the remote counters.
+ * remote.c - the remote shard options, their resolution into a struct
+ * remote (the handle that owns every piece of the remote layer, and the
+ * order in which they are set up, stopped at a fork and freed), SHARDS
+ * items that are URLs, and the remote counters.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,8 +22,6 @@
 #include "shardfs/remote.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
-
-struct remote_config remote_cfg;
 
 void remote_options_free(struct remote_options *ro)
 {
@@ -69,37 +69,37 @@ int remote_cache_size(const struct remote_options *ro, uint64_t *out)
 	return 0;
 }
 
-static int parse_numbers(const struct remote_options *ro)
+static int parse_numbers(struct remote_config *cfg, const struct remote_options *ro)
 {
 	uint64_t timeout, attempts;
 
 	if (option_number("chunk_size", ro->chunk_size, REMOTE_CHUNK_MIN,
 			  REMOTE_CHUNK_MAX, REMOTE_CHUNK_DEFAULT, true,
-			  &remote_cfg.chunk_size) ||
+			  &cfg->chunk_size) ||
 	    option_number("cache_mem", ro->cache_mem, 0, UINT64_MAX,
-			  REMOTE_CACHE_MEM_DEFAULT, true, &remote_cfg.cache_mem) ||
+			  REMOTE_CACHE_MEM_DEFAULT, true, &cfg->cache_mem) ||
 	    option_number("remote_timeout", ro->timeout, 1, 86400,
 			  REMOTE_TIMEOUT_DEFAULT, false, &timeout) ||
 	    option_number("remote_attempts", ro->attempts, 1, 100,
 			  REMOTE_ATTEMPTS_DEFAULT, false, &attempts) ||
-	    remote_cache_size(ro, &remote_cfg.cache_size))
+	    remote_cache_size(ro, &cfg->cache_size))
 		return -EINVAL;
-	remote_cfg.timeout = (uint32_t)timeout;
-	remote_cfg.attempts = (uint32_t)attempts;
-	if (remote_cfg.cache_mem < CHUNK_CACHE_MIN_CHUNKS * remote_cfg.chunk_size)
+	cfg->timeout = (uint32_t)timeout;
+	cfg->attempts = (uint32_t)attempts;
+	if (cfg->cache_mem < CHUNK_CACHE_MIN_CHUNKS * cfg->chunk_size)
 		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
 			 "using %u chunks", ro->cache_mem, CHUNK_CACHE_MIN_CHUNKS,
-			 remote_cfg.chunk_size, CHUNK_CACHE_MIN_CHUNKS);
+			 cfg->chunk_size, CHUNK_CACHE_MIN_CHUNKS);
 	return 0;
 }
 
 /* -o index_fetch=stream|ranged (see source_remote.c). */
-static int parse_index_fetch(const char *s)
+static int parse_index_fetch(struct remote_config *cfg, const char *s)
 {
 	if (!s || !strcmp(s, "stream"))
-		remote_cfg.index_fetch = REMOTE_INDEX_STREAM;
+		cfg->index_fetch = REMOTE_INDEX_STREAM;
 	else if (!strcmp(s, "ranged"))
-		remote_cfg.index_fetch = REMOTE_INDEX_RANGED;
+		cfg->index_fetch = REMOTE_INDEX_RANGED;
 	else
 		return log_error("bad index_fetch '%s' (stream or ranged)", s), -EINVAL;
 	return 0;
@@ -115,61 +115,96 @@ static ssize_t fetch_chunks(void *obj, const struct fetch_piece *piece,
 
 static int load_chunk(void *obj, uint64_t off, void *buf, size_t len)
 {
-	return disk_cache_load(obj, off, buf, len);
+	struct remote_object *o = obj;
+
+	return disk_cache_load(o->remote->disk, o, off, buf, len);
 }
 
 static void store_chunk(void *obj, uint64_t off, const void *buf, size_t len)
 {
-	disk_cache_store(obj, off, buf, len);
+	struct remote_object *o = obj;
+
+	disk_cache_store(o->remote->disk, o, off, buf, len);
 }
 
-int remote_init(const struct remote_options *ro)
+/* The pieces of @r, in the order they are set up: the engine before
+ * the chunk cache whose fetch threads use it. */
+static int pieces_init(struct remote *r, const struct remote_options *ro)
 {
-	int rc;
+	const struct remote_config *cfg = &r->cfg;
 
-	remote_cfg = (struct remote_config){ 0 };
-	rc = parse_numbers(ro) ?: parse_index_fetch(ro->index_fetch) ?:
-	     remote_s3_configure(ro);
-	if (rc)
-		goto out_release;
-	if (ro->cacert && !(remote_cfg.cacert = strdup(ro->cacert))) {
-		rc = -ENOMEM;
-		goto out_release;
-	}
-	rc = remote_http_init();
-	if (rc)
-		goto out_release;
-	rc = chunk_cache_init(&remote_cfg.chunk_cache, &(struct chunk_cache_config){
-			.chunk_size = remote_cfg.chunk_size,
-			.mem = remote_cfg.cache_mem,
+	return remote_http_init(&r->http) ?:
+	       chunk_cache_init(&r->chunks, &(struct chunk_cache_config){
+			.chunk_size = cfg->chunk_size, .mem = cfg->cache_mem,
 			.fetch_threads = REMOTE_FETCH_THREADS,
 			.prefetch_threads = REMOTE_PREFETCH_THREADS,
 			.fetch = fetch_chunks, .load = load_chunk, .store = store_chunk,
-			.counters = &remote_cfg.counters.cache }) ?:
-	     disk_cache_init(ro->cache_dir, remote_cfg.cache_size);
-	if (!rc)
-		return 0;
-out_release:
-	remote_release();
-	return rc;
+			.counters = &r->counters.cache }) ?:
+	       disk_cache_init(&r->disk, ro->cache_dir, cfg->cache_size, &r->counters);
 }
 
-void remote_release(void)
+int remote_init(struct remote **remotep, const struct remote_options *ro)
 {
-	if (remote_cfg.chunk_size) {
-		chunk_cache_release(remote_cfg.chunk_cache);
-		disk_cache_release();
-		remote_http_release();
+	struct remote *r = calloc(1, sizeof(*r));
+	int rc;
+
+	*remotep = NULL;
+	if (!r)
+		return -ENOMEM;
+	rc = parse_numbers(&r->cfg, ro) ?: parse_index_fetch(&r->cfg, ro->index_fetch) ?:
+	     remote_s3_init(r, ro);
+	if (!rc && ro->cacert && !(r->cfg.cacert = strdup(ro->cacert)))
+		rc = -ENOMEM;
+	rc = rc ?: pieces_init(r, ro);
+	if (rc) {
+		remote_release(r);
+		return rc;
 	}
-	remote_s3_forget_listings();
-	free(remote_cfg.endpoint);
-	free(remote_cfg.region);
-	remote_s3_forget_keys();
-	free(remote_cfg.cacert);
-	remote_cfg = (struct remote_config){ 0 };
+	*remotep = r;
+	return 0;
 }
 
-int remote_expand(const char *item,
+void remote_release(struct remote *r)
+{
+	if (!r)
+		return;
+	/* the fetch threads first: they use the disk cache and the engine */
+	chunk_cache_release(r->chunks);
+	disk_cache_release(r->disk);
+	remote_http_release(r->http);
+	remote_s3_release(r->s3);
+	free(r->cfg.endpoint);
+	free(r->cfg.region);
+	free(r->cfg.cacert);
+	free(r);
+}
+
+void remote_fork_prepare(struct remote *r)
+{
+	if (!r)
+		return;
+	/* the fetch threads make requests: they stop before the engine */
+	chunk_cache_fork_prepare(r->chunks);
+	remote_http_fork_prepare(r->http);
+}
+
+void remote_fork_done(struct remote *r, bool child)
+{
+	if (!r)
+		return;
+	/* the engine takes requests again before fetch threads make them */
+	remote_http_fork_done(r->http, child);
+	chunk_cache_fork_done(r->chunks);
+}
+
+/* For remote @name when no remote layer was set up: -EINVAL, said. */
+static int not_configured(const char *name, char *msg, size_t msg_len)
+{
+	return log_format(msg, msg_len, -EINVAL, "%s: remote shards are not "
+			  "configured", name);
+}
+
+int remote_expand(struct remote *remote, const char *item,
 		  int (*add)(void *arg, const char *name, size_t len), void *arg,
 		  char *msg, size_t msg_len)
 {
@@ -187,24 +222,24 @@ int remote_expand(const char *item,
 					  "be listed; name the shards (brace range)", item);
 		return add(arg, item, n);
 	}
-	if (!remote_cfg.chunk_size)
-		return log_format(msg, msg_len, -EINVAL, "%s: remote shards are not "
-				  "configured", item);
+	if (!remote)
+		return not_configured(item, msg, msg_len);
 	rc = remote_s3_split(item, &bucket, &prefix, msg, msg_len);
 	if (rc)
 		return rc;
-	rc = remote_s3_list(bucket, prefix, add, arg, msg, msg_len);
+	rc = remote_s3_list(remote, bucket, prefix, add, arg, msg, msg_len);
 	free(bucket);
 	free(prefix);
 	return rc;
 }
 
-int remote_locate(struct remote_object *o, const char *url, char *msg,
-		  size_t msg_len)
+int remote_locate(struct remote *remote, struct remote_object *o, const char *url,
+		  char *msg, size_t msg_len)
 {
 	char *bucket, *key;
 	int rc;
 
+	o->remote = remote;
 	if (strncmp(url, "s3://", 5)) {
 		if (strlen(url) >= sizeof(o->url))
 			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", url);
@@ -221,13 +256,15 @@ int remote_locate(struct remote_object *o, const char *url, char *msg,
 	return rc;
 }
 
-int remote_fetch_file(const char *url, const char *path, char *msg, size_t msg_len)
+int remote_fetch_file(struct remote *remote, const char *url, const char *path,
+		      char *msg, size_t msg_len)
 {
 	struct remote_object o = { .name = (char *)url };
 	char *body = NULL;
 	size_t len = 0;
 	FILE *f;
-	int rc = remote_locate(&o, url, msg, msg_len);
+	int rc = remote ? remote_locate(remote, &o, url, msg, msg_len) :
+		 not_configured(url, msg, msg_len);
 
 	rc = rc ?: remote_http_get_body(&o, NULL, REMOTE_FILE_MAX, &body, &len, msg,
 					msg_len);
@@ -269,7 +306,8 @@ static int read_local(const char *path, char **body, size_t *len, char *msg,
 	return rc;
 }
 
-int remote_put_file(const char *path, const char *url, char *msg, size_t msg_len)
+int remote_put_file(struct remote *remote, const char *path, const char *url,
+		    char *msg, size_t msg_len)
 {
 	struct remote_object o = { .name = (char *)url };
 	char *body = NULL;
@@ -279,8 +317,10 @@ int remote_put_file(const char *path, const char *url, char *msg, size_t msg_len
 	if (strncmp(url, "s3://", 5))
 		return log_format(msg, msg_len, -EINVAL, "%s: only s3:// objects are "
 				  "written; copy %s there yourself", url, path);
+	if (!remote)
+		return not_configured(url, msg, msg_len);
 	rc = read_local(path, &body, &len, msg, msg_len);
-	rc = rc ?: remote_locate(&o, url, msg, msg_len);
+	rc = rc ?: remote_locate(remote, &o, url, msg, msg_len);
 	rc = rc ?: remote_http_put(&o, body, len, msg, msg_len);
 	free(o.sign_path);
 	free(body);
@@ -292,13 +332,15 @@ static unsigned long long counter(atomic_ullong *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-size_t remote_stats_format(char *buf, size_t cap, bool metrics)
+size_t remote_stats_format(struct remote *remote, char *buf, size_t cap,
+			   bool metrics)
 {
-	struct remote_counters *k = &remote_cfg.counters;
+	struct remote_counters none = { 0 },
+			       *k = remote ? &remote->counters : &none;
 	unsigned long long req = counter(&k->requests), lat = counter(&k->latency_us);
 	int n;
 
-	if (!remote_cfg.used && !metrics)
+	if ((!remote || !remote->used) && !metrics)
 		return 0;	/* metrics always: series should not come and go */
 	if (metrics)
 		n = snprintf(buf, cap,
@@ -349,7 +391,7 @@ size_t remote_stats_format(char *buf, size_t cap, bool metrics)
 			req ? lat / 1e3 / req : 0.0, counter(&k->latency_max_us) / 1e3,
 			counter(&k->disk_hits), counter(&k->disk_misses),
 			counter(&k->disk_corrupt), counter(&k->disk_store_errors),
-			(unsigned long long)remote_cfg.chunk_size,
-			(unsigned long long)remote_cfg.cache_mem);
+			(unsigned long long)remote->cfg.chunk_size,
+			(unsigned long long)remote->cfg.cache_mem);
 	return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

@@ -23,10 +23,11 @@
  *
  * The body callbacks run in the event thread: they copy into the
  * caller's buffer and never block.  Threads do not survive fork(2): before
- * one, the engine waits for its transfers and stops its thread (after
- * the chunk cache stopped its fetch workers, whose fork handler is
- * registered later and so runs first); the thread is started again by
- * the next transfer, in whichever process makes it.
+ * one whose child runs on (remote_http_fork_prepare, called by
+ * remote_fork_prepare after the chunk cache stopped its fetch workers),
+ * the engine waits for its transfers and stops its thread; the thread is
+ * started again by the next transfer, in whichever process makes it.
+ * Each engine (struct remote_http) is one handle of one struct remote.
  *
  * One request is retried, with exponential backoff and jitter, for
  * 5xx, 429, timeouts, resets and bodies cut short; a retry asks for the
@@ -134,7 +135,7 @@ enum outcome {
 };
 
 /* The transfer engine: one multi handle and the thread that drives it. */
-static struct {
+struct remote_http {
 	pthread_mutex_t lock;	/* guards the fields below but multi */
 	pthread_cond_t idle;	/* active fell to 0, or frozen was cleared */
 	CURLM *multi;		/* used by the event thread only, but for
@@ -149,74 +150,71 @@ static struct {
 	pthread_t thread;	/* the event thread, when running */
 	CURL *pool[HTTP_POOL_MAX]; /* idle easy handles */
 	unsigned pool_nr;	/* entries of pool */
-} eng = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.idle = PTHREAD_COND_INITIALIZER,
-	.queue_tail = &eng.queue,
 };
 
-static CURL *handle_get(void)
+static CURL *handle_get(struct remote_http *eng)
 {
 	CURL *h = NULL;
 
-	pthread_mutex_lock(&eng.lock);
-	if (eng.pool_nr)
-		h = eng.pool[--eng.pool_nr];
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_lock(&eng->lock);
+	if (eng->pool_nr)
+		h = eng->pool[--eng->pool_nr];
+	pthread_mutex_unlock(&eng->lock);
 	if (h)
 		curl_easy_reset(h);
 	return h ? h : curl_easy_init();
 }
 
-static void handle_put(CURL *h)
+static void handle_put(struct remote_http *eng, CURL *h)
 {
-	pthread_mutex_lock(&eng.lock);
-	if (eng.pool_nr < HTTP_POOL_MAX) {
-		eng.pool[eng.pool_nr++] = h;
+	pthread_mutex_lock(&eng->lock);
+	if (eng->pool_nr < HTTP_POOL_MAX) {
+		eng->pool[eng->pool_nr++] = h;
 		h = NULL;
 	}
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng->lock);
 	if (h)
 		curl_easy_cleanup(h);
 }
 
 /* The event thread reports @t done with @result. */
-static void transfer_settle(struct transfer *t, CURLcode result)
+static void transfer_settle(struct remote_http *eng, struct transfer *t,
+			    CURLcode result)
 {
-	pthread_mutex_lock(&eng.lock);
+	pthread_mutex_lock(&eng->lock);
 	t->result = result;
 	t->done = true;
 	pthread_cond_signal(&t->settled);	/* before @t may vanish */
-	if (!--eng.active)
-		pthread_cond_broadcast(&eng.idle);
-	pthread_mutex_unlock(&eng.lock);
+	if (!--eng->active)
+		pthread_cond_broadcast(&eng->idle);
+	pthread_mutex_unlock(&eng->lock);
 }
 
 /* Hand the submitted transfers to libcurl (event thread, lock held). */
-static void engine_admit(void)
+static void engine_admit(struct remote_http *eng)
 {
-	while (eng.queue) {
-		struct transfer *t = eng.queue;
+	while (eng->queue) {
+		struct transfer *t = eng->queue;
 		CURL *h = t->easy;
 
-		eng.queue = t->next;
-		if (!eng.queue)
-			eng.queue_tail = &eng.queue;
-		if (curl_multi_add_handle(eng.multi, h) != CURLM_OK) {
-			pthread_mutex_unlock(&eng.lock);
-			transfer_settle(t, CURLE_FAILED_INIT);
-			pthread_mutex_lock(&eng.lock);
+		eng->queue = t->next;
+		if (!eng->queue)
+			eng->queue_tail = &eng->queue;
+		if (curl_multi_add_handle(eng->multi, h) != CURLM_OK) {
+			pthread_mutex_unlock(&eng->lock);
+			transfer_settle(eng, t, CURLE_FAILED_INIT);
+			pthread_mutex_lock(&eng->lock);
 		}
 	}
 }
 
 /* Report the transfers libcurl finished (event thread, lock not held). */
-static void engine_reap(void)
+static void engine_reap(struct remote_http *eng)
 {
 	CURLMsg *m;
 	int left;
 
-	while ((m = curl_multi_info_read(eng.multi, &left))) {
+	while ((m = curl_multi_info_read(eng->multi, &left))) {
 		CURL *h = m->easy_handle;
 		CURLcode result = m->data.result;
 		char *t = NULL;
@@ -224,27 +222,27 @@ static void engine_reap(void)
 		if (m->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(h, CURLINFO_PRIVATE, &t);
-		curl_multi_remove_handle(eng.multi, h);
+		curl_multi_remove_handle(eng->multi, h);
 		assert(t);
-		transfer_settle((struct transfer *)t, result);
+		transfer_settle(eng, (struct transfer *)t, result);
 	}
 }
 
 static void *engine_main(void *arg)
 {
+	struct remote_http *eng = arg;
 	int running;
 
-	(void)arg;
-	pthread_mutex_lock(&eng.lock);
-	while (!eng.stopping || eng.active) {
-		engine_admit();
-		pthread_mutex_unlock(&eng.lock);
-		curl_multi_perform(eng.multi, &running);
-		engine_reap();
-		curl_multi_poll(eng.multi, NULL, 0, HTTP_POLL_MS, NULL);
-		pthread_mutex_lock(&eng.lock);
+	pthread_mutex_lock(&eng->lock);
+	while (!eng->stopping || eng->active) {
+		engine_admit(eng);
+		pthread_mutex_unlock(&eng->lock);
+		curl_multi_perform(eng->multi, &running);
+		engine_reap(eng);
+		curl_multi_poll(eng->multi, NULL, 0, HTTP_POLL_MS, NULL);
+		pthread_mutex_lock(&eng->lock);
 	}
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng->lock);
 	return NULL;
 }
 
@@ -253,105 +251,105 @@ static void *engine_main(void *arg)
  * Returns libcurl's result; the event thread has removed @h from the
  * multi handle by then, so the caller may query and reuse it.
  */
-static CURLcode engine_run(struct transfer *t, CURL *h)
+static CURLcode engine_run(struct remote_http *eng, struct transfer *t, CURL *h)
 {
-	pthread_mutex_lock(&eng.lock);
-	while (eng.frozen)
-		pthread_cond_wait(&eng.idle, &eng.lock);
-	if (!eng.running &&
-	    (!eng.multi || pthread_create(&eng.thread, NULL, engine_main, NULL))) {
-		pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_lock(&eng->lock);
+	while (eng->frozen)
+		pthread_cond_wait(&eng->idle, &eng->lock);
+	if (!eng->running &&
+	    (!eng->multi || pthread_create(&eng->thread, NULL, engine_main, eng))) {
+		pthread_mutex_unlock(&eng->lock);
 		return CURLE_FAILED_INIT;
 	}
-	eng.running = true;
+	eng->running = true;
 	t->easy = h;
 	t->done = false;
 	t->next = NULL;
-	*eng.queue_tail = t;
-	eng.queue_tail = &t->next;
-	eng.active++;
-	curl_multi_wakeup(eng.multi);
+	*eng->queue_tail = t;
+	eng->queue_tail = &t->next;
+	eng->active++;
+	curl_multi_wakeup(eng->multi);
 	while (!t->done)
-		pthread_cond_wait(&t->settled, &eng.lock);
-	pthread_mutex_unlock(&eng.lock);
+		pthread_cond_wait(&t->settled, &eng->lock);
+	pthread_mutex_unlock(&eng->lock);
 	return t->result;
 }
 
 /* Wait for the transfers in flight and stop the event thread (lock held
  * on entry and return; submitters wait until frozen is cleared). */
-static void engine_stop(void)
+static void engine_stop(struct remote_http *eng)
 {
-	eng.frozen = true;
-	while (eng.active)
-		pthread_cond_wait(&eng.idle, &eng.lock);
-	if (!eng.running)
+	eng->frozen = true;
+	while (eng->active)
+		pthread_cond_wait(&eng->idle, &eng->lock);
+	if (!eng->running)
 		return;
-	eng.stopping = true;
-	pthread_mutex_unlock(&eng.lock);
-	curl_multi_wakeup(eng.multi);
-	pthread_join(eng.thread, NULL);
-	pthread_mutex_lock(&eng.lock);
-	eng.running = false;
-	eng.stopping = false;
+	eng->stopping = true;
+	pthread_mutex_unlock(&eng->lock);
+	curl_multi_wakeup(eng->multi);
+	pthread_join(eng->thread, NULL);
+	pthread_mutex_lock(&eng->lock);
+	eng->running = false;
+	eng->stopping = false;
 }
 
 /* Before fork(2): no transfer in flight, no event thread; the lock is
  * held across the fork so that both processes inherit it consistent. */
-static void engine_fork_prepare(void)
+void remote_http_fork_prepare(struct remote_http *eng)
 {
-	pthread_mutex_lock(&eng.lock);
-	engine_stop();
-	eng.frozen = false;
+	pthread_mutex_lock(&eng->lock);
+	engine_stop(eng);
+	eng->frozen = false;
 }
 
-static void engine_fork_parent(void)
+void remote_http_fork_done(struct remote_http *eng, bool child)
 {
-	pthread_cond_broadcast(&eng.idle);
-	pthread_mutex_unlock(&eng.lock);
+	/* the child has none of the parent's other threads, so none waits */
+	if (child)
+		eng->idle = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+	else
+		pthread_cond_broadcast(&eng->idle);
+	pthread_mutex_unlock(&eng->lock);
 }
 
-/* The child has none of the parent's other threads, so none waits. */
-static void engine_fork_child(void)
+int remote_http_init(struct remote_http **engp)
 {
-	eng.idle = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
-	pthread_mutex_unlock(&eng.lock);
-}
+	struct remote_http *eng;
 
-static void register_fork_handler(void)
-{
-	pthread_atfork(engine_fork_prepare, engine_fork_parent, engine_fork_child);
-}
-
-int remote_http_init(void)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-	/* before chunk_cache_init registers its handler: ours runs after */
-	pthread_once(&once, register_fork_handler);
+	*engp = NULL;
+	/* libcurl counts its users: each engine's init has its cleanup */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT))
 		return -EIO;
-	eng.multi = curl_multi_init();
-	if (!eng.multi) {
+	eng = calloc(1, sizeof(*eng));
+	if (!eng || !(eng->multi = curl_multi_init())) {
+		free(eng);
 		curl_global_cleanup();
 		return -ENOMEM;
 	}
-	curl_multi_setopt(eng.multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-	curl_multi_setopt(eng.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+	pthread_mutex_init(&eng->lock, NULL);
+	pthread_cond_init(&eng->idle, NULL);
+	eng->queue_tail = &eng->queue;
+	curl_multi_setopt(eng->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+	curl_multi_setopt(eng->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
 			  (long)HTTP_HOST_CONNECTIONS);
-	curl_multi_setopt(eng.multi, CURLMOPT_MAXCONNECTS, (long)HTTP_HOST_CONNECTIONS);
+	curl_multi_setopt(eng->multi, CURLMOPT_MAXCONNECTS, (long)HTTP_HOST_CONNECTIONS);
+	*engp = eng;
 	return 0;
 }
 
-void remote_http_release(void)
+void remote_http_release(struct remote_http *eng)
 {
-	pthread_mutex_lock(&eng.lock);
-	engine_stop();
-	eng.frozen = false;
-	pthread_mutex_unlock(&eng.lock);
-	curl_multi_cleanup(eng.multi);
-	eng.multi = NULL;
-	while (eng.pool_nr)
-		curl_easy_cleanup(eng.pool[--eng.pool_nr]);
+	if (!eng)
+		return;
+	pthread_mutex_lock(&eng->lock);
+	engine_stop(eng);
+	pthread_mutex_unlock(&eng->lock);
+	curl_multi_cleanup(eng->multi);
+	while (eng->pool_nr)
+		curl_easy_cleanup(eng->pool[--eng->pool_nr]);
+	pthread_cond_destroy(&eng->idle);
+	pthread_mutex_destroy(&eng->lock);
+	free(eng);
 	curl_global_cleanup();
 }
 
@@ -499,7 +497,7 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		t->cap = cap < t->len + 1 ? cap : t->len + 1;
 	}
 	store_body(t, data, n);
-	atomic_fetch_add_explicit(&remote_cfg.counters.bytes, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->o->remote->counters.bytes, n, memory_order_relaxed);
 	return n;
 }
 
@@ -521,7 +519,7 @@ static int sign_headers(struct transfer *t, struct curl_slist **hdrs)
 		.body_digest = t->body_digest,
 	};
 
-	return t->o->signer->sign(&req, add_header, hdrs, &t->key_gen);
+	return t->o->signer->sign(t->o->remote, &req, add_header, hdrs, &t->key_gen);
 }
 
 /* The validator header of @o into @line: If-Match or
@@ -571,6 +569,8 @@ static int request_headers(struct transfer *t, struct curl_slist **hdrs)
 static void set_options(CURL *h, struct transfer *t, const char *url,
 			struct curl_slist *hdrs)
 {
+	const struct remote_config *cfg = &t->o->remote->cfg;
+
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -578,9 +578,9 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)remote_cfg.timeout);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)cfg->timeout);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)remote_cfg.timeout);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)cfg->timeout);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, HTTP_RECV_BUFFER);
 	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -596,8 +596,8 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
 				 (long)(t->deadline_ms > now ? t->deadline_ms - now : 1));
 	}
-	if (remote_cfg.cacert)
-		curl_easy_setopt(h, CURLOPT_CAINFO, remote_cfg.cacert);
+	if (cfg->cacert)
+		curl_easy_setopt(h, CURLOPT_CAINFO, cfg->cacert);
 	if (t->upload) {
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, t->upload);
@@ -612,9 +612,8 @@ static void set_options(CURL *h, struct transfer *t, const char *url,
 }
 
 /* Record the first-byte latency of a finished attempt. */
-static void count_latency(CURL *h)
+static void count_latency(struct remote_counters *k, CURL *h)
 {
-	struct remote_counters *k = &remote_cfg.counters;
 	curl_off_t us = 0;
 	unsigned long long max;
 
@@ -635,7 +634,8 @@ static int perform(struct transfer *t, CURLcode *cerr)
 {
 	struct curl_slist *hdrs = NULL;
 	char url[REMOTE_URL_MAX + 2048];
-	CURL *h = handle_get();
+	struct remote *remote = t->o->remote;
+	CURL *h = handle_get(remote->http);
 	int rc;
 
 	if (!h)
@@ -652,16 +652,16 @@ static int perform(struct transfer *t, CURLcode *cerr)
 		t->error_body[0] = '\0';
 		t->curl_error[0] = '\0';
 		set_options(h, t, url, hdrs);
-		atomic_fetch_add_explicit(&remote_cfg.counters.requests, 1,
+		atomic_fetch_add_explicit(&remote->counters.requests, 1,
 					  memory_order_relaxed);
 		pthread_cond_init(&t->settled, NULL);
-		*cerr = engine_run(t, h);
+		*cerr = engine_run(remote->http, t, h);
 		pthread_cond_destroy(&t->settled);
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t->resp.status);
-		count_latency(h);
+		count_latency(&remote->counters, h);
 	}
 	curl_slist_free_all(hdrs);
-	handle_put(h);
+	handle_put(remote->http, h);
 	return rc;
 }
 
@@ -722,7 +722,7 @@ static void object_replaced(struct remote_object *o, const char *why)
 {
 	if (atomic_exchange(&o->replaced, true))
 		return;
-	atomic_fetch_add_explicit(&remote_cfg.counters.replaced, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&o->remote->counters.replaced, 1, memory_order_relaxed);
 	log_error("%s: the object was replaced on the server since the mount (%s); "
 		  "its files now fail with EIO (remount to serve the new object)",
 		  o->name, why);
@@ -820,7 +820,8 @@ static bool keys_stale(struct transfer *t)
 		return false;
 	error_code(t, code, sizeof(code));
 	t->keys_refreshed = true;
-	return t->o->signer->stale(code[0] ? code + 1 : code, t->key_gen);
+	return t->o->signer->stale(t->o->remote, code[0] ? code + 1 : code,
+				   t->key_gen);
 }
 
 /*
@@ -832,7 +833,8 @@ static int run(struct transfer *t,
 	       enum outcome (*classify)(struct transfer *, CURLcode, char *, size_t),
 	       char *why, size_t why_len)
 {
-	uint64_t progress = monotonic_ms(), limit = (uint64_t)remote_cfg.timeout * 1000;
+	const struct remote_config *cfg = &t->o->remote->cfg;
+	uint64_t progress = monotonic_ms(), limit = (uint64_t)cfg->timeout * 1000;
 	unsigned attempt = 0;
 
 	for (;;) {
@@ -855,13 +857,13 @@ static int run(struct transfer *t,
 		if (out != OUTCOME_FAIL && t->deadline_ms && monotonic_ms() >= t->deadline_ms) {
 			snprintf(why + strlen(why), why_len - strlen(why), "; gave up after "
 				 "%" PRIu64 " s in all (remote_timeout x remote_attempts)",
-				 (uint64_t)remote_cfg.timeout * remote_cfg.attempts);
+				 (uint64_t)cfg->timeout * cfg->attempts);
 			break;
 		}
-		if (out == OUTCOME_FAIL || ++attempt >= remote_cfg.attempts ||
+		if (out == OUTCOME_FAIL || ++attempt >= cfg->attempts ||
 		    monotonic_ms() - progress >= limit)
 			break;
-		atomic_fetch_add_explicit(&remote_cfg.counters.retries, 1,
+		atomic_fetch_add_explicit(&t->o->remote->counters.retries, 1,
 					  memory_order_relaxed);
 		log_debug("%s: %s; retry %u", t->o->name, why, attempt);
 		backoff(attempt, t->deadline_ms && t->deadline_ms < progress + limit ?
@@ -875,8 +877,9 @@ ssize_t remote_http_read(struct remote_object *o, const struct fetch_piece *piec
 {
 	struct transfer t = { .o = o, .ranged = true, .validate = true,
 			      .off = off, .piece = piece, .npieces = n,
-			      .deadline_ms = monotonic_ms() + (uint64_t)remote_cfg.timeout *
-					     remote_cfg.attempts * 1000 };
+			      .deadline_ms = monotonic_ms() +
+					     (uint64_t)o->remote->cfg.timeout *
+					     o->remote->cfg.attempts * 1000 };
 	size_t len = 0;
 	char why[256];
 
@@ -888,7 +891,7 @@ ssize_t remote_http_read(struct remote_object *o, const struct fetch_piece *piec
 		return 0;
 	t.len = len < o->size - off ? len : (size_t)(o->size - off);
 	if (run(&t, read_outcome, why, sizeof(why))) {
-		atomic_fetch_add_explicit(&remote_cfg.counters.errors, 1,
+		atomic_fetch_add_explicit(&o->remote->counters.errors, 1,
 					  memory_order_relaxed);
 		if (!atomic_load(&o->replaced))
 			log_error("%s: bytes %" PRIu64 "-%" PRIu64 ": %s", o->name,

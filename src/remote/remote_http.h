@@ -3,11 +3,13 @@
  * remote_http.h - requests to a remote object's server (remote_http.c):
  * ranged reads, the mount's probe, whole bodies, uploads; each retried,
  * validated and signed (the object's struct remote_signer) as
- * remote_http.c says.
+ * remote_http.c says.  Each goes through the engine of the object's
+ * remote (o->remote->http), with its settings, and bumps its counters.
  */
 #ifndef SHARDFS_REMOTE_HTTP_H
 #define SHARDFS_REMOTE_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -54,13 +56,24 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 
 /*
  * The transfer engine (one curl multi handle and its event thread, see
- * remote_http.c).  The calls above may be made from any thread once
- * remote_http_init succeeded, and block until their transfer is done.
- * remote_http_init comes before chunk_cache_init, so that at a fork the
- * fetch threads stop before the engine does.  remote_http_release waits
- * for the transfers in flight.
+ * remote_http.c), one per struct remote (its http), which the calls above
+ * reach through the object's remote.  Those calls may be made from any
+ * thread once remote_http_init succeeded, and block until their transfer
+ * is done.  remote_http_release waits for the transfers in flight; NULL:
+ * nothing.  0 or -errno (*@engp NULL).
  */
-int remote_http_init(void);
-void remote_http_release(void);
+int remote_http_init(struct remote_http **engp);
+void remote_http_release(struct remote_http *eng);
+
+/*
+ * Before a fork(2) whose child runs on: wait for the transfers in flight,
+ * stop the event thread and hold the engine's lock across the fork (the
+ * calling thread must make no request until remote_http_fork_done).
+ * After it, in the process that goes on (@child: the new one; else the
+ * same, whether it forked or not): release the lock.  The next transfer
+ * starts the thread again.
+ */
+void remote_http_fork_prepare(struct remote_http *eng);
+void remote_http_fork_done(struct remote_http *eng, bool child);
 
 #endif

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * remote_object.h - what the pieces of the remote shard reader share:
- * the resolved configuration and its counters (remote_cfg, remote.c), one
- * remote object and what pins it to a version, and how its requests are
- * signed.  Each piece has its own header for its calls: remote_http.h
- * (requests), remote_s3.h (S3 addressing, credentials, listing),
- * disk_cache.h, shardfs/chunk_cache.h.  The calls go one way: remote.c
- * uses them all, S3 lists over HTTP, and HTTP signs through the object's
- * signer without knowing S3.
+ * the handle that owns them (struct remote: the resolved configuration,
+ * the counters, the transfer engine, the S3 keys and listings, the disk
+ * and chunk caches; made by remote_init(), remote.c), one remote object,
+ * which reaches its handle through a pointer, what pins it to a version,
+ * and how its requests are signed.  Each piece has its own header for
+ * its calls: remote_http.h (requests), remote_s3.h (S3 addressing,
+ * credentials, listing), disk_cache.h, shardfs/chunk_cache.h.  The calls
+ * go one way: remote.c uses them all, S3 lists over HTTP, and HTTP signs
+ * through the object's signer without knowing S3.
  */
 #ifndef SHARDFS_REMOTE_OBJECT_H
 #define SHARDFS_REMOTE_OBJECT_H
@@ -54,7 +56,7 @@ enum remote_index_fetch {
 	REMOTE_INDEX_RANGED,	/* one GET per read the scanner makes */
 };
 
-/* The resolved configuration (remote_init) and shared state. */
+/* The resolved configuration (remote_init); read-only once resolved. */
 struct remote_config {
 	char *endpoint;		/* S3 endpoint URL, no trailing '/' */
 	char *region;		/* S3 region */
@@ -67,13 +69,30 @@ struct remote_config {
 	uint32_t timeout;	/* seconds without progress before EIO */
 	uint32_t attempts;	/* tries per request */
 	enum remote_index_fetch index_fetch; /* how the index build reads */
-	bool used;		/* a remote shard was opened */
-	atomic_bool unvalidated; /* one had no validator (said once) */
-	struct remote_counters counters; /* see above */
-	struct chunk_cache *chunk_cache; /* remote objects' chunks in memory */
 };
 
-extern struct remote_config remote_cfg;
+struct remote_http;
+struct remote_s3;
+struct disk_cache;
+
+/*
+ * The remote layer of one command (held by its settings, cli.h's struct
+ * cli_config), made by remote_init() and freed by remote_release() after every remote
+ * source closed.  It owns each piece below; the pieces are set up before
+ * any thread but their own runs, and are thread-safe as their headers
+ * say.  Nothing of it is process-wide: a process may hold several.
+ */
+struct remote {
+	struct remote_config cfg; /* the options, resolved */
+	struct remote_counters counters; /* bumped by every piece */
+	struct remote_http *http; /* the transfer engine (remote_http.h) */
+	struct remote_s3 *s3;	/* S3 keys and listings (remote_s3.h) */
+	struct disk_cache *disk; /* chunks in cache_dir, NULL: none
+				 * (disk_cache.h) */
+	struct chunk_cache *chunks; /* remote objects' chunks in memory */
+	bool used;		/* a remote shard was opened */
+	atomic_bool unvalidated; /* one had no validator (said once) */
+};
 
 /* Bytes a signer may keep of a body's digest: a hex SHA-256 and its NUL. */
 #define REMOTE_BODY_DIGEST_MAX 65
@@ -100,19 +119,20 @@ struct remote_sign_request {
  */
 struct remote_signer {
 	/* Call @add(@ctx, line) for each header ("Name: value") that signs
-	 * @r, and set *@gen to the generation of the keys used.  0 or -errno
-	 * (no header added). */
-	int (*sign)(const struct remote_sign_request *r,
+	 * @r, for an object of @remote, and set *@gen to the generation of
+	 * the keys used.  0 or -errno (no header added). */
+	int (*sign)(struct remote *remote, const struct remote_sign_request *r,
 		    void (*add)(void *ctx, const char *line), void *ctx,
 		    unsigned *gen);
 	/* A request signed with keys of generation @gen was refused with
 	 * HTTP 403 and the server's error @code ("" if none): true when the
 	 * keys were stale and newer ones are there (worth one more try). */
-	bool (*stale)(const char *code, unsigned gen);
+	bool (*stale)(struct remote *remote, const char *code, unsigned gen);
 };
 
 /* One remote object (a shard), as opened. */
 struct remote_object {
+	struct remote *remote;	/* the layer it is read through */
 	char *name;		/* as named: s3://bucket/key or the URL */
 	char url[REMOTE_URL_MAX]; /* what is fetched */
 	char host[REMOTE_HOST_MAX]; /* host[:port] of url, signed for S3 */

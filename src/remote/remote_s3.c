@@ -72,9 +72,6 @@ struct listed_prefix {
 	UT_hash_handle hh;	/* keyed by name */
 };
 
-static pthread_mutex_t listed_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct listed_object *listed;	/* every object listed so far */
-static struct listed_prefix *prefixes;	/* every prefix listed so far */
 
 /* What a profile of the shared files says. */
 struct profile_values {
@@ -95,7 +92,7 @@ static void profile_values_free(struct profile_values *v)
 }
 
 /* The credentials requests are signed with. */
-static struct {
+struct s3_keys {
 	pthread_rwlock_t lock;	/* guards cur, only while it is copied */
 	struct remote_keys cur;	/* the current set; key_id "": none */
 	pthread_mutex_t reload;	/* one re-read at a time; guards below */
@@ -103,9 +100,14 @@ static struct {
 	char *profile;		/* its section */
 	struct stat seen;	/* its state when last read */
 	atomic_ullong checked_ms; /* when path was last stat'ed */
-} keys = {
-	.lock = PTHREAD_RWLOCK_INITIALIZER,
-	.reload = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* What this file keeps for one struct remote (its s3). */
+struct remote_s3 {
+	struct s3_keys keys;	/* set before any thread; then as above */
+	pthread_mutex_t listed_lock; /* guards listed and prefixes */
+	struct listed_object *listed; /* every object listed so far */
+	struct listed_prefix *prefixes; /* every prefix listed so far */
 };
 
 /* Is "[...]" line @l the section of @profile? "[p]" or "[profile p]". */
@@ -238,25 +240,25 @@ static int find_credentials(const struct remote_options *ro, const char *profile
 }
 
 /* Make @v's keys the current set, a new generation. */
-static void keys_publish(const struct profile_values *v)
+static void keys_publish(struct s3_keys *keys, const struct profile_values *v)
 {
-	pthread_rwlock_wrlock(&keys.lock);
-	snprintf(keys.cur.key_id, sizeof(keys.cur.key_id), "%s", v->key_id);
-	snprintf(keys.cur.secret, sizeof(keys.cur.secret), "%s", v->secret);
-	snprintf(keys.cur.token, sizeof(keys.cur.token), "%s", v->token ?: "");
-	keys.cur.gen++;
-	pthread_rwlock_unlock(&keys.lock);
+	pthread_rwlock_wrlock(&keys->lock);
+	snprintf(keys->cur.key_id, sizeof(keys->cur.key_id), "%s", v->key_id);
+	snprintf(keys->cur.secret, sizeof(keys->cur.secret), "%s", v->secret);
+	snprintf(keys->cur.token, sizeof(keys->cur.token), "%s", v->token ?: "");
+	keys->cur.gen++;
+	pthread_rwlock_unlock(&keys->lock);
 }
 
 /* Do @v's keys differ from the current set? */
-static bool keys_differ(const struct profile_values *v)
+static bool keys_differ(struct s3_keys *keys, const struct profile_values *v)
 {
 	bool differ;
 
-	pthread_rwlock_rdlock(&keys.lock);
-	differ = strcmp(keys.cur.key_id, v->key_id) || strcmp(keys.cur.secret, v->secret) ||
-		 strcmp(keys.cur.token, v->token ?: "");
-	pthread_rwlock_unlock(&keys.lock);
+	pthread_rwlock_rdlock(&keys->lock);
+	differ = strcmp(keys->cur.key_id, v->key_id) || strcmp(keys->cur.secret, v->secret) ||
+		 strcmp(keys->cur.token, v->token ?: "");
+	pthread_rwlock_unlock(&keys->lock);
 	return differ;
 }
 
@@ -264,26 +266,26 @@ static bool keys_differ(const struct profile_values *v)
  * complete set other than the current one, now current.  A file that
  * cannot be read, or is incomplete (half rewritten), keeps the current
  * set; its next change is read again. */
-static bool keys_reload(void)
+static bool keys_reload(struct s3_keys *keys)
 {
 	struct profile_values v = { 0 };
 	struct stat st;
 	bool changed = false;
-	int rc = stat(keys.path, &st) ? -errno : read_profile(keys.path, keys.profile, &v);
+	int rc = stat(keys->path, &st) ? -errno : read_profile(keys->path, keys->profile, &v);
 
 	if (!rc && (!v.key_id || !v.secret))
 		rc = -ENODATA;
 	if (rc) {
 		log_warn("%s: new credentials not read (%s); the current ones stay in use",
-			 keys.path, rc == -ENODATA ? "no complete key pair in it" :
+			 keys->path, rc == -ENODATA ? "no complete key pair in it" :
 			 strerror(-rc));
 	} else {
-		keys.seen = st;
-		changed = keys_differ(&v);
+		keys->seen = st;
+		changed = keys_differ(keys, &v);
 		if (changed) {
-			keys_publish(&v);
+			keys_publish(keys, &v);
 			log_info("%s: credentials changed; requests are signed with the "
-				 "new ones", keys.path);
+				 "new ones", keys->path);
 		}
 	}
 	profile_values_free(&v);
@@ -300,54 +302,57 @@ static bool file_changed(const struct stat *a, const struct stat *b)
 
 /* Re-read the credentials file if it changed; one thread per
  * S3_KEYS_CHECK_MS looks. */
-static void keys_check(void)
+static void keys_check(struct s3_keys *keys)
 {
 	unsigned long long now = monotonic_ms();
-	unsigned long long last = atomic_load_explicit(&keys.checked_ms, memory_order_relaxed);
+	unsigned long long last = atomic_load_explicit(&keys->checked_ms, memory_order_relaxed);
 	struct stat st;
 
-	if (!keys.path || now - last < S3_KEYS_CHECK_MS ||
-	    !atomic_compare_exchange_strong_explicit(&keys.checked_ms, &last, now,
+	if (!keys->path || now - last < S3_KEYS_CHECK_MS ||
+	    !atomic_compare_exchange_strong_explicit(&keys->checked_ms, &last, now,
 						     memory_order_relaxed,
 						     memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&keys.reload);
-	if (!stat(keys.path, &st) && file_changed(&st, &keys.seen))
-		keys_reload();
-	pthread_mutex_unlock(&keys.reload);
+	pthread_mutex_lock(&keys->reload);
+	if (!stat(keys->path, &st) && file_changed(&st, &keys->seen))
+		keys_reload(keys);
+	pthread_mutex_unlock(&keys->reload);
 }
 
-void remote_s3_keys(struct remote_keys *k)
+void remote_s3_keys(struct remote_s3 *s3, struct remote_keys *k)
 {
-	keys_check();
-	pthread_rwlock_rdlock(&keys.lock);
-	strcpy(k->key_id, keys.cur.key_id);
-	strcpy(k->secret, keys.cur.secret);
-	strcpy(k->token, keys.cur.token);
-	k->gen = keys.cur.gen;
-	pthread_rwlock_unlock(&keys.lock);
+	struct s3_keys *keys = &s3->keys;
+
+	keys_check(keys);
+	pthread_rwlock_rdlock(&keys->lock);
+	strcpy(k->key_id, keys->cur.key_id);
+	strcpy(k->secret, keys->cur.secret);
+	strcpy(k->token, keys->cur.token);
+	k->gen = keys->cur.gen;
+	pthread_rwlock_unlock(&keys->lock);
 }
 
-bool remote_s3_keys_refresh(unsigned gen)
+bool remote_s3_keys_refresh(struct remote_s3 *s3, unsigned gen)
 {
+	struct s3_keys *keys = &s3->keys;
 	bool newer;
 
-	if (!keys.path)
+	if (!keys->path)
 		return false;
-	pthread_mutex_lock(&keys.reload);
-	pthread_rwlock_rdlock(&keys.lock);
-	newer = keys.cur.gen != gen;	/* another request re-read them */
-	pthread_rwlock_unlock(&keys.lock);
+	pthread_mutex_lock(&keys->reload);
+	pthread_rwlock_rdlock(&keys->lock);
+	newer = keys->cur.gen != gen;	/* another request re-read them */
+	pthread_rwlock_unlock(&keys->lock);
 	if (!newer)
-		newer = keys_reload();
-	pthread_mutex_unlock(&keys.reload);
+		newer = keys_reload(keys);
+	pthread_mutex_unlock(&keys->reload);
 	return newer;
 }
 
 _Static_assert(REMOTE_BODY_DIGEST_MAX >= SIGV4_HEX_LEN, "a SHA-256 fits the memo");
 
 /* The SigV4 headers of @r, signed with the current keys. */
-static int s3_sign(const struct remote_sign_request *r,
+static int s3_sign(struct remote *remote, const struct remote_sign_request *r,
 		   void (*add)(void *ctx, const char *line), void *ctx,
 		   unsigned *gen)
 {
@@ -355,7 +360,7 @@ static int s3_sign(const struct remote_sign_request *r,
 	struct sigv4_header host = { "host", r->host };
 	struct remote_keys k;
 	struct sigv4_key key = { k.key_id, k.secret, NULL };
-	struct sigv4_scope scope = { remote_cfg.region, "s3", time(NULL) };
+	struct sigv4_scope scope = { remote->cfg.region, "s3", time(NULL) };
 	struct sigv4_request req = { r->method, r->path, r->query, &host, 1,
 				     SIGV4_EMPTY_SHA256, true };
 	char line[SIGV4_AUTH_MAX + 32];
@@ -368,7 +373,7 @@ static int s3_sign(const struct remote_sign_request *r,
 			sigv4_sha256_hex(r->body, r->body_len, r->body_digest);
 		req.payload_sha256 = r->body_digest;
 	}
-	remote_s3_keys(&k);
+	remote_s3_keys(remote->s3, &k);
 	*gen = k.gen;
 	key.session_token = k.token[0] ? k.token : NULL;
 	rc = sigv4_sign(&req, &key, &scope, sig);
@@ -396,46 +401,50 @@ static int s3_sign(const struct remote_sign_request *r,
 
 /* Was a 403 with S3 error @code a refusal of stale keys, and are newer
  * ones there now? */
-static bool s3_stale(const char *code, unsigned gen)
+static bool s3_stale(struct remote *remote, const char *code, unsigned gen)
 {
 	static const char *const stale[] = { "ExpiredToken", "InvalidAccessKeyId",
 		"SignatureDoesNotMatch", "InvalidToken", "TokenRefreshRequired" };
 
 	for (size_t i = 0; i < sizeof(stale) / sizeof(*stale); i++)
 		if (!strcmp(code, stale[i]))
-			return remote_s3_keys_refresh(gen);
+			return remote_s3_keys_refresh(remote->s3, gen);
 	return false;
 }
 
 static const struct remote_signer s3_signer = { s3_sign, s3_stale };
 
-void remote_s3_forget_keys(void)
+/* Forget the credentials, zeroing the secret. */
+static void keys_forget(struct s3_keys *keys)
 {
-	pthread_rwlock_wrlock(&keys.lock);
-	explicit_bzero(keys.cur.secret, sizeof(keys.cur.secret));
-	keys.cur.key_id[0] = keys.cur.token[0] = '\0';
-	pthread_rwlock_unlock(&keys.lock);
-	free(keys.path);
-	free(keys.profile);
-	keys.path = keys.profile = NULL;
+	pthread_rwlock_wrlock(&keys->lock);
+	explicit_bzero(keys->cur.secret, sizeof(keys->cur.secret));
+	keys->cur.key_id[0] = keys->cur.token[0] = '\0';
+	pthread_rwlock_unlock(&keys->lock);
+	free(keys->path);
+	free(keys->profile);
+	keys->path = keys->profile = NULL;
+	pthread_mutex_destroy(&keys->reload);
+	pthread_rwlock_destroy(&keys->lock);
 }
 
 /* Remember where the credentials of @v came from (@from, taken), to
  * follow changes there. */
-static int keys_follow(char *from, const char *profile)
+static int keys_follow(struct s3_keys *keys, char *from, const char *profile)
 {
-	keys.path = from;
-	keys.profile = strdup(profile);
-	if (!keys.profile)
+	keys->path = from;
+	keys->profile = strdup(profile);
+	if (!keys->profile)
 		return -ENOMEM;
-	if (stat(from, &keys.seen))
-		memset(&keys.seen, 0, sizeof(keys.seen));
-	atomic_store_explicit(&keys.checked_ms, monotonic_ms(), memory_order_relaxed);
+	if (stat(from, &keys->seen))
+		memset(&keys->seen, 0, sizeof(keys->seen));
+	atomic_store_explicit(&keys->checked_ms, monotonic_ms(), memory_order_relaxed);
 	return 0;
 }
 
-/* Region, endpoint and addressing into remote_cfg. */
-static int find_location(const struct remote_options *ro, struct profile_values *v)
+/* Region, endpoint and addressing into @cfg. */
+static int find_location(struct remote_config *cfg, const struct remote_options *ro,
+			 struct profile_values *v)
 {
 	const char *region = ro->region ?: getenv("AWS_REGION") ?:
 			     getenv("AWS_DEFAULT_REGION") ?: v->region ?: "us-east-1";
@@ -443,24 +452,24 @@ static int find_location(const struct remote_options *ro, struct profile_values 
 			       getenv("AWS_ENDPOINT_URL");
 	size_t n;
 
-	remote_cfg.region = strdup(region);
+	cfg->region = strdup(region);
 	if (endpoint && *endpoint)
-		remote_cfg.endpoint = strdup(endpoint);
-	else if (asprintf(&remote_cfg.endpoint, "https://s3.%s.amazonaws.com", region) < 0)
-		remote_cfg.endpoint = NULL;
-	if (!remote_cfg.region || !remote_cfg.endpoint)
+		cfg->endpoint = strdup(endpoint);
+	else if (asprintf(&cfg->endpoint, "https://s3.%s.amazonaws.com", region) < 0)
+		cfg->endpoint = NULL;
+	if (!cfg->region || !cfg->endpoint)
 		return -ENOMEM;
-	if (strncmp(remote_cfg.endpoint, "http://", 7) &&
-	    strncmp(remote_cfg.endpoint, "https://", 8))
+	if (strncmp(cfg->endpoint, "http://", 7) &&
+	    strncmp(cfg->endpoint, "https://", 8))
 		return log_error("endpoint=%s: not an http:// or https:// URL",
-				 remote_cfg.endpoint), -EINVAL;
-	n = strlen(remote_cfg.endpoint);
-	while (n && remote_cfg.endpoint[n - 1] == '/')
-		remote_cfg.endpoint[--n] = '\0';
+				 cfg->endpoint), -EINVAL;
+	n = strlen(cfg->endpoint);
+	while (n && cfg->endpoint[n - 1] == '/')
+		cfg->endpoint[--n] = '\0';
 	if (!ro->addressing)
-		remote_cfg.virtual_hosted = !(endpoint && *endpoint);
+		cfg->virtual_hosted = !(endpoint && *endpoint);
 	else if (!strcmp(ro->addressing, "path") || !strcmp(ro->addressing, "virtual"))
-		remote_cfg.virtual_hosted = !strcmp(ro->addressing, "virtual");
+		cfg->virtual_hosted = !strcmp(ro->addressing, "virtual");
 	else
 		return log_error("s3_addressing=%s: path or virtual", ro->addressing),
 		       -EINVAL;
@@ -489,15 +498,32 @@ static void secrets_hide(void)
 	}
 }
 
-int remote_s3_configure(const struct remote_options *ro)
+/* Make @remote's s3, its keys and listings empty. */
+static int s3_new(struct remote *remote)
+{
+	struct remote_s3 *s3 = calloc(1, sizeof(*s3));
+
+	if (!s3)
+		return -ENOMEM;
+	pthread_rwlock_init(&s3->keys.lock, NULL);
+	pthread_mutex_init(&s3->keys.reload, NULL);
+	pthread_mutex_init(&s3->listed_lock, NULL);
+	remote->s3 = s3;
+	return 0;
+}
+
+int remote_s3_init(struct remote *remote, const struct remote_options *ro)
 {
 	const char *profile = ro->profile ?: getenv("AWS_PROFILE") ?: "default";
+	struct remote_config *cfg = &remote->cfg;
 	struct profile_values v = { 0 };
 	char *from = NULL;
-	int rc = 0;
+	int rc = s3_new(remote);
 
-	remote_cfg.sign = !ro->no_sign_request;
-	if (remote_cfg.sign)
+	if (rc)
+		return rc;
+	cfg->sign = !ro->no_sign_request;
+	if (cfg->sign)
 		rc = find_credentials(ro, profile, &v, &from);
 	if (!rc && !v.region) {
 		char path[4096];
@@ -505,12 +531,12 @@ int remote_s3_configure(const struct remote_options *ro)
 		home_file("AWS_CONFIG_FILE", ".aws/config", path, sizeof(path));
 		read_profile(path, profile, &v);
 	}
-	rc = rc ?: find_location(ro, &v);
-	if (!rc && remote_cfg.sign && v.key_id && v.secret) {
-		keys_publish(&v);
+	rc = rc ?: find_location(cfg, ro, &v);
+	if (!rc && cfg->sign && v.key_id && v.secret) {
+		keys_publish(&remote->s3->keys, &v);
 		secrets_hide();
 		if (from)
-			rc = keys_follow(from, profile);
+			rc = keys_follow(&remote->s3->keys, from, profile);
 		from = NULL;
 	}
 	free(from);
@@ -537,9 +563,10 @@ int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
 }
 
 /* The scheme ("https://") and host[:port] of the endpoint. */
-static void endpoint_parts(char *scheme, size_t scap, char *host, size_t hcap)
+static void endpoint_parts(const struct remote_config *cfg, char *scheme,
+			   size_t scap, char *host, size_t hcap)
 {
-	const char *e = remote_cfg.endpoint, *h = strstr(e, "://") + 3;
+	const char *e = cfg->endpoint, *h = strstr(e, "://") + 3;
 	size_t hl = strcspn(h, "/");
 
 	snprintf(scheme, scap, "%.*s", (int)(h - e), e);
@@ -551,9 +578,10 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 {
 	char scheme[16], host[REMOTE_HOST_MAX], ekey[3 * S3_KEY_MAX + 1];
 	char ebucket[3 * 64 + 1];
+	const struct remote_config *cfg = &o->remote->cfg;
 	int n;
 
-	if (remote_cfg.sign && !keys.cur.key_id[0])	/* set before any thread */
+	if (cfg->sign && !o->remote->s3->keys.cur.key_id[0])	/* set before any thread */
 		return log_format(msg, msg_len, -EACCES, "%s: no AWS credentials (from "
 				  "-o credentials=FILE, AWS_ACCESS_KEY_ID and "
 				  "AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials); "
@@ -561,8 +589,8 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 	if (sigv4_uri_encode(key, strlen(key), true, ekey, sizeof(ekey)) < 0 ||
 	    sigv4_uri_encode(bucket, strlen(bucket), false, ebucket, sizeof(ebucket)) < 0)
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", o->name);
-	endpoint_parts(scheme, sizeof(scheme), host, sizeof(host));
-	if (remote_cfg.virtual_hosted) {
+	endpoint_parts(cfg, scheme, sizeof(scheme), host, sizeof(host));
+	if (cfg->virtual_hosted) {
 		if (snprintf(o->host, sizeof(o->host), "%s.%s", bucket, host) >=
 		    (int)sizeof(o->host))
 			return log_format(msg, msg_len, -ENAMETOOLONG, "%s: host name "
@@ -573,7 +601,7 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 			sprintf(o->sign_path, "/%s", key);
 	} else {
 		snprintf(o->host, sizeof(o->host), "%s", host);
-		n = snprintf(o->url, sizeof(o->url), "%s/%s%s%s", remote_cfg.endpoint,
+		n = snprintf(o->url, sizeof(o->url), "%s/%s%s%s", cfg->endpoint,
 			     ebucket, *key ? "/" : "", ekey);
 		o->sign_path = malloc(strlen(bucket) + strlen(key) + 3);
 		if (o->sign_path)
@@ -583,7 +611,7 @@ int remote_s3_object(struct remote_object *o, const char *bucket,
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: URL too long", o->name);
 	if (!o->sign_path)
 		return -ENOMEM;
-	if (!remote_cfg.sign) {
+	if (!cfg->sign) {
 		free(o->sign_path);
 		o->sign_path = NULL;
 	}
@@ -655,8 +683,8 @@ static int list_push(struct name_list *l, const char *bucket, const char *key)
 }
 
 /* Remember what a listing says of s3://@bucket/@key, for lookups. */
-static int remember(const char *bucket, const char *key, const char *p,
-		    const char *end)
+static int remember(struct remote_s3 *s3, const char *bucket, const char *key,
+		    const char *p, const char *end)
 {
 	struct listed_object *o = calloc(1, sizeof(*o)), *old;
 	char size[32], when[64];
@@ -676,9 +704,9 @@ static int remember(const char *bucket, const char *key, const char *p,
 	}
 	o->size = strtoull(size, NULL, 10);
 	o->mtime = timegm(&tm);
-	pthread_mutex_lock(&listed_lock);
-	HASH_REPLACE_STR(listed, name, o, old);
-	pthread_mutex_unlock(&listed_lock);
+	pthread_mutex_lock(&s3->listed_lock);
+	HASH_REPLACE_STR(s3->listed, name, o, old);
+	pthread_mutex_unlock(&s3->listed_lock);
 	if (old) {
 		free(old->name);
 		free(old);
@@ -689,8 +717,8 @@ static int remember(const char *bucket, const char *key, const char *p,
 /* Collect the shard keys (path_is_shard_name) of one page (into @l
  * unless NULL) and remember
  * every object; its continuation token into @next. */
-static int parse_page(const char *body, const char *bucket, struct name_list *l,
-		      char *next, size_t next_cap)
+static int parse_page(struct remote_s3 *s3, const char *body, const char *bucket,
+		      struct name_list *l, char *next, size_t next_cap)
 {
 	const char *p = body;
 	char key[S3_KEY_MAX + 1], truncated[8] = "";
@@ -701,7 +729,7 @@ static int parse_page(const char *body, const char *bucket, struct name_list *l,
 
 		if (!end || !xml_field(p, end, "Key", key, sizeof(key)))
 			return -EPROTO;
-		rc = remember(bucket, key, p, end);
+		rc = remember(s3, bucket, key, p, end);
 		if (!rc && l && path_is_shard_name(key))
 			rc = list_push(l, bucket, key);
 		p = end;
@@ -735,7 +763,7 @@ static int list_page(struct remote_object *o, const char *prefix, const char *to
 }
 
 /* Record s3://@bucket/@prefix as listed (as far as it goes). */
-static void prefix_done(const char *name)
+static void prefix_done(struct remote_s3 *s3, const char *name)
 {
 	struct listed_prefix *p = calloc(1, sizeof(*p));
 
@@ -743,17 +771,18 @@ static void prefix_done(const char *name)
 		free(p);
 		return;		/* only costs probes */
 	}
-	pthread_mutex_lock(&listed_lock);
-	HASH_ADD_KEYPTR(hh, prefixes, p->name, strlen(p->name), p);
-	pthread_mutex_unlock(&listed_lock);
+	pthread_mutex_lock(&s3->listed_lock);
+	HASH_ADD_KEYPTR(hh, s3->prefixes, p->name, strlen(p->name), p);
+	pthread_mutex_unlock(&s3->listed_lock);
 }
 
 /* List s3://@bucket/@prefix, remembering every object and collecting the
  * shard keys into @l (unless NULL), at most @max_pages pages. */
-static int list_prefix(const char *bucket, const char *prefix, struct name_list *l,
-		       unsigned max_pages, char *msg, size_t msg_len)
+static int list_prefix(struct remote *remote, const char *bucket, const char *prefix,
+		       struct name_list *l, unsigned max_pages, char *msg,
+		       size_t msg_len)
 {
-	struct remote_object o = { 0 };
+	struct remote_object o = { .remote = remote };
 	char token[1024] = "";
 	unsigned pages = 0;
 	int rc;
@@ -765,14 +794,15 @@ static int list_prefix(const char *bucket, const char *prefix, struct name_list 
 		char *body = NULL;
 
 		rc = rc ?: list_page(&o, prefix, token, &body, msg, msg_len);
-		if (!rc && (rc = parse_page(body, bucket, l, token, sizeof(token))) == -EPROTO)
+		if (!rc && (rc = parse_page(remote->s3, body, bucket, l, token,
+					    sizeof(token))) == -EPROTO)
 			log_format(msg, msg_len, rc, "%s: malformed ListObjectsV2 answer",
 				   o.name);
 		free(body);
 	} while (!rc && token[0] && ++pages < max_pages);
 	/* listed, partly or not at all (no ListBucket permission): either
 	 * way not again; shards it did not show are probed */
-	prefix_done(o.name);
+	prefix_done(remote->s3, o.name);
 	free(o.sign_path);
 	free(o.name);
 	return rc;
@@ -783,30 +813,33 @@ int remote_s3_lookup(struct remote_object *o)
 	const char *slash = strrchr(o->name, '/');
 	struct listed_object *found;
 	struct listed_prefix *done;
+	struct remote_s3 *s3 = o->remote->s3;
 	char *bucket, *key, msg[256];
 
-	pthread_mutex_lock(&listed_lock);
-	HASH_FIND(hh, prefixes, o->name, (size_t)(slash + 1 - o->name), done);
-	pthread_mutex_unlock(&listed_lock);
+	pthread_mutex_lock(&s3->listed_lock);
+	HASH_FIND(hh, s3->prefixes, o->name, (size_t)(slash + 1 - o->name), done);
+	pthread_mutex_unlock(&s3->listed_lock);
 	if (!done && !remote_s3_split(o->name, &bucket, &key, msg, sizeof(msg))) {
 		key[strrchr(key, '/') ? strrchr(key, '/') - key + 1 : 0] = '\0';
-		if (list_prefix(bucket, key, NULL, S3_LOOKUP_PAGES_MAX, msg, sizeof(msg)))
+		if (list_prefix(o->remote, bucket, key, NULL, S3_LOOKUP_PAGES_MAX, msg,
+				sizeof(msg)))
 			log_debug("%s", msg);	/* the probe will say what is wrong */
 		free(bucket);
 		free(key);
 	}
-	pthread_mutex_lock(&listed_lock);
-	HASH_FIND_STR(listed, o->name, found);
+	pthread_mutex_lock(&s3->listed_lock);
+	HASH_FIND_STR(s3->listed, o->name, found);
 	if (found) {
 		o->size = found->size;
 		o->mtime = found->mtime;
 		memcpy(o->etag, found->etag, sizeof(o->etag));
 	}
-	pthread_mutex_unlock(&listed_lock);
+	pthread_mutex_unlock(&s3->listed_lock);
 	return found ? 0 : -ENOENT;
 }
 
-void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len)
+void remote_s3_prefix_hint(struct remote *remote, const char *name, char *msg,
+			   size_t msg_len)
 {
 	struct name_list l = { 0 };
 	char *bucket, *key, *prefix = NULL, ignored[256];
@@ -815,7 +848,8 @@ void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len)
 	if (remote_s3_split(name, &bucket, &key, ignored, sizeof(ignored)))
 		return;
 	if (*key && asprintf(&prefix, "%s/", key) > 0 &&
-	    !list_prefix(bucket, prefix, &l, 1, ignored, sizeof(ignored)) && l.nr)
+	    !list_prefix(remote, bucket, prefix, &l, 1, ignored, sizeof(ignored)) &&
+	    l.nr)
 		snprintf(msg + n, msg_len - n, "; %s is a prefix with shards under "
 			 "it: mount them with %s/ (the '/' at the end lists the prefix)",
 			 name, name);
@@ -827,29 +861,34 @@ void remote_s3_prefix_hint(const char *name, char *msg, size_t msg_len)
 	free(key);
 }
 
-void remote_s3_forget_listings(void)
+void remote_s3_release(struct remote_s3 *s3)
 {
 	struct listed_object *o, *otmp;
 	struct listed_prefix *p, *ptmp;
 
-	HASH_ITER(hh, listed, o, otmp) {
-		HASH_DEL(listed, o);
+	if (!s3)
+		return;
+	HASH_ITER(hh, s3->listed, o, otmp) {
+		HASH_DEL(s3->listed, o);
 		free(o->name);
 		free(o);
 	}
-	HASH_ITER(hh, prefixes, p, ptmp) {
-		HASH_DEL(prefixes, p);
+	HASH_ITER(hh, s3->prefixes, p, ptmp) {
+		HASH_DEL(s3->prefixes, p);
 		free(p->name);
 		free(p);
 	}
+	pthread_mutex_destroy(&s3->listed_lock);
+	keys_forget(&s3->keys);
+	free(s3);
 }
 
-int remote_s3_list(const char *bucket, const char *prefix,
+int remote_s3_list(struct remote *remote, const char *bucket, const char *prefix,
 		   int (*add)(void *arg, const char *name, size_t len), void *arg,
 		   char *msg, size_t msg_len)
 {
 	struct name_list l = { 0 };
-	int rc = list_prefix(bucket, prefix, &l, UINT32_MAX, msg, msg_len);
+	int rc = list_prefix(remote, bucket, prefix, &l, UINT32_MAX, msg, msg_len);
 
 	if (!rc && !l.nr)
 		rc = log_format(msg, msg_len, -ENOENT, "s3://%s/%s: no " PATH_SHARD_SUFFIXES

@@ -76,7 +76,7 @@ static void remote_advise(struct shard_source *src, uint64_t off, uint64_t len,
 	case SHARD_SOURCE_SCAN:
 	case SHARD_SOURCE_SCANNED:
 		atomic_store_explicit(&r->ranged_scan, advice == SHARD_SOURCE_SCAN &&
-				      remote_cfg.index_fetch == REMOTE_INDEX_RANGED,
+				      r->obj.remote->cfg.index_fetch == REMOTE_INDEX_RANGED,
 				      memory_order_relaxed);
 		/* its reads skip the members' data: a stream all the same */
 		chunk_cache_scan(&r->owner, advice == SHARD_SOURCE_SCAN);
@@ -108,14 +108,15 @@ static const struct shard_source_ops remote_ops = {
 	.close = remote_close,
 };
 
-int shard_source_open_remote(const char *url, struct shard_source **src,
+int shard_source_open_remote(struct remote *remote, const char *url,
+			     struct shard_source **src,
 			     struct shard_source_info *info, char *msg,
 			     size_t msg_len)
 {
 	struct source_remote *r;
 	int rc;
 
-	if (!remote_cfg.chunk_size)
+	if (!remote)
 		return log_format(msg, msg_len, -EINVAL, "%s: remote shards are not "
 				  "configured", url);
 	r = calloc(1, sizeof(*r));
@@ -123,25 +124,25 @@ int shard_source_open_remote(const char *url, struct shard_source **src,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	rc = remote_locate(&r->obj, url, msg, msg_len);
+	rc = remote_locate(remote, &r->obj, url, msg, msg_len);
 	/* S3 honours Range: what a listing said of the object will do */
 	if (!rc && (strncmp(url, "s3://", 5) || remote_s3_lookup(&r->obj)))
 		rc = remote_http_probe(&r->obj, msg, msg_len);
 	if (rc == -ENOENT && !strncmp(url, "s3://", 5) && url[strlen(url) - 1] != '/')
-		remote_s3_prefix_hint(url, msg, msg_len);
+		remote_s3_prefix_hint(remote, url, msg, msg_len);
 	if (rc)
 		goto out_free;
 	if (remote_validator(&r->obj) == REMOTE_VALIDATOR_NONE &&
-	    !atomic_exchange(&remote_cfg.unvalidated, true))
+	    !atomic_exchange(&remote->unvalidated, true))
 		log_warn("%s: the server sends neither ETag nor Last-Modified: a "
 			 "replacement of the same size cannot be detected (its reads "
 			 "could mix old and new bytes), and its chunks are not kept in "
 			 "cache_dir; said once for all such shards", url);
-	remote_cfg.used = true;
+	remote->used = true;
 	r->base = (struct shard_source){ .ops = &remote_ops, .size = r->obj.size,
-					 .push = { .ahead_max = chunk_cache_ahead_max(remote_cfg.chunk_cache),
+					 .push = { .ahead_max = chunk_cache_ahead_max(remote->chunks),
 						   .fetched = true } };
-	r->owner = (struct chunk_owner){ .cache = remote_cfg.chunk_cache, .obj = &r->obj,
+	r->owner = (struct chunk_owner){ .cache = remote->chunks, .obj = &r->obj,
 					 .size = r->obj.size, .last_chunk = UINT64_MAX,
 					 .read_end = UINT64_MAX };
 	info->stored_size = r->obj.size;

@@ -314,7 +314,7 @@ static void open_shards(struct shard_set *set, unsigned int nr, bool skip_bad)
 		write_file(dir, name, shards[i].data, shards[i].len, path);
 	}
 	snprintf(spec, sizeof(spec), "%s/{0..%u}.tar", dir, nr - 1);
-	rc = shard_set_expand(set, spec, msg, sizeof(msg));
+	rc = shard_set_expand(set, spec, NULL, msg, sizeof(msg));
 	FUZZ_CHECK(!rc, "expanding %s: %s", spec, msg);
 	set->skip_bad = skip_bad;
 	rc = shard_set_open(set, msg, sizeof(msg));

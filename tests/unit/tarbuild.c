@@ -549,7 +549,7 @@ void tb_build(struct shard_set *set, struct shard_index *idx, const char *spec,
 {
 	char msg[512] = "";
 
-	if (shard_set_expand(set, spec, msg, sizeof(msg)) ||
+	if (shard_set_expand(set, spec, NULL, msg, sizeof(msg)) ||
 	    shard_set_open(set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	assert_int_equal(shard_index_build(idx, set, opt), 0);

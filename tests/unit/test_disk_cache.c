@@ -36,7 +36,17 @@ struct env {
 	char *top;		/* a directory of the test's */
 	char dir[4096];		/* the cache: top/cache */
 	struct remote_object o;	/* the object whose chunks are kept */
+	struct remote_counters counters; /* what the cache counts */
+	struct disk_cache *dc;	/* the cache under test */
 };
+
+/* Open the cache in e->dir afresh (a later mount), of @limit bytes. */
+static void reopen(struct env *e, uint64_t limit)
+{
+	disk_cache_release(e->dc);
+	assert_int_equal(disk_cache_init(&e->dc, e->dir, limit, &e->counters), 0);
+	assert_non_null(e->dc);
+}
 
 static int env_setup(void **state)
 {
@@ -49,7 +59,7 @@ static int env_setup(void **state)
 	e->o.name = "s3://bucket/shard-000000.tar";
 	strcpy(e->o.etag, "\"etag-1\"");
 	e->o.size = 64 * CHUNK;
-	assert_int_equal(disk_cache_init(e->dir, 1ull << 30), 0);
+	reopen(e, 1ull << 30);
 	*state = e;
 	return 0;
 }
@@ -58,7 +68,7 @@ static int env_teardown(void **state)
 {
 	struct env *e = *state;
 
-	disk_cache_release();
+	disk_cache_release(e->dc);
 	tb_rmtree(e->top);
 	free(e);
 	return 0;
@@ -76,14 +86,14 @@ static void store(struct env *e, uint64_t index)
 	unsigned char buf[CHUNK];
 
 	chunk_bytes(buf, index);
-	disk_cache_store(&e->o, index, buf, CHUNK);
+	disk_cache_store(e->dc, &e->o, index, buf, CHUNK);
 }
 
 /* Load chunk @index of @o: its rc; on a hit the bytes must be right. */
-static int load(const struct remote_object *o, uint64_t index)
+static int load(struct env *e, const struct remote_object *o, uint64_t index)
 {
 	unsigned char got[CHUNK], want[CHUNK];
-	int rc = disk_cache_load(o, index, got, CHUNK);
+	int rc = disk_cache_load(e->dc, o, index, got, CHUNK);
 
 	if (!rc) {
 		chunk_bytes(want, index);
@@ -149,21 +159,20 @@ static void test_stored_chunk_is_loaded(void **state)
 	char path[8192];
 	struct stat st;
 
-	assert_int_equal(load(&e->o, 0), -ENOENT);	/* no key yet */
+	assert_int_equal(load(e, &e->o, 0), -ENOENT);	/* no key yet */
 	store(e, 0);
 	store(e, 1);
-	assert_int_equal(load(&e->o, 0), 0);
-	assert_int_equal(load(&e->o, 1), 0);
-	assert_int_equal(load(&e->o, 2), -ENOENT);
+	assert_int_equal(load(e, &e->o, 0), 0);
+	assert_int_equal(load(e, &e->o, 1), 0);
+	assert_int_equal(load(e, &e->o, 2), -ENOENT);
 	assert_int_equal(chunk_files(e, path, sizeof(path)), 2);
 	/* the key: ours, read by no one else */
 	snprintf(path, sizeof(path), "%s/key", e->dir);
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
 	/* a later mount of the same directory finds them */
-	disk_cache_release();
-	assert_int_equal(disk_cache_init(e->dir, 1ull << 30), 0);
-	assert_int_equal(load(&e->o, 1), 0);
+	reopen(e, 1ull << 30);
+	assert_int_equal(load(e, &e->o, 1), 0);
 }
 
 static void test_names_are_keyed(void **state)
@@ -175,20 +184,19 @@ static void test_names_are_keyed(void **state)
 	store(e, 0);
 	/* another version of the object finds nothing */
 	strcpy(other.etag, "\"etag-2\"");
-	assert_int_equal(load(&other, 0), -ENOENT);
+	assert_int_equal(load(e, &other, 0), -ENOENT);
 	/* an object without a validator is never kept */
 	dated.etag[0] = '\0';
 	dated.mtime = 0;
-	disk_cache_store(&dated, 5, "x", 1);
+	disk_cache_store(e->dc, &dated, 5, "x", 1);
 	assert_int_equal(chunk_files(e, path, sizeof(path)), 1);
 	/* another key (a new key file) names every chunk differently */
-	disk_cache_release();
 	snprintf(path, sizeof(path), "%s/key", e->dir);
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(disk_cache_init(e->dir, 1ull << 30), 0);
+	reopen(e, 1ull << 30);
 	store(e, 1);			/* makes the new key */
-	assert_int_equal(load(&e->o, 0), -ENOENT);
-	assert_int_equal(load(&e->o, 1), 0);
+	assert_int_equal(load(e, &e->o, 0), -ENOENT);
+	assert_int_equal(load(e, &e->o, 1), 0);
 }
 
 /* Store chunk 0, then put @what at its name instead: a miss, removed. */
@@ -200,10 +208,10 @@ static void expect_planted_is_miss(struct env *e, void (*plant)(const char *))
 	assert_int_equal(chunk_files(e, path, sizeof(path)), 1);
 	plant(path);
 	alarm(10);		/* a FIFO opened blocking would hang here */
-	assert_int_not_equal(load(&e->o, 0), 0);
+	assert_int_not_equal(load(e, &e->o, 0), 0);
 	alarm(0);
 	assert_false(exists(path));
-	assert_int_equal(load(&e->o, 0), -ENOENT);
+	assert_int_equal(load(e, &e->o, 0), -ENOENT);
 }
 
 /* A file of the right length and a header made without the key. */
@@ -330,15 +338,14 @@ static void test_eviction_stays_inside(void **state)
 	rmdir(linked_sub);
 	assert_int_equal(symlink(outside, linked_sub), 0);
 
-	disk_cache_release();
-	assert_int_equal(disk_cache_init(e->dir, limit), 0);
+	reopen(e, limit);
 	for (uint64_t i = 0; i < 40; i++) {
 		store(e, i);
 		assert_true(cache_bytes(e) <= limit);
 	}
 	/* the most recent are kept (but one whose subdirectory is the
 	 * planted link: not stored) */
-	assert_true(!load(&e->o, 39) || !load(&e->o, 38));
+	assert_true(!load(e, &e->o, 39) || !load(e, &e->o, 38));
 	assert_true(exists(chunk_like));
 	assert_true(exists(odd));
 	assert_true(exists(link_path));

@@ -552,7 +552,7 @@ static void test_bad_shard_fails_or_is_skipped(void **state)
 	tb_zeros(&a, 2);
 	tb_save(&a, e->dir, "01.tar");
 	tb_free(&a);
-	assert_int_equal(shard_set_expand(&set, e->dir, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, e->dir, NULL, msg, sizeof(msg)), 0);
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
 
 	assert_int_equal(shard_index_build(&idx, &set, &opt), -EINVAL);
@@ -660,7 +660,7 @@ static void test_bad_header_mid_set_names_its_shard_and_offset(void **state)
 		snprintf(name, sizeof(name), "%02d.tar", i);
 		tb_env_shard(e, name, &a);
 	}
-	assert_int_equal(shard_set_expand(&set, e->dir, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, e->dir, NULL, msg, sizeof(msg)), 0);
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
 
 	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), -EINVAL);

@@ -33,7 +33,7 @@ static void store_open(struct opened *o, struct tb_env *e,
 
 	*o = (struct opened){ 0 };
 	snprintf(spec, sizeof(spec), "%s/s-*.tar", e->dir);
-	if (shard_set_expand(&o->set, spec, msg, sizeof(msg)) ||
+	if (shard_set_expand(&o->set, spec, NULL, msg, sizeof(msg)) ||
 	    shard_set_open(&o->set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	o->rc = index_store_open(&o->idx, &o->set, &bo, so, &o->res);

@@ -42,12 +42,44 @@ static void write_file(const char *rel, const char *text)
 	fclose(f);
 }
 
+/* Each test's remote is in its cmocka state: made by init(), freed by
+ * the next init() or by teardown. */
+static void release(void **state)
+{
+	remote_release(*state);
+	*state = NULL;
+}
+
+/* Make the test's remote from @ro: remote_init()'s result. */
+static int init(void **state, const struct remote_options *ro)
+{
+	struct remote *remote;
+	int rc;
+
+	release(state);
+	rc = remote_init(&remote, ro);
+	*state = remote;
+	return rc;
+}
+
+/* The resolved settings of the test's remote. */
+static struct remote_config *cfg(void **state)
+{
+	return &((struct remote *)*state)->cfg;
+}
+
+/* Its S3 keys and listings. */
+static struct remote_s3 *s3(void **state)
+{
+	return ((struct remote *)*state)->s3;
+}
+
 /* The current credentials (a copy, as a request takes them). */
-static struct remote_keys *keys(void)
+static struct remote_keys *keys(void **state)
 {
 	static struct remote_keys k;
 
-	remote_s3_keys(&k);
+	remote_s3_keys(s3(state), &k);
 	return &k;
 }
 
@@ -60,6 +92,7 @@ static int setup(void **state)
 	};
 	char aws[300];
 
+	*state = NULL;		/* no remote until a test makes one */
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		unsetenv(vars[i]);
 	snprintf(home, sizeof(home), "/tmp/shardfs-test-remote-XXXXXX");
@@ -81,7 +114,7 @@ static int teardown(void **state)
 {
 	char cmd[300];
 
-	remote_release();
+	release(state);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", home);
 	return system(cmd);
 }
@@ -90,15 +123,15 @@ static void test_shared_files_default_profile(void **state)
 {
 	struct remote_options ro = { 0 };
 
-	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(keys()->key_id, "DEFAULTKEY");
-	assert_string_equal(keys()->secret, "defaultsecret");
-	assert_string_equal(keys()->token, "");
-	assert_string_equal(remote_cfg.region, "eu-west-1");
-	assert_string_equal(remote_cfg.endpoint, "https://s3.eu-west-1.amazonaws.com");
-	assert_true(remote_cfg.virtual_hosted);
-	assert_int_equal(remote_cfg.chunk_size, REMOTE_CHUNK_DEFAULT);
-	assert_int_equal(remote_cfg.timeout, REMOTE_TIMEOUT_DEFAULT);
+	assert_int_equal(init(state, &ro), 0);
+	assert_string_equal(keys(state)->key_id, "DEFAULTKEY");
+	assert_string_equal(keys(state)->secret, "defaultsecret");
+	assert_string_equal(keys(state)->token, "");
+	assert_string_equal(cfg(state)->region, "eu-west-1");
+	assert_string_equal(cfg(state)->endpoint, "https://s3.eu-west-1.amazonaws.com");
+	assert_true(cfg(state)->virtual_hosted);
+	assert_int_equal(cfg(state)->chunk_size, REMOTE_CHUNK_DEFAULT);
+	assert_int_equal(cfg(state)->timeout, REMOTE_TIMEOUT_DEFAULT);
 }
 
 static void test_environment_then_profile_option(void **state)
@@ -108,19 +141,19 @@ static void test_environment_then_profile_option(void **state)
 	setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
 	setenv("AWS_REGION", "us-west-2", 1);
-	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(keys()->key_id, "ENVKEY");
-	assert_string_equal(remote_cfg.region, "us-west-2");
+	assert_int_equal(init(state, &ro), 0);
+	assert_string_equal(keys(state)->key_id, "ENVKEY");
+	assert_string_equal(cfg(state)->region, "us-west-2");
 	/* keys from the environment cannot change: nothing to re-read */
-	assert_false(remote_s3_keys_refresh(keys()->gen));
-	remote_release();
+	assert_false(remote_s3_keys_refresh(s3(state), keys(state)->gen));
+	release(state);
 	/* a profile named on the command line wins over the environment's keys */
 	ro.profile = "train";
 	unsetenv("AWS_REGION");
-	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(keys()->key_id, "TRAINKEY");
-	assert_string_equal(keys()->token, "traintoken");
-	assert_string_equal(remote_cfg.region, "ap-south-1");
+	assert_int_equal(init(state, &ro), 0);
+	assert_string_equal(keys(state)->key_id, "TRAINKEY");
+	assert_string_equal(keys(state)->token, "traintoken");
+	assert_string_equal(cfg(state)->region, "ap-south-1");
 }
 
 static void test_credentials_file_option_wins(void **state)
@@ -135,15 +168,15 @@ static void test_credentials_file_option_wins(void **state)
 	chmod(path, 0600);
 	setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
-	assert_int_equal(remote_init(&ro), 0);
-	assert_string_equal(keys()->key_id, "FILEKEY");
-	assert_string_equal(remote_cfg.region, "us-east-2");
-	assert_string_equal(remote_cfg.endpoint, "http://127.0.0.1:9000");
-	assert_false(remote_cfg.virtual_hosted);	/* an endpoint: path style */
-	remote_release();
+	assert_int_equal(init(state, &ro), 0);
+	assert_string_equal(keys(state)->key_id, "FILEKEY");
+	assert_string_equal(cfg(state)->region, "us-east-2");
+	assert_string_equal(cfg(state)->endpoint, "http://127.0.0.1:9000");
+	assert_false(cfg(state)->virtual_hosted);	/* an endpoint: path style */
+	release(state);
 	/* a file without the keys is an error, not anonymous access */
 	write_file("creds.ini", "[other]\naws_access_key_id=X\n");
-	assert_int_equal(remote_init(&ro), -EINVAL);
+	assert_int_equal(init(state, &ro), -EINVAL);
 }
 
 /* A credentials file rewritten under the mount (a credential agent) is
@@ -160,53 +193,55 @@ static void test_credentials_file_rewritten(void **state)
 	write_file("creds.ini", "[default]\naws_access_key_id=OLDKEY\n"
 		   "aws_secret_access_key=oldsecret\n");
 	chmod(path, 0600);
-	assert_int_equal(remote_init(&ro), 0);
-	gen = keys()->gen;
+	assert_int_equal(init(state, &ro), 0);
+	gen = keys(state)->gen;
 	/* unchanged: a refusal re-reads it and finds nothing newer */
-	assert_false(remote_s3_keys_refresh(gen));
+	assert_false(remote_s3_keys_refresh(s3(state), gen));
 	/* half written: no complete pair, the old keys stay */
 	write_file("creds.ini", "[default]\naws_access_key_id=NEWKEY\n");
-	assert_false(remote_s3_keys_refresh(gen));
-	assert_string_equal(keys()->key_id, "OLDKEY");
+	assert_false(remote_s3_keys_refresh(s3(state), gen));
+	assert_string_equal(keys(state)->key_id, "OLDKEY");
 	write_file("creds.ini", "[default]\naws_access_key_id=NEWKEY\n"
 		   "aws_secret_access_key=newsecret\naws_session_token=newtoken\n");
-	assert_true(remote_s3_keys_refresh(gen));
-	assert_string_equal(keys()->key_id, "NEWKEY");
-	assert_string_equal(keys()->secret, "newsecret");
-	assert_string_equal(keys()->token, "newtoken");
-	assert_true(keys()->gen != gen);
+	assert_true(remote_s3_keys_refresh(s3(state), gen));
+	assert_string_equal(keys(state)->key_id, "NEWKEY");
+	assert_string_equal(keys(state)->secret, "newsecret");
+	assert_string_equal(keys(state)->token, "newtoken");
+	assert_true(keys(state)->gen != gen);
 	/* a request signed with the old keys that comes back refused later:
 	 * the newer set is already there, worth a retry */
-	assert_true(remote_s3_keys_refresh(gen));
+	assert_true(remote_s3_keys_refresh(s3(state), gen));
 	/* a change is noticed by requests, once the check interval passed */
-	gen = keys()->gen;
+	gen = keys(state)->gen;
 	write_file("creds.ini", "[default]\naws_access_key_id=THIRDKEY\n"
 		   "aws_secret_access_key=thirdsecret\n");
 	usleep(1100 * 1000);
-	assert_string_equal(keys()->key_id, "THIRDKEY");
-	assert_string_equal(keys()->token, "");
-	assert_true(keys()->gen != gen);
+	assert_string_equal(keys(state)->key_id, "THIRDKEY");
+	assert_string_equal(keys(state)->token, "");
+	assert_true(keys(state)->gen != gen);
 }
 
 static void test_bad_options(void **state)
 {
 	struct remote_options ro = { .addressing = "sideways" };
 
-	assert_int_equal(remote_init(&ro), -EINVAL);
+	assert_int_equal(init(state, &ro), -EINVAL);
 	ro = (struct remote_options){ .chunk_size = "1K" };	/* < 64 KiB */
-	assert_int_equal(remote_init(&ro), -EINVAL);
+	assert_int_equal(init(state, &ro), -EINVAL);
 	ro = (struct remote_options){ .timeout = "0" };
-	assert_int_equal(remote_init(&ro), -EINVAL);
+	assert_int_equal(init(state, &ro), -EINVAL);
 	ro = (struct remote_options){ .endpoint = "ftp://host" };
-	assert_int_equal(remote_init(&ro), -EINVAL);
+	assert_int_equal(init(state, &ro), -EINVAL);
 }
 
 /* The URL, Host and signed path of s3://@bucket/@key. */
-static void locate(const char *bucket, const char *key, struct remote_object *o)
+static void locate(void **state, const char *bucket, const char *key,
+		   struct remote_object *o)
 {
 	char msg[256];
 
 	memset(o, 0, sizeof(*o));
+	o->remote = *state;
 	o->name = "s3://test";
 	assert_int_equal(remote_s3_object(o, bucket, key, msg, sizeof(msg)), 0);
 }
@@ -217,24 +252,24 @@ static void test_addressing(void **state)
 				     .region = "us-east-1" };
 	struct remote_object o;
 
-	assert_int_equal(remote_init(&ro), 0);
-	locate("data", "train/shard 0+1.tar", &o);
+	assert_int_equal(init(state, &ro), 0);
+	locate(state, "data", "train/shard 0+1.tar", &o);
 	assert_string_equal(o.url, "https://minio.example:9000/data/train/shard%200%2B1.tar");
 	assert_string_equal(o.host, "minio.example:9000");
 	assert_string_equal(o.sign_path, "/data/train/shard 0+1.tar");
 	free(o.sign_path);
-	remote_release();
+	release(state);
 	ro.addressing = "virtual";
-	assert_int_equal(remote_init(&ro), 0);
-	locate("data", "a/./b//c.tar", &o);	/* S3 keys are not normalised */
+	assert_int_equal(init(state, &ro), 0);
+	locate(state, "data", "a/./b//c.tar", &o);	/* S3 keys are not normalised */
 	assert_string_equal(o.url, "https://data.minio.example:9000/a/./b//c.tar");
 	assert_string_equal(o.host, "data.minio.example:9000");
 	assert_string_equal(o.sign_path, "/a/./b//c.tar");
 	free(o.sign_path);
-	remote_release();
+	release(state);
 	ro.no_sign_request = 1;
-	assert_int_equal(remote_init(&ro), 0);
-	locate("data", "k.tar", &o);
+	assert_int_equal(init(state, &ro), 0);
+	locate(state, "data", "k.tar", &o);
 	assert_null(o.sign_path);		/* anonymous: not signed */
 }
 

@@ -78,6 +78,9 @@ struct server {
 
 static unsigned char object[OBJ_SIZE];
 static struct server srv;
+/* The layer the test objects are read through: its engine (made by
+ * group_setup), settings (each test's) and counters. */
+static struct remote remote;
 
 static void send_all(int fd, const void *buf, size_t len)
 {
@@ -222,16 +225,16 @@ static int setup(void **state)
 	srv.handler = answer_v1;
 	atomic_store(&srv.nreq, 0);
 	memset(srv.req, 0, sizeof(srv.req));
-	remote_cfg.timeout = 5;
-	remote_cfg.attempts = 3;
+	remote.cfg.timeout = 5;
+	remote.cfg.attempts = 3;
 	return 0;
 }
 
 /* An object at the server, as the mount opened it (version "v1"). */
 static struct remote_object object_v1(void)
 {
-	struct remote_object o = { .name = "test-object", .etag = "\"v1\"",
-				   .size = OBJ_SIZE };
+	struct remote_object o = { .remote = &remote, .name = "test-object",
+				   .etag = "\"v1\"", .size = OBJ_SIZE };
 
 	snprintf(o.url, sizeof(o.url), "http://127.0.0.1:%u/obj", srv.port);
 	snprintf(o.host, sizeof(o.host), "127.0.0.1:%u", srv.port);
@@ -277,7 +280,7 @@ static bool answer_cut_once(struct server *s, int fd, unsigned n)
 static void test_body_cut_short_resumes_at_the_byte_reached(void **state)
 {
 	struct remote_object o = object_v1();
-	unsigned long long retries = atomic_load(&remote_cfg.counters.retries);
+	unsigned long long retries = atomic_load(&remote.counters.retries);
 	unsigned char buf[5000];
 
 	(void)state;
@@ -286,7 +289,7 @@ static void test_body_cut_short_resumes_at_the_byte_reached(void **state)
 	assert_memory_equal(buf, object + 1000, sizeof(buf));
 	assert_int_equal(srv.nreq, 2);
 	assert_string_equal(srv.req[1].range, "bytes=3000-5999");
-	assert_int_equal(atomic_load(&remote_cfg.counters.retries), retries + 1);
+	assert_int_equal(atomic_load(&remote.counters.retries), retries + 1);
 }
 
 static bool answer_503_once(struct server *s, int fd, unsigned n)
@@ -418,11 +421,12 @@ static unsigned sign_calls, stale_calls;
 static bool stale_answer;
 static char stale_code[64];
 
-static int fake_sign(const struct remote_sign_request *r,
+static int fake_sign(struct remote *from, const struct remote_sign_request *r,
 		     void (*add)(void *ctx, const char *line), void *ctx, unsigned *gen)
 {
 	char line[64];
 
+	assert_ptr_equal(from, &remote);	/* the object's */
 	assert_string_equal(r->method, "GET");
 	assert_string_equal(r->path, "/bucket/obj");
 	*gen = ++sign_calls;
@@ -431,8 +435,9 @@ static int fake_sign(const struct remote_sign_request *r,
 	return 0;
 }
 
-static bool fake_stale(const char *code, unsigned gen)
+static bool fake_stale(struct remote *from, const char *code, unsigned gen)
 {
+	assert_ptr_equal(from, &remote);
 	stale_calls++;
 	snprintf(stale_code, sizeof(stale_code), "%s", code);
 	assert_int_equal(gen, sign_calls);
@@ -480,9 +485,10 @@ static void test_signer_signs_each_attempt_and_judges_a_403(void **state)
  * what it found there at each call. */
 static char memo_seen[4][REMOTE_BODY_DIGEST_MAX];
 
-static int memo_sign(const struct remote_sign_request *r,
+static int memo_sign(struct remote *from, const struct remote_sign_request *r,
 		     void (*add)(void *ctx, const char *line), void *ctx, unsigned *gen)
 {
+	(void)from;
 	assert_string_equal(r->method, "PUT");
 	assert_int_equal(r->body_len, 5);
 	if (sign_calls < 4)
@@ -539,8 +545,8 @@ static void test_a_silent_server_gives_eio_not_a_hang(void **state)
 	uint64_t t0 = monotonic_ms();
 
 	(void)state;
-	remote_cfg.timeout = 1;
-	remote_cfg.attempts = 2;
+	remote.cfg.timeout = 1;
+	remote.cfg.attempts = 2;
 	srv.handler = answer_nothing;
 	assert_int_equal(read_at(&o, buf, sizeof(buf), 0), -EIO);
 	/* bounded by remote_timeout x remote_attempts (2 s), with slack for
@@ -609,13 +615,13 @@ static int group_setup(void **state)
 	srv.port = ntohs(a.sin_port);
 	if (pthread_create(&srv.thread, NULL, serve, &srv))
 		return -1;
-	return remote_http_init();
+	return remote_http_init(&remote.http);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	remote_http_release();
+	remote_http_release(remote.http);
 	if (write(srv.stop_fd[1], "x", 1) == 1)
 		pthread_join(srv.thread, NULL);
 	close(srv.listen_fd);

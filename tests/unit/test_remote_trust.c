@@ -103,6 +103,7 @@ static void test_trusted_directories(void **state)
 static void test_secrets_leave_the_environment(void **state)
 {
 	struct remote_options ro = { .region = "us-east-1" };
+	struct remote *remote;
 
 	(void)state;
 	unsetenv("AWS_PROFILE");
@@ -110,12 +111,12 @@ static void test_secrets_leave_the_environment(void **state)
 	setenv("AWS_SECRET_ACCESS_KEY", "the-secret", 1);
 	setenv("AWS_SESSION_TOKEN", "the-token", 1);
 	assert_int_equal(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), 0);
-	assert_int_equal(remote_init(&ro), 0);
+	assert_int_equal(remote_init(&remote, &ro), 0);
 	assert_null(getenv("AWS_SECRET_ACCESS_KEY"));
 	assert_null(getenv("AWS_SESSION_TOKEN"));
 	assert_string_equal(getenv("AWS_ACCESS_KEY_ID"), "KEYID");	/* not a secret */
 	assert_int_equal(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 0);
-	remote_release();
+	remote_release(remote);
 	unsetenv("AWS_ACCESS_KEY_ID");
 }
 

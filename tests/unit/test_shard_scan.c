@@ -31,7 +31,7 @@ static void scan(struct scanned *s, struct tb_env *e, const char *name,
 	snprintf(spec, sizeof(spec), "%s/%s", e->dir, name);
 	*s = (struct scanned){ 0 };
 	assert_int_equal(layout_init(&s->layout, kind, NULL, NULL, NULL), 0);
-	if (shard_set_expand(&s->set, spec, msg, sizeof(msg)) ||
+	if (shard_set_expand(&s->set, spec, NULL, msg, sizeof(msg)) ||
 	    shard_set_open(&s->set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	shard_scan_run(&s->sc, &s->set.shards[0], &s->layout, NULL);

@@ -32,7 +32,7 @@ static void expect_expansion(const char *spec, const char *prefix,
 	char msg[512] = "", path[4096];
 	size_t n = 0;
 
-	assert_int_equal(shard_set_expand(&set, spec, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, spec, NULL, msg, sizeof(msg)), 0);
 	for (; want[n]; n++) {
 		snprintf(path, sizeof(path), "%s%s", prefix, want[n]);
 		if (n >= set.nr || strcmp(set.shards[n].path, path))
@@ -50,7 +50,7 @@ static void expect_failure(const char *spec, int rc)
 	struct shard_set set;
 	char msg[512] = "";
 
-	assert_int_equal(shard_set_expand(&set, spec, msg, sizeof(msg)), rc);
+	assert_int_equal(shard_set_expand(&set, spec, NULL, msg, sizeof(msg)), rc);
 	assert_true(strlen(msg) > 0);
 	assert_int_equal(set.nr, 0);
 	assert_null(set.shards);
@@ -177,7 +177,7 @@ static void test_oversized_range_fails(void **state)
 	for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
 		struct shard_set set;
 		char msg[512] = "";
-		int rc = shard_set_expand(&set, specs[i], msg, sizeof(msg));
+		int rc = shard_set_expand(&set, specs[i], NULL, msg, sizeof(msg));
 
 		if (rc == 0) {
 			char first[4096];
@@ -204,7 +204,7 @@ static void test_open_records_shards(void **state)
 	tb_end(&a);
 	tb_save(&a, e->dir, "one.tar");
 	snprintf(spec, sizeof(spec), "%s/one.tar", e->dir);
-	assert_int_equal(shard_set_expand(&set, spec, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, spec, NULL, msg, sizeof(msg)), 0);
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
 	assert_int_equal(set.nr, 1);
 	assert_non_null(set.shards[0].src);
@@ -222,7 +222,7 @@ static void test_open_failures_name_the_shard(void **state)
 	struct shard_set set;
 	char msg[512] = "", spec[4096], dir[4096];
 
-	assert_int_equal(shard_set_expand(&set, NX "/missing.tar", msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, NX "/missing.tar", NULL, msg, sizeof(msg)), 0);
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), -ENOENT);
 	assert_non_null(strstr(msg, "missing.tar"));
 	shard_set_release(&set);
@@ -231,7 +231,7 @@ static void test_open_failures_name_the_shard(void **state)
 	snprintf(spec, sizeof(spec), "%s/sub*", e->dir);
 	snprintf(dir, sizeof(dir), "%s/sub.tar", e->dir);
 	assert_int_equal(mkdir(dir, 0700), 0);
-	assert_int_equal(shard_set_expand(&set, spec, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_expand(&set, spec, NULL, msg, sizeof(msg)), 0);
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "sub.tar"));
 	shard_set_release(&set);

@@ -55,7 +55,7 @@ static struct shard_source *open_stream(const struct tb *z, char **dir)
 	*dir = tb_tmpdir();
 	tb_save(z, *dir, "s.tar.gz");
 	snprintf(path, sizeof(path), "%s/s.tar.gz", *dir);
-	if (shard_source_open(path, decoders, &src, &info, msg, sizeof(msg)) ||
+	if (shard_source_open(path, NULL, decoders, &src, &info, msg, sizeof(msg)) ||
 	    shard_source_detect(&src, path, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	free(info.name);
@@ -122,7 +122,7 @@ static void expect_table_adopted(struct shard_source *src, const char *dir)
 		struct shard_source_info info = { 0 };
 		char msg[512];
 
-		assert_int_equal(shard_source_open(path, decoders, &again, &info, msg,
+		assert_int_equal(shard_source_open(path, NULL, decoders, &again, &info, msg,
 						   sizeof(msg)), 0);
 		assert_null(again->encoding);	/* nothing read yet */
 		assert_int_equal(shard_source_wrap(&again, path, "gzip", msg, sizeof(msg)), 0);

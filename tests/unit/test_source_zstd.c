@@ -134,7 +134,7 @@ static void open_stream(struct stream *s, struct span_cache *spans)
 	tb_save(&s->z, s->dir, "s.tar.zst");
 	snprintf(path, sizeof(path), "%s/s.tar.zst", s->dir);
 	assert_int_equal(shard_decoders_new(spans, &s->decoders), 0);
-	if (shard_source_open(path, s->decoders, &s->src, &info, msg, sizeof(msg)) ||
+	if (shard_source_open(path, NULL, s->decoders, &s->src, &info, msg, sizeof(msg)) ||
 	    shard_source_detect(&s->src, path, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 	free(info.name);
