@@ -9,7 +9,8 @@
  * adjacent wants coalesced into one fetch, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
  * ranges kept and found again through load/store, and readers growing
- * ranges at once.  No network: the
+ * ranges at once; the fetch threads stopped before a fork and started
+ * again after it.  No network: the
  * fetcher fills chunks with a pattern of their offset and can be held (a
  * gate) or made to fail.
  */
@@ -741,6 +742,54 @@ static void test_concurrent_extensions(void **state)
 	chunk_cache_forget(&ow);
 }
 
+/* chunk_cache_fork_prepare() in a thread, and whether it returned. */
+struct preparer {
+	atomic_bool returned;	/* chunk_cache_fork_prepare() did */
+	pthread_t thread;	/* running it */
+};
+
+static void *preparer_run(void *arg)
+{
+	struct preparer *p = arg;
+
+	chunk_cache_fork_prepare(cache);
+	atomic_store(&p->returned, true);
+	return NULL;
+}
+
+/* Before a fork the fetch threads finish the fetch they run and stop,
+ * leaving what is queued; after it they start again and fetch that. */
+static void test_fork_stops_and_restarts_the_fetch_threads(void **state)
+{
+	struct object o = { 15 };
+	struct chunk_owner ow;
+	struct preparer p = { 0 };
+	struct reader r[2];
+
+	cache_init(8, 1);	/* one fetch thread: the second read queues */
+	owner_init(&ow, &o, BIG);
+	gate(true);
+	reader_start_at(&r[0], &ow, 10, 100);
+	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
+	reader_start_at(&r[1], &ow, FAR + 10, 100);
+	sleep_ms(SETTLE_MS);		/* queued behind it */
+	assert_int_equal(pthread_create(&p.thread, NULL, preparer_run, &p), 0);
+	sleep_ms(SETTLE_MS);
+	assert_false(atomic_load(&p.returned));	/* waits for the fetch */
+	gate(false);
+	pthread_join(p.thread, NULL);
+	pthread_join(r[0].thread, NULL);
+	assert_int_equal(r[0].result, 100);
+	sleep_ms(SETTLE_MS);
+	assert_false(atomic_load(&r[1].finished));	/* no thread took it */
+	assert_int_equal(fetch_calls(), 1);
+	chunk_cache_fork_done(cache);
+	pthread_join(r[1].thread, NULL);
+	assert_int_equal(r[1].result, 100);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
 /* After each test, passed or not: no fetch left waiting at the gate. */
 static int cache_release(void **state)
 {
@@ -769,6 +818,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
+		cmocka_unit_test_teardown(test_fork_stops_and_restarts_the_fetch_threads,
+					  cache_release),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

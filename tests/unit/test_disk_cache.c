@@ -165,6 +165,9 @@ static void test_stored_chunk_is_loaded(void **state)
 	assert_int_equal(load(e, &e->o, 0), 0);
 	assert_int_equal(load(e, &e->o, 1), 0);
 	assert_int_equal(load(e, &e->o, 2), -ENOENT);
+	/* counted where the cache was told to: the remote's counters */
+	assert_int_equal(atomic_load(&e->counters.disk_hits), 2);
+	assert_int_equal(atomic_load(&e->counters.disk_misses), 2);
 	assert_int_equal(chunk_files(e, path, sizeof(path)), 2);
 	/* the key: ours, read by no one else */
 	snprintf(path, sizeof(path), "%s/key", e->dir);
