@@ -36,7 +36,8 @@
  *   started before them: remote.c's remote_fork_prepare() says the order.
  *
  * Thread-safety: after chunk_cache_init(), every function but
- * chunk_cache_release() may be called from any thread.  The callbacks run
+ * chunk_cache_release() and the fork calls (one thread, the forking one)
+ * may be called from any thread.  The callbacks run
  * in the fetch threads (or the reader's, before the threads started) with
  * no lock of the cache held.
  */

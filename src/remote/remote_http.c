@@ -256,8 +256,7 @@ static CURLcode engine_run(struct remote_http *eng, struct transfer *t, CURL *h)
 	pthread_mutex_lock(&eng->lock);
 	while (eng->frozen)
 		pthread_cond_wait(&eng->idle, &eng->lock);
-	if (!eng->running &&
-	    (!eng->multi || pthread_create(&eng->thread, NULL, engine_main, eng))) {
+	if (!eng->running && pthread_create(&eng->thread, NULL, engine_main, eng)) {
 		pthread_mutex_unlock(&eng->lock);
 		return CURLE_FAILED_INIT;
 	}
