@@ -23,22 +23,28 @@ mount ShardAwareSampler's epoch order; the loose clients read those same
 files in that order) is read by every client in turn: a fresh mount each
 (index cached before), the listing first (os.walk of train/, as
 ImageFolder does; the GET loader lists s3 with ListObjectsV2 and is given
-the names over http), then the files by 2 threads.  With --dataloader N,
-the share is also read as a training job does: ImageFolder (or a dataset
-of GETs) with PIL decode, Resize((64, 64)), DataLoader(batch_size=32,
-num_workers=2), in a fresh /usr/bin/python3, and on the mount with
-ShardAwareSampler too; with cache_dir, the N = 2 share in two epochs on
-two shardfs mounts.
+the names over http), then the files by 2 threads; each client --rounds
+times (3), in alternated order, and the median run kept (the machine is
+shared: ratios of runs side by side, never absolute rates).  For each
+--dataloader N (1 and 8) the share is also read as a training job does:
+ImageFolder (or a dataset of GETs) with PIL decode, Resize((64, 64)),
+DataLoader(batch_size=32, num_workers=2), in a fresh /usr/bin/python3,
+and for N = 1 on the mount with ShardAwareSampler too; with cache_dir,
+the N = 2 share in two epochs on two shardfs mounts.
 
 Requests are the server's (nginx's access log, s3rver's log lines) in the
 read, the listing counted apart; bytes fetched are the mount's
 (/.shardfs/stats; s3rver's log does not tell a HEAD from a GET, so none
-for s3fs); daemon CPU is
-the mount's daemon's utime + stime (/proc/PID/stat), the loader's own
-process CPU for the loader.
+for s3fs); daemon CPU is the mount's daemon's utime + stime
+(/proc/PID/stat), the loader's own process CPU for the loader.
 
     /usr/bin/python3 tests/bench/remote_epoch.py [--samples 2000] \
-        [--stores http,s3] [--dataloader 1] [--only dist-1,random] [BUILD_DIR]
+        [--stores http,s3] [--dataloader 1,8] [--only dist-1,random] \
+        [--rounds 3] [--delay-ms D] [BUILD_DIR]
+
+--delay-ms D sends the http clients through remote_bench.delay_proxy,
+which holds each request D ms: a link with that round trip, where
+loopback has none (nor can this machine add it).
 
 Prints one Markdown table (docs/remote.md) and writes every figure to
 --results DIR/remote-epoch-<UTC time>.json.  Needs root (mounts),
@@ -64,7 +70,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import remote_servers as rs  # noqa: E402
 import shardfs_testlib as lib  # noqa: E402
 import system  # noqa: E402
-from remote_bench import S3RVER_KEY, S3rverLog, s3fs_mounted  # noqa: E402
+from remote_bench import S3RVER_KEY, S3rverLog, delay_proxy, s3fs_mounted  # noqa: E402
 from remote_shuffled import SHARDS, make_set, order, shard_names  # noqa: E402
 
 THREADS = 2
@@ -192,13 +198,35 @@ class Store:
 
 
 @contextlib.contextmanager
-def http_store(work):
+def delayed(url, delay_ms):
+    """remote_bench.delay_proxy (each request held DELAY_MS: a link with
+    that round trip) in a process of its own, so that its relaying does
+    not take the GIL from the loader's threads; yields its URL."""
+    import multiprocessing
+    here, there = multiprocessing.Pipe()
+
+    def serve():
+        with delay_proxy(url, delay_ms) as proxied:
+            there.send(proxied)
+            there.recv()
+    proc = multiprocessing.Process(target=serve, daemon=True)
+    proc.start()
+    try:
+        yield here.recv()
+    finally:
+        here.send(None)
+        proc.join(10)
+
+
+@contextlib.contextmanager
+def http_store(work, delay_ms=0):
     ng = os.path.join(work, "ng")
-    with rs.nginx(os.path.join(work, "www"), ng) as url:
+    with rs.nginx(os.path.join(work, "www"), ng) as direct, \
+            (delayed(direct, delay_ms) if delay_ms else contextlib.nullcontext(direct)) as url:
         spec = "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1)
         env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "xdg-http"))
-        yield Store("http", spec, [], env, lambda: len(rs.access_log(ng)),
-                    HttpGets(url + "/loose"))
+        yield Store("http" + (" +%g ms" % delay_ms if delay_ms else ""), spec, [], env,
+                    lambda: len(rs.access_log(ng)), HttpGets(url + "/loose"))
 
 
 @contextlib.contextmanager
@@ -352,6 +380,11 @@ def shard_aware_order(mnt):
             for i in ShardAwareSampler(ds, num_replicas=1, rank=0, seed=0)]
 
 
+def median_run(runs):
+    """The run of median samples/s (a real run: its counters agree)."""
+    return sorted(runs, key=lambda r: r["samples"] / r["seconds"])[len(runs) // 2]
+
+
 def share_names(mode, jpgs, aware):
     return aware if mode[0] == "shard-aware" else order(jpgs, mode)
 
@@ -370,13 +403,16 @@ def measure_store(a, work, store, sizes, results):
     with store.shardfs(work, a.cache_mem) as r:      # the index, built and cached
         aware = shard_aware_order(r.root)
     modes = [m for m in MODES if not a.only or mode_name(m) in a.only.split(",")]
+    clients = store.clients(work, a.cache_mem)
     for mode in modes:
         names = share_names(mode, jpgs, aware)
         row = {"store": store.name, "share": mode_name(mode), "form": "threads",
-               "load": system.load_average(), "clients": {}}
-        for client, session in store.clients(work, a.cache_mem):
-            with session() as reader:
-                row["clients"][client] = threads_epoch(store, reader, names)
+               "load": system.load_average(), "rounds": {c: [] for c, _ in clients}}
+        for r in range(a.rounds):     # alternated: the machine's drift hits all alike
+            for client, session in clients if r % 2 == 0 else clients[::-1]:
+                with session() as reader:
+                    row["rounds"][client].append(threads_epoch(store, reader, names))
+        row["clients"] = {c: median_run(runs) for c, runs in row["rounds"].items()}
         results.append(row)
         print_row(row)
     for n in a.dataloader:
@@ -389,7 +425,7 @@ def dataloader_rows(a, work, store, sizes, jpgs, aware, n, results):
     manifest = os.path.join(work, "manifest-%s" % store.name)
     with open(manifest, "w") as f:
         f.write("\n".join(jpgs))
-    source = ("http:%s:%s" % (store.loader.base, manifest) if store.name == "http"
+    source = ("http:%s:%s" % (store.loader.base, manifest) if store.name.startswith("http")
               else "s3:" + store.loader.endpoint)
     for sampler in ([str(n)] + (["shard-aware"] if n == 1 else [])):
         mode = ("shard-aware",) if sampler == "shard-aware" else ("dist", n)
@@ -463,9 +499,13 @@ def main():
     ap.add_argument("--cache-mem", default="32M")
     ap.add_argument("--stores", default="http,s3")
     ap.add_argument("--only", help="threads-form shares to run, e.g. dist-1,random")
-    ap.add_argument("--dataloader", default="1",
+    ap.add_argument("--dataloader", default="1,8",
                     help="DistributedSampler N of the DataLoader rows, comma-separated ('' none)")
     ap.add_argument("--no-cache-dir", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="threads rows: each client this many times, alternated; the median")
+    ap.add_argument("--delay-ms", type=float, default=0,
+                    help="http: through a proxy holding each request this long")
     ap.add_argument("--results", default="results")
     ap.add_argument("build", nargs="?", default=None)
     a = ap.parse_args()
@@ -493,9 +533,8 @@ def run(a, work, results):
         open("/proc/loadavg").read().split()[:3]))
     print(HEADER)
     print("|" + "---|" * HEADER.count(" | ") + "---|")
-    stores = {"http": http_store, "s3": s3_store}
     for name in a.stores.split(","):
-        with stores[name](work) as store:
+        with (http_store(work, a.delay_ms) if name == "http" else s3_store(work)) as store:
             measure_store(a, work, store, sizes, results)
 
 
