@@ -458,11 +458,17 @@ def cache_dir_rows(a, work, store, names, results):
 HEADER = ("| store | share | read by | samples | shardfs: fetched ÷ used | requests / sample "
           "| listing requests | daemon CPU ms / sample | samples/s | GET loader: samples/s "
           "| shardfs ÷ loader | loader CPU ms / sample | s3fs: requests / sample "
-          "| listing requests | daemon CPU ms / sample | samples/s | shardfs ÷ s3fs | load |")
+          "| listing requests | daemon CPU ms / sample | samples/s | shardfs ÷ s3fs "
+          "| shardfs ÷ s3fs, listing included | load |")
 
 
 def fmt(v, spec="%.2f"):
     return "–" if v is None else spec % v
+
+
+def with_listing(res):
+    """Samples/s of the listing and the reads together."""
+    return res["samples"] / (res["list_s"] + res["seconds"])
 
 
 def print_row(row):
@@ -484,11 +490,19 @@ def print_row(row):
     if s3:
         g = figures(s3)
         cells += [fmt(g["requests_per_sample"]), str(s3["list_requests"]), fmt(g["cpu_ms"]),
-                  fmt(g["per_s"], "%.0f"), fmt(f["per_s"] / g["per_s"])]
+                  fmt(g["per_s"], "%.0f"), fmt(f["per_s"] / g["per_s"]),
+                  fmt(with_listing(sh) / with_listing(s3))]
     else:
-        cells += ["–"] * 5
+        cells += ["–"] * 6
     cells.append("%.1f" % row["load"])
     print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def print_table(rows):
+    print(HEADER)
+    print("|" + "---|" * HEADER.count(" | ") + "---|")
+    for row in rows:
+        print_row(row)
 
 
 def main():
@@ -507,8 +521,12 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=0,
                     help="http: through a proxy holding each request this long")
     ap.add_argument("--results", default="results")
+    ap.add_argument("--table", metavar="JSON", help="only print the table of a results file")
     ap.add_argument("build", nargs="?", default=None)
     a = ap.parse_args()
+    if a.table:
+        with open(a.table) as f:
+            return print_table(json.load(f)["rows"])
     a.dataloader = [int(n) for n in a.dataloader.split(",") if n]
     if a.build:
         lib.SHARDFS = os.path.abspath(os.path.join(a.build, "shardfs"))
@@ -531,8 +549,7 @@ def run(a, work, results):
     print("set: %d samples, %.0f MB in %d shards; cache_mem=%s; %s; load %s" % (
         a.samples, total / 1e6, SHARDS, a.cache_mem, lib.SHARDFS,
         open("/proc/loadavg").read().split()[:3]))
-    print(HEADER)
-    print("|" + "---|" * HEADER.count(" | ") + "---|")
+    print_table([])
     for name in a.stores.split(","):
         with (http_store(work, a.delay_ms) if name == "http" else s3_store(work)) as store:
             measure_store(a, work, store, sizes, results)
