@@ -557,7 +557,7 @@ def run(a, work, results):
 
 def save(a, results):
     os.makedirs(a.results, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
     path = os.path.join(a.results, "remote-epoch-%s.json" % stamp)
     with open(path, "w") as f:
         json.dump({"args": {k: v for k, v in vars(a).items()}, "rows": results}, f, indent=1)
