@@ -23,7 +23,9 @@
 # Remote shards: libcurl4-openssl-dev and libssl-dev build the reader
 # (HTTP(S), SigV4); nginx-light, openssl, python3-botocore and Node.js/npm
 # run the loopback servers of tests/integration/test_remote_*.py (s3rver
-# itself is installed by those tests with npm, into the build tree).
+# itself is installed by those tests with npm, into the build tree); s3fs
+# (s3fs-fuse) is what tests/bench/remote_epoch.py and remote_bench.py
+# compare an s3:// mount with.
 # Compressed shards: zlib1g-dev and libzstd-dev build the decoders; gzip,
 # pigz, tabix (bgzip), zstd, xz-utils, bzip2, lz4 and ncompress make the
 # shards of tests/integration/test_core_compressed.py.
@@ -49,7 +51,7 @@ apt-get install -y -qq --no-install-recommends \
 apt-get install -y -qq --no-install-recommends \
 	clang libclang-rt-14-dev libcmocka-dev valgrind strace attr tar \
 	libarchive-tools python3-pytest python3-yaml groff-base man-db \
-	shellcheck lintian btrfs-progs dmsetup nginx-light openssl python3-botocore \
+	shellcheck lintian btrfs-progs dmsetup nginx-light openssl python3-botocore s3fs \
 	gzip pigz tabix zstd xz-utils bzip2 lz4 ncompress \
 	>/dev/null
 # Node.js for s3rver: the machine's own when present, else Debian's

@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """What one node's share of a shuffled epoch costs an http:// store
 (issue 29): bytes fetched against the bytes of the files read, and GETs
-per file, for DistributedSampler shares N = 1, 2, 4, 8 and a
+per file, for DistributedSampler shares N = 1, 2, 4, ..., 32 and a
 RandomSampler epoch, each on a fresh mount after ImageFolder's listing
 (os.walk), read by 2 threads; then shard-order passes (the members in
 the order of the shards, by 1 and by 2 threads) and, with -o cache_dir,
 the N = 2 share in two epochs on two mounts.
 
-The data set is SAMPLES ImageFolder samples (train/<class>/<key>.jpg of
-~100 KB random bytes, plus a .cls) in 8 GNU-tar shards, served by nginx
+The data set is SAMPLES ImageFolder samples (train/<class>/<key>.jpg, a
+JPEG of ~100 KB, plus a .cls) in 8 GNU-tar shards, served by nginx
 on loopback; cache_mem is set small (32M) rather than the set large, so
 that the set is >= 4x cache_mem.  Counters, not timings: the mount's
 /.shardfs/stats (remote requests and body bytes, and the bytes fetched
@@ -41,24 +41,35 @@ import testlib_mount  # noqa: E402
 
 SHARDS = 8
 CLASSES = 10
+# distinct JPEGs encoded; each sample's file is one of them with its key in a COM segment
+JPEG_POOL = 40
 
 
 def make_set(root, samples):
-    """SHARDS shards of ImageFolder samples; the files' sizes by name."""
+    """SHARDS shards of ImageFolder samples (a real JPEG of ~100 KB, so
+    that a DataLoader can decode it, and a .cls each) in ROOT/www, and the
+    same files loose under ROOT/www/loose; the files' sizes by name."""
+    import dataset
     rng = random.Random(0)
+    pool = dataset.make_pool(JPEG_POOL, 0)
+    loose = os.path.join(root, "www", "loose")
     sizes, per = {}, (samples + SHARDS - 1) // SHARDS
     for s in range(SHARDS):
-        stage, names = os.path.join(root, "stage%d" % s), []
+        names = []
         for i in range(s * per, min(samples, (s + 1) * per)):
             key = "train/c%d/%08x" % (i % CLASSES, rng.getrandbits(32))
-            for name, size in ((key + ".jpg", 80_000 + rng.randrange(40_000)),
-                               (key + ".cls", 2)):
-                lib.write_file(os.path.join(stage, name), os.urandom(size))
-                sizes[name] = size
+            jpg = dataset.unique_jpeg(pool[i % JPEG_POOL][0], key)
+            for name, data in ((key + ".jpg", jpg), (key + ".cls", b"%d\n" % (i % CLASSES))):
+                lib.write_file(os.path.join(loose, name), data)
+                sizes[name] = len(data)
                 names.append(name)
-        lib.gnu_tar_create(os.path.join(root, "www", "shard-%02d.tar" % s),
-                           stage, names, "gnu")
+        lib.gnu_tar_create(os.path.join(root, "www", "shard-%02d.tar" % s), loose, names, "gnu")
     return sizes
+
+
+def shard_names(www):
+    """The shards' file names in WWW (not the loose tree beside them)."""
+    return sorted(n for n in os.listdir(www) if n.endswith(".tar"))
 
 
 def order(jpgs, mode):
@@ -157,7 +168,7 @@ def serve(s3, work):
     """The shards in WORK/www served by nginx, or (S3) uploaded to s3rver
     behind the tests' signature-checking proxy: (spec, options, env)."""
     www = os.path.join(work, "www")
-    names = sorted(os.listdir(www))
+    names = shard_names(www)
     if not s3:
         with rs.nginx(www, os.path.join(work, "ng")) as url:
             yield "%s/shard-{00..%02d}.tar" % (url, SHARDS - 1), [], os.environ
@@ -174,11 +185,11 @@ def run(a, work):
     os.makedirs(os.path.join(work, "www"))
     sizes = make_set(work, a.samples)
     total = sum(os.path.getsize(os.path.join(work, "www", n))
-                for n in os.listdir(os.path.join(work, "www")))
+                for n in shard_names(os.path.join(work, "www")))
     print("set: %d samples, %.0f MB in %d shards; cache_mem=%s" %
           (a.samples, total / 1e6, SHARDS, a.cache_mem))
-    modes = [("dist", 1), ("dist", 2), ("dist", 4), ("dist", 8), ("random",), ("shard",),
-             ("shard", 2)]
+    modes = [("dist", n) for n in (1, 2, 4, 8, 16, 32)] + [("random",), ("shard",),
+                                                         ("shard", 2)]
     if a.only:
         modes = [m for m in modes if "-".join(map(str, m)) in a.only.split(",")]
     print("| build | share | files | MB used | MB fetched | fetched / used | GETs / file "
