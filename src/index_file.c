@@ -272,33 +272,32 @@ static uint64_t section_align(uint64_t off)
 int index_file_writer_open(struct index_file_writer *w, const char *path,
 			   const struct shard_set *set, char *msg, size_t msg_len)
 {
-	int rc;
-
 	*w = (struct index_file_writer){ .fd = -1, .set = set };
 	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(w->tmp) ||
-	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path))
+	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path)) {
+		w->tmp[0] = '\0';
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
+	}
 	remove_stale_tmps(path);
 	w->fd = mkostemp(w->tmp, O_CLOEXEC);
-	if (w->fd < 0)
+	if (w->fd < 0) {
+		w->tmp[0] = '\0';	/* nothing to remove */
 		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
 				  path, strerror(errno));
-	rc = shard_table(path, set, &w->recs, &w->names, &w->names_len);
-	rc = rc ?: seek_sections_fill(set, &w->ss);
-	if (rc) {
-		index_file_writer_abort(w);
-		return log_format(msg, msg_len, rc, "%s: cannot write the index: %s",
-				  path, strerror(-rc));
 	}
 	return 0;
 }
 
-void index_file_writer_place(struct index_file_writer *w,
-			     const uint64_t len[INDEX_NR_SECTIONS])
+int index_file_writer_place(struct index_file_writer *w,
+			    const uint64_t len[INDEX_NR_SECTIONS])
 {
 	uint64_t off = section_align(sizeof(w->h));
 	uint64_t own[INDEX_NR_SECTIONS];
+	int rc = shard_table(w->path, w->set, &w->recs, &w->names, &w->names_len);
 
+	rc = rc ?: seek_sections_fill(w->set, &w->ss);
+	if (rc)
+		return rc;
 	memcpy(own, len, sizeof(own));
 	own[INDEX_SEC_SHARDS] = w->set->nr * sizeof(*w->recs);
 	own[INDEX_SEC_SHARD_NAMES] = w->names_len;
@@ -310,6 +309,7 @@ void index_file_writer_place(struct index_file_writer *w,
 		off = section_align(off + own[s]);
 	}
 	w->h.file_size = off;
+	return 0;
 }
 
 int index_file_writer_put(struct index_file_writer *w, enum index_section s,
@@ -389,6 +389,9 @@ int index_file_writer_commit(struct index_file_writer *w, uint32_t nr_inodes,
 	w->h.nr_inodes = nr_inodes;
 	w->h.counts = counts_to_file(counts);
 	rc = writer_seal(w);
+	if (close(w->fd) && !rc)	/* written: a lease can now be taken */
+		rc = -errno;
+	w->fd = -1;
 	if (!rc && keep && rename(w->tmp, w->path))
 		rc = -errno;
 	if (!rc && keep)
@@ -403,9 +406,10 @@ void index_file_writer_abort(struct index_file_writer *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	if (w->fd >= 0 && w->tmp[0])
+	if (w->tmp[0])
 		unlink(w->tmp);
 	w->fd = -1;
+	w->tmp[0] = '\0';
 	free(w->recs);
 	free(w->names);
 	seek_sections_free(&w->ss);
@@ -427,9 +431,8 @@ static int write_arrays(struct index_file_writer *w, const struct shard_index *i
 		[INDEX_SEC_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
 		[INDEX_SEC_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
 		[INDEX_SEC_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
-	int rc = 0;
+	int rc = index_file_writer_place(w, len);
 
-	index_file_writer_place(w, len);
 	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
 		if (data[s])
 			rc = index_file_writer_put(w, s, 0, data[s], len[s]);

@@ -113,8 +113,10 @@ struct seek_sections {
  * it only frees).  Single-threaded.
  */
 struct index_file_writer {
-	int fd;				/* the temporary file; -1: closed */
-	char tmp[PATH_MAX];		/* its name; "" once renamed */
+	int fd;				/* the temporary file; -1: closed
+					 * (committed) */
+	char tmp[PATH_MAX];		/* its name; "" once renamed (or
+					 * never made) */
 	char path[PATH_MAX];		/* the index file it becomes */
 	const struct shard_set *set;	/* the shards it describes */
 	struct index_file_header h;	/* the header: section table filled by
@@ -126,16 +128,20 @@ struct index_file_writer {
 };
 
 /*
- * Start writing the index of @set to a temporary file beside @path, with
- * its shard table and seek tables taken now.  0 or -errno (with @msg).
+ * Start writing the index of @set to a temporary file beside @path.
+ * 0 or -errno (with @msg).
  */
 int index_file_writer_open(struct index_file_writer *w, const char *path,
 			   const struct shard_set *set, char *msg, size_t msg_len);
 
-/* Lay the sections out; @len gives the INODES, NAMES, SPARSE, EXTENTS and
- * HARDLINKS lengths in bytes (the other entries are ignored). */
-void index_file_writer_place(struct index_file_writer *w,
-			     const uint64_t len[INDEX_NR_SECTIONS]);
+/*
+ * Take the set's shard table and seek tables (as the build left them) and
+ * lay the sections out; @len gives the INODES, NAMES, SPARSE, EXTENTS and
+ * HARDLINKS lengths in bytes (the other entries are ignored).  0 or
+ * -errno.
+ */
+int index_file_writer_place(struct index_file_writer *w,
+			    const uint64_t len[INDEX_NR_SECTIONS]);
 
 /* Write @len bytes at byte @at of section @s (inside it).  0 or -errno. */
 int index_file_writer_put(struct index_file_writer *w, enum index_section s,
@@ -143,9 +149,10 @@ int index_file_writer_put(struct index_file_writer *w, enum index_section s,
 
 /*
  * Finish the file: checksums (read back), the header with @nr_inodes,
- * @counts and @options_hash, fsync, and with @keep the rename over the
- * index path (without, the temporary file stays for the caller to load,
- * and _abort() removes it).  0 or -errno (with @msg).
+ * @counts and @options_hash, fsync, close (so that a reader of the file
+ * can take a read lease), and with @keep the rename over the index path
+ * (without, the temporary file stays for the caller to load, and
+ * _abort() removes it).  0 or -errno (with @msg).
  */
 int index_file_writer_commit(struct index_file_writer *w, uint32_t nr_inodes,
 			     const struct shard_index_counts *counts,
