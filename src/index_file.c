@@ -289,7 +289,7 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 }
 
 int index_file_writer_place(struct index_file_writer *w,
-			    const uint64_t len[INDEX_NR_SECTIONS])
+			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory)
 {
 	uint64_t off = section_align(sizeof(w->h));
 	uint64_t own[INDEX_NR_SECTIONS];
@@ -307,6 +307,9 @@ int index_file_writer_place(struct index_file_writer *w,
 	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		w->h.sections[s] = (struct index_section_entry){ off, own[s], 0 };
 		off = section_align(off + own[s]);
+		if (in_memory && own[s] && s >= INDEX_SEC_INODES && s <= INDEX_SEC_HARDLINKS &&
+		    !(w->image[s] = calloc(own[s], 1)))
+			return -ENOMEM;
 	}
 	w->h.file_size = off;
 	return 0;
@@ -315,8 +318,18 @@ int index_file_writer_place(struct index_file_writer *w,
 int index_file_writer_put(struct index_file_writer *w, enum index_section s,
 			  uint64_t at, const void *buf, size_t len)
 {
-	assert(at <= w->h.sections[s].length && len <= w->h.sections[s].length - at);
-	return write_all(w->fd, buf, len, w->h.sections[s].offset + at);
+	const struct index_section_entry *e = &w->h.sections[s];
+
+	assert(at <= e->length && len <= e->length - at);
+	if (w->image[s]) {
+		memcpy(w->image[s] + at, buf, len);
+		return 0;
+	}
+	if (!at && len == e->length) {	/* whole: hashed here, not read back */
+		w->h.sections[s].xxh3 = XXH3_64bits(buf, len);
+		w->hashed[s] = true;
+	}
+	return write_all(w->fd, buf, len, e->offset + at);
 }
 
 /* The xxh3 of section @s, read back from the file (written out of order). */
@@ -361,10 +374,18 @@ static int writer_seal(struct index_file_writer *w)
 					 w->ss.nr_points * sizeof(*w->ss.points));
 	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_WINDOWS, 0, w->ss.windows,
 					 w->ss.windows_len);
+	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++) {
+		char *image = w->image[s];
+
+		w->image[s] = NULL;	/* now written whole, and hashed */
+		if (image)
+			rc = index_file_writer_put(w, s, 0, image, w->h.sections[s].length);
+		free(image);
+	}
 	if (!rc && ftruncate(w->fd, (off_t)w->h.file_size))
 		rc = -errno;
 	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
-		rc = section_hash(w, s, buf);
+		rc = w->hashed[s] ? 0 : section_hash(w, s, buf);
 	free(buf);
 	if (!rc) {
 		w->h.header_xxh3 = XXH3_64bits(&w->h, sizeof(w->h));
@@ -413,6 +434,10 @@ void index_file_writer_abort(struct index_file_writer *w)
 	free(w->recs);
 	free(w->names);
 	seek_sections_free(&w->ss);
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		free(w->image[s]);
+		w->image[s] = NULL;
+	}
 	w->recs = NULL;
 	w->names = NULL;
 	w->ss = (struct seek_sections){ 0 };
@@ -431,7 +456,7 @@ static int write_arrays(struct index_file_writer *w, const struct shard_index *i
 		[INDEX_SEC_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
 		[INDEX_SEC_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
 		[INDEX_SEC_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
-	int rc = index_file_writer_place(w, len);
+	int rc = index_file_writer_place(w, len, false);
 
 	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
 		if (data[s])

@@ -35,6 +35,22 @@ static size_t record_bytes(const struct leaf_record *rec)
 	       (size_t)rec->nr_extents * sizeof(struct tar_extent);
 }
 
+/* Let *@buf (of *@cap bytes) hold at least @n bytes, keeping its bytes.
+ * 0 or -ENOMEM (then unchanged). */
+static int buf_reserve(char **buf, size_t *cap, size_t n)
+{
+	char *p;
+
+	if (n <= *cap)
+		return 0;
+	p = realloc(*buf, n);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = n;
+	return 0;
+}
+
 /* The view of the record at @p. */
 static struct leaf_view view_at(const char *p)
 {
@@ -111,18 +127,14 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
 	return 0;
 }
 
-/* Sort the buffer's records and write them as one run. */
-static int spill(struct leaf_runs *r)
+/* Sort the buffer's records and copy them in that order to @dst, or
+ * write them to the file as one run when @dst is NULL. */
+static int emit_sorted(struct leaf_runs *r, char *dst)
 {
-	struct leaf_run run = { .offset = r->file_len };
-	char *out;
+	char *out = dst ? dst : malloc(LEAF_RUN_WRITE_BUF);
 	size_t used = 0;
-	int rc;
+	int rc = 0;
 
-	if (!r->nr)
-		return 0;
-	rc = array_grow((void **)&r->runs, &r->cap_runs, r->nr_runs + 1, sizeof(*r->runs));
-	out = rc ? NULL : malloc(LEAF_RUN_WRITE_BUF);
 	if (!out)
 		return -ENOMEM;
 	qsort_r(r->order, r->nr, sizeof(*r->order), offset_cmp, r->buf);
@@ -130,19 +142,37 @@ static int spill(struct leaf_runs *r)
 		const char *p = r->buf + r->order[i];
 		size_t len = record_bytes((const struct leaf_record *)p);
 
-		if (used + len > LEAF_RUN_WRITE_BUF) {
+		if (!dst && used + len > LEAF_RUN_WRITE_BUF) {
 			rc = write_out(r, out, used);
 			used = 0;
 		}
-		if (!rc && len > LEAF_RUN_WRITE_BUF)
+		if (!rc && !dst && len > LEAF_RUN_WRITE_BUF) {
 			rc = write_out(r, p, len);
-		else if (!rc)
-			memcpy(out + used, p, len), used += len;
+			continue;
+		}
+		memcpy(out + used, p, len);
+		used += len;
 	}
-	rc = rc ?: write_out(r, out, used);
-	free(out);
+	if (!dst) {
+		rc = rc ?: write_out(r, out, used);
+		free(out);
+	}
+	return rc;
+}
+
+/* Sort the buffer's records and write them as one run. */
+static int spill(struct leaf_runs *r)
+{
+	struct leaf_run run = { .offset = r->file_len };
+	int rc;
+
+	if (!r->nr)
+		return 0;
+	rc = array_grow((void **)&r->runs, &r->cap_runs, r->nr_runs + 1, sizeof(*r->runs));
+	rc = rc ?: emit_sorted(r, NULL);
 	run.length = r->file_len - run.offset;
-	r->runs[r->nr_runs++] = run;
+	if (!rc)
+		r->runs[r->nr_runs++] = run;
 	r->buf_len = 0;
 	r->nr = 0;
 	return rc;
@@ -160,15 +190,9 @@ static int make_room(struct leaf_runs *r, size_t len)
 		rc = spill(r);
 	if (!rc && !r->order && !(r->order = malloc(orders * sizeof(*r->order))))
 		rc = -ENOMEM;
-	if (!rc && r->buf_len + len > r->buf_cap) {
-		size_t cap = r->buf_len + len > half ? r->buf_len + len : half;
-		char *p = realloc(r->buf, cap);
-
-		if (!p)
-			return -ENOMEM;
-		r->buf = p;
-		r->buf_cap = cap;
-	}
+	if (!rc && r->buf_len + len > r->buf_cap)
+		rc = buf_reserve(&r->buf, &r->buf_cap,
+				 r->buf_len + len > half ? r->buf_len + len : half);
 	return rc;
 }
 
@@ -196,8 +220,15 @@ int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v)
 
 int leaf_runs_finish(struct leaf_runs *r)
 {
-	int rc = spill(r);
+	int rc = 0;
 
+	if (r->nr_runs) {
+		rc = spill(r);
+	} else if (r->nr) {	/* all within the budget: kept, sorted */
+		r->sorted = malloc(r->buf_len);
+		rc = r->sorted ? emit_sorted(r, r->sorted) : -ENOMEM;
+		r->sorted_len = r->buf_len;
+	}
 	free(r->buf);
 	free(r->order);
 	r->buf = NULL;
@@ -213,6 +244,7 @@ void leaf_runs_release(struct leaf_runs *r)
 	free(r->buf);
 	free(r->order);
 	free(r->runs);
+	free(r->sorted);
 	*r = (struct leaf_runs){ .fd = -1 };
 }
 
@@ -225,6 +257,8 @@ struct leaf_run_reader {
 	uint64_t next;		/* file offset of the next byte to read */
 	uint64_t end;		/* file offset where the run ends */
 	struct leaf_view view;	/* the current record, when pos < len */
+	bool borrowed;		/* buf is the runs' sorted records (kept in
+				 * memory), not its own */
 };
 
 /* Make @n bytes from pos available in the buffer.  0 or -errno. */
@@ -235,14 +269,8 @@ static int reader_fill(struct leaf_run_reader *rd, int fd, size_t n)
 	memmove(rd->buf, rd->buf + rd->pos, rd->len - rd->pos);
 	rd->len -= rd->pos;
 	rd->pos = 0;
-	if (n > rd->cap) {
-		char *p = realloc(rd->buf, n);
-
-		if (!p)
-			return -ENOMEM;
-		rd->buf = p;
-		rd->cap = n;
-	}
+	if (buf_reserve(&rd->buf, &rd->cap, n))
+		return -ENOMEM;
 	while (rd->len < n) {
 		size_t want = rd->cap - rd->len;
 		ssize_t got;
@@ -301,32 +329,42 @@ static void heap_down(struct leaf_merge *m, size_t i)
 	}
 }
 
+/* Start reader @i on run @i of @r, or on the records kept in memory. */
+static int reader_start(struct leaf_merge *m, size_t i, size_t each)
+{
+	const struct leaf_runs *r = m->runs;
+	struct leaf_run_reader *rd = &m->readers[i];
+	int rc;
+
+	if (r->sorted)
+		*rd = (struct leaf_run_reader){ .buf = r->sorted, .cap = r->sorted_len,
+						.len = r->sorted_len, .borrowed = true };
+	else
+		*rd = (struct leaf_run_reader){ .buf = malloc(each), .cap = each,
+			.next = r->runs[i].offset, .end = r->runs[i].offset + r->runs[i].length };
+	rc = rd->buf ? reader_load(rd, r->fd) : -ENOMEM;
+	if (rc > 0)
+		m->heap[m->nr_heap++] = (uint32_t)i;
+	return rc < 0 ? rc : 0;
+}
+
 int leaf_merge_start(struct leaf_merge *m, const struct leaf_runs *r)
 {
-	size_t n = r->nr_runs, each = n ? r->budget / 2 / n : 0;
+	size_t n = r->sorted ? 1 : r->nr_runs, each = n ? r->budget / 2 / n : 0;
+	int rc = 0;
 
-	*m = (struct leaf_merge){ .runs = r };
+	*m = (struct leaf_merge){ .runs = r, .nr_readers = n };
 	each = each < LEAF_RUN_READ_MIN ? LEAF_RUN_READ_MIN
 	       : each > LEAF_RUN_READ_MAX ? LEAF_RUN_READ_MAX : each;
 	m->readers = calloc(n ? n : 1, sizeof(*m->readers));
 	m->heap = calloc(n ? n : 1, sizeof(*m->heap));
 	if (!m->readers || !m->heap)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		struct leaf_run_reader *rd = &m->readers[i];
-		int rc;
-
-		*rd = (struct leaf_run_reader){ .buf = malloc(each), .cap = each,
-			.next = r->runs[i].offset, .end = r->runs[i].offset + r->runs[i].length };
-		rc = rd->buf ? reader_load(rd, r->fd) : -ENOMEM;
-		if (rc < 0)
-			return rc;
-		if (rc)
-			m->heap[m->nr_heap++] = (uint32_t)i;
-	}
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = reader_start(m, i, each);
 	for (size_t i = m->nr_heap / 2; i-- > 0;)
 		heap_down(m, i);
-	return 0;
+	return rc;
 }
 
 const struct leaf_view *leaf_merge_peek(const struct leaf_merge *m)
@@ -357,14 +395,8 @@ static int take_copy(struct leaf_merge *m, struct leaf_view *v)
 	const struct leaf_view *top = leaf_merge_peek(m);
 	size_t len = record_bytes(top->rec);
 
-	if (len > m->last_cap) {
-		char *p = realloc(m->last, len);
-
-		if (!p)
-			return -ENOMEM;
-		m->last = p;
-		m->last_cap = len;
-	}
+	if (buf_reserve(&m->last, &m->last_cap, len))
+		return -ENOMEM;
 	memcpy(m->last, top->rec, len);
 	*v = view_at(m->last);
 	return leaf_merge_next(m);
@@ -391,8 +423,9 @@ int leaf_merge_take_path(struct leaf_merge *m, struct leaf_view *v, uint64_t *ea
 void leaf_merge_end(struct leaf_merge *m)
 {
 	free(m->last);
-	for (size_t i = 0; m->readers && i < m->runs->nr_runs; i++)
-		free(m->readers[i].buf);
+	for (size_t i = 0; m->readers && i < m->nr_readers; i++)
+		if (!m->readers[i].borrowed)
+			free(m->readers[i].buf);
 	free(m->readers);
 	free(m->heap);
 	*m = (struct leaf_merge){ 0 };

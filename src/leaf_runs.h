@@ -79,6 +79,9 @@ struct leaf_runs {
 	size_t cap_runs;	/* entries allocated */
 	uint64_t file_len;	/* bytes written to fd */
 	uint64_t records;	/* records added in all */
+	char *sorted;		/* when no run had to be written: all the
+				 * records, sorted, kept for the merges */
+	size_t sorted_len;	/* bytes in sorted */
 };
 
 /*
@@ -92,8 +95,9 @@ int leaf_runs_init(struct leaf_runs *r, const char *dir, size_t budget);
  * copied.  May write a run.  0 or -errno. */
 int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v);
 
-/* Write what the buffer holds as the last run, and free the buffer.
- * 0 or -errno. */
+/* Write what the buffer holds as the last run, and free the buffer; or,
+ * when no run was written, keep the records sorted in memory (a small
+ * build reads nothing back).  0 or -errno. */
 int leaf_runs_finish(struct leaf_runs *r);
 
 void leaf_runs_release(struct leaf_runs *r);
@@ -103,7 +107,9 @@ struct leaf_run_reader;
 /* Reading every run at once, smallest record first. */
 struct leaf_merge {
 	const struct leaf_runs *runs;	/* what is merged */
-	struct leaf_run_reader *readers; /* one per run */
+	struct leaf_run_reader *readers; /* one per run (or one for the
+					 * records kept in memory) */
+	size_t nr_readers;		/* entries in readers */
 	uint32_t *heap;			/* readers with a record, smallest on
 					 * top */
 	size_t nr_heap;			/* entries in heap */

@@ -125,6 +125,10 @@ struct index_file_writer {
 	char *names;			/* SHARD_NAMES */
 	uint64_t names_len;		/* bytes in names */
 	struct seek_sections ss;	/* SEEK_* */
+	char *image[INDEX_NR_SECTIONS];	/* sections collected in memory, to
+					 * be written whole at commit */
+	bool hashed[INDEX_NR_SECTIONS];	/* xxh3 known: the section was put
+					 * whole at once (else read back) */
 };
 
 /*
@@ -137,13 +141,16 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 /*
  * Take the set's shard table and seek tables (as the build left them) and
  * lay the sections out; @len gives the INODES, NAMES, SPARSE, EXTENTS and
- * HARDLINKS lengths in bytes (the other entries are ignored).  0 or
- * -errno.
+ * HARDLINKS lengths in bytes (the other entries are ignored).  With
+ * @in_memory, those are collected in memory and written at commit (a
+ * small index: nothing is read back to checksum it).  0 or -errno.
  */
 int index_file_writer_place(struct index_file_writer *w,
-			    const uint64_t len[INDEX_NR_SECTIONS]);
+			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory);
 
-/* Write @len bytes at byte @at of section @s (inside it).  0 or -errno. */
+/* Write @len bytes at byte @at of section @s (inside it); a section put
+ * whole at once is checksummed from @buf, any other is read back at
+ * commit.  0 or -errno. */
 int index_file_writer_put(struct index_file_writer *w, enum index_section s,
 			  uint64_t at, const void *buf, size_t len);
 
