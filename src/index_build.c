@@ -1511,7 +1511,7 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 	if (!rc) {
 		stream_times(b, dirs, queue);
 		*nr_entries = (uint32_t)(len[INDEX_SEC_INODES] / sizeof(struct shard_inode));
-		rc = index_file_writer_place(w, len);
+		rc = index_file_writer_place(w, len, b->runs.nr_runs == 0);
 	}
 	if (!rc) {
 		o->inodes = (struct section_out){ .w = w, .s = INDEX_SEC_INODES };
@@ -1649,11 +1649,10 @@ int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set
 	rc = rc ?: build_bounded(&b, w, nr_entries);
 	if (rc == -E2BIG)
 		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
-	if (rc == -EAGAIN) {
+	if (rc == -EAGAIN)
 		log_info("the index is built in memory: %s", b.why_in_memory);
-		for (uint32_t i = 0; i < set->nr; i++)	/* scanned again */
-			set->shards[i].bad = was_bad[i];
-	}
+	for (uint32_t i = 0; rc && i < set->nr; i++)	/* may be scanned again */
+		set->shards[i].bad = was_bad[i];
 	*counts = b.counts;
 	builder_release(&b);
 	free(was_bad);

@@ -313,7 +313,8 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
  * (shard_index_build_to_file()), and map it into @idx.  A set with bad
  * shards is mapped from the temporary file, which is then removed: it is
  * not saved.  -EAGAIN when the set needs the in-memory build, or the
- * file cannot be written (the in-memory build then says so as it saves).
+ * file or the runs beside it cannot be written (the in-memory build then
+ * tries to save it, and says why it cannot).
  */
 static int build_to_file(struct shard_index *idx, struct shard_set *set,
 			 const struct shard_index_build_options *bo,
@@ -333,6 +334,12 @@ static int build_to_file(struct shard_index *idx, struct shard_set *set,
 		return -EAGAIN;
 	}
 	rc = shard_index_build_to_file(&w, set, bo, &counts, &nr_entries);
+	if (rc && rc != -EAGAIN && rc != -EINVAL && rc != -E2BIG && rc != -ENOMEM) {
+		/* the runs or the file could not be written (a full disk) */
+		log_warn("%s: cannot write the index: %s; built in memory instead",
+			 paths[pick], strerror(-rc));
+		rc = -EAGAIN;
+	}
 	keep = !counts.bad_shards;
 	if (!rc && index_file_writer_commit(&w, nr_entries, &counts, so->options_hash,
 					    keep, msg, sizeof(msg))) {
