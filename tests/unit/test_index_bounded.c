@@ -129,6 +129,8 @@ static int setup(void **state)
 	return rc;
 }
 
+#define BOUNDED_TEST(f) cmocka_unit_test_setup_teardown(f, setup, tb_env_teardown)
+
 /* Shards with most of what a tree holds, and nothing only memory replays. */
 static void write_tree_shards(struct tb_env *e)
 {
@@ -284,10 +286,10 @@ static void test_store_builds_bounded(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_same_bytes_any_budget, setup, tb_env_teardown),
-		cmocka_unit_test_setup_teardown(test_same_bytes_many_runs, setup, tb_env_teardown),
-		cmocka_unit_test_setup_teardown(test_in_memory_sets, setup, tb_env_teardown),
-		cmocka_unit_test_setup_teardown(test_store_builds_bounded, setup, tb_env_teardown),
+		BOUNDED_TEST(test_same_bytes_any_budget),
+		BOUNDED_TEST(test_same_bytes_many_runs),
+		BOUNDED_TEST(test_in_memory_sets),
+		BOUNDED_TEST(test_store_builds_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
