@@ -39,6 +39,7 @@ const struct fuse_opt cli_index_opts[] = {
 	CLI_OPT("unlabeled=%s", unlabeled, 0),
 	CLI_OPT("index=%s", index, 0),
 	CLI_OPT("index_mode=%s", index_mode, 0),
+	CLI_OPT("build_memory=%s", build_memory, 0),
 	CLI_OPT("endpoint=%s", remote.endpoint, 0),
 	CLI_OPT("region=%s", remote.region, 0),
 	CLI_OPT("s3_addressing=%s", remote.addressing, 0),
@@ -77,6 +78,9 @@ const char cli_index_help[] =
 	"                           bzip2, lz4, lzip, lzma, compress: served\n"
 	"                           only so),\n"
 	"                           up to cache_size of them as well\n"
+	"    -o build_memory=SIZE   member records a build into the index file\n"
+	"                           holds before sorting them out to disk\n"
+	"                           (default 128M, at least 16M)\n"
 	"    -o skip_bad_shards     index the valid shards, skip the rest\n"
 	"    -o scan_threads=N      threads that scan shards (default: CPUs)\n"
 	"    -o quiet               no summary line\n"
@@ -256,6 +260,7 @@ static int cache_init(struct cli_config *cfg, const struct cli_index *cli)
 int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 {
 	enum log_level level;
+	uint64_t budget = 0;
 	int rc;
 
 	*cfg = (struct cli_config){ 0 };
@@ -275,6 +280,11 @@ int cli_config_init(struct cli_config *cfg, const struct cli_index *cli)
 	cfg->build.layout = &cfg->layout;
 	cfg->build.threads = cli->scan_threads;
 	cfg->build.skip_bad_shards = cli->skip_bad_shards;
+	if (cli->build_memory && (parse_size(cli->build_memory, &budget) ||
+				  budget < SHARD_INDEX_BUILD_BUDGET_MIN || budget > SIZE_MAX))
+		return log_error("build_memory=%s: a size of at least %uM expected",
+				 cli->build_memory, SHARD_INDEX_BUILD_BUDGET_MIN >> 20), -EINVAL;
+	cfg->build.memory_budget = (size_t)budget;
 	if (isatty(STDERR_FILENO) && !cli->quiet)
 		cfg->build.progress = print_progress;
 	rc = remote_init(&cfg->remote, &cli->remote);
@@ -299,6 +309,7 @@ void cli_index_free(struct cli_index *cli)
 	free(cli->unlabeled);
 	free(cli->index);
 	free(cli->index_mode);
+	free(cli->build_memory);
 	free(cli->loglevel);
 	remote_options_free(&cli->remote);
 }

@@ -28,6 +28,7 @@ struct cli_index {
 	char *unlabeled;	/* -o unlabeled=DIR|skip */
 	char *index;		/* -o index=PATH */
 	char *index_mode;	/* -o index_mode=auto|require|rebuild|off */
+	char *build_memory;	/* -o build_memory=SIZE */
 	char *loglevel;		/* -o loglevel=NAME */
 	int show_help;		/* -h, --help */
 	int show_version;	/* -V, --version */

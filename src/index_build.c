@@ -24,6 +24,15 @@
  *
  * Phase 1 lives in shard_scan.c.  It dominates on cold storage; phase 2 is
  * one hash probe per path component below the last directory merged.
+ *
+ * A build into the index file (shard_index_build_to_file) bounds its
+ * memory instead of holding every member (2.4 GiB at 10 M members: scans,
+ * nodes, then the index): phase 2' merges only the directories as nodes
+ * and hands every other member to sorted runs (leaf_runs.c), freeing each
+ * scan once merged; phase 3' merges the runs twice, to count what each
+ * directory holds (entry numbers and offsets follow, per directory) and
+ * then to write every entry where it belongs.  93 MiB at 10 M members
+ * (docs/benchmarks-scale.md); the same bytes.
  */
 #include <assert.h>
 #include <errno.h>
@@ -37,7 +46,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "leaf_runs.h"
 #include "shard_scan.h"
+#include "shardfs/index_file.h"
 #include "shardfs/index.h"
 #include "shardfs/log.h"
 #include "shardfs/path.h"
@@ -45,6 +56,9 @@
 
 /* Progress is reported about this often while the build runs. */
 #define BUILD_PROGRESS_NSEC (100 * 1000 * 1000)
+/* A bounded build: shards the pool may scan past the last one merged
+ * (their scans are in memory until merged). */
+#define BUILD_SCAN_AHEAD 4
 
 /* A path in the merged tree. */
 struct build_node {
@@ -106,6 +120,24 @@ struct builder {
 	struct shard_index_counts counts; /* totals */
 	char *padded;			/* classes layout: the padded names of
 					 * numeric class directories */
+	bool bounded;			/* a build into a file (phase 2'): only
+					 * directories are nodes, leaves go to
+					 * runs, each scan is freed once merged */
+	struct leaf_runs runs;		/* bounded: the leaves */
+	struct bump_arena dir_arena;	/* bounded: names and members of the
+					 * directories (the scans are freed) */
+	uint32_t merged;		/* bounded: shards merged; the pool
+					 * scans at most BUILD_SCAN_AHEAD past
+					 * it (under lock) */
+	pthread_cond_t merged_cond;	/* bounded: signalled as merged moves */
+	bool scan_paced;		/* bounded: the pool waits for the merge
+					 * (false only when no thread started) */
+	const char *leaf_dir;		/* bounded: the directory of the last
+					 * leaf, in its shard's pool */
+	size_t leaf_dir_len;		/* bytes in leaf_dir; 0: none */
+	uint32_t leaf_dir_node;		/* the node of leaf_dir */
+	const char *why_in_memory;	/* bounded: why the set needs the
+					 * in-memory build (-EAGAIN) */
 };
 
 static void scan_one_shard(struct builder *b, uint32_t i,
@@ -147,6 +179,12 @@ static void *scan_worker(void *arg)
 
 	assert(me < b->nr_scanners);
 	while ((i = atomic_fetch_add(&b->next_shard, 1)) < b->set->nr) {
+		if (b->scan_paced) {
+			pthread_mutex_lock(&b->lock);
+			while (i >= b->merged + BUILD_SCAN_AHEAD)
+				pthread_cond_wait(&b->merged_cond, &b->lock);
+			pthread_mutex_unlock(&b->lock);
+		}
 		scan_one_shard(b, i, &b->scanners[me]);
 		pthread_mutex_lock(&b->lock);
 		b->scanned[i] = true;
@@ -210,10 +248,13 @@ static int scan_start(struct builder *b)
 		return -ENOMEM;
 	for (b->nr_scanners = 0; b->nr_scanners < (n ? n : 1); b->nr_scanners++) {
 		b->scanners[b->nr_scanners].window = malloc(TAR_WINDOW_SIZE);
+		b->scanners[b->nr_scanners].keep_on_heap = b->bounded;
 		if (!b->scanners[b->nr_scanners].window)
 			return -ENOMEM;
 	}
-	if (n <= 1) {		/* a thread would only add its start-up cost */
+	if (n <= 1 && !b->bounded) {	/* a thread would only add its
+					 * start-up cost (a bounded merge
+					 * needs the scan beside it) */
 		scan_worker(b);
 		return 0;
 	}
@@ -223,8 +264,10 @@ static int scan_start(struct builder *b)
 	for (; b->nr_threads < n; b->nr_threads++)
 		if (pthread_create(&b->threads[b->nr_threads], NULL, scan_worker, b))
 			break;
-	if (b->nr_threads == 0)
+	if (b->nr_threads == 0) {
+		b->scan_paced = false;	/* all scanned first: no one to wait for */
 		scan_worker(b);
+	}
 	return 0;
 }
 
@@ -232,6 +275,10 @@ static int scan_start(struct builder *b)
 static void scan_finish(struct builder *b)
 {
 	atomic_store(&b->next_shard, b->set->nr);
+	pthread_mutex_lock(&b->lock);
+	b->merged = b->set->nr;		/* wakes a thread waiting to scan ahead */
+	pthread_cond_broadcast(&b->merged_cond);
+	pthread_mutex_unlock(&b->lock);
 	for (unsigned i = 0; i < b->nr_threads; i++)
 		pthread_join(b->threads[i], NULL);
 	b->nr_threads = 0;
@@ -396,6 +443,13 @@ static int64_t node_new(struct builder *b, uint32_t parent, const char *name,
 			       sizeof(*b->nodes));
 	if (rc)
 		return rc;
+	if (b->bounded) {	/* the scan holding @name is freed once merged */
+		char *copy = len ? bump_alloc(&b->dir_arena, len) : NULL;
+
+		if (len && !copy)
+			return -ENOMEM;
+		name = len ? memcpy(copy, name, len) : name;
+	}
 	b->nodes[id] = (struct build_node){
 		.name = name, .name_len = (uint32_t)len, .parent = parent,
 		.hash = node_hash(parent, name, len), .shard = shard,
@@ -606,11 +660,10 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	return rc;
 }
 
-/* Phase 2 for shard @s: its totals, then its members in archive order. */
-static int merge_shard(struct builder *b, uint32_t s)
+/* Phase 2 for shard @s: its totals. */
+static void shard_totals(struct builder *b, uint32_t s)
 {
-	struct shard_scan *sc = &b->scans[s];
-	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members);
+	const struct shard_scan *sc = &b->scans[s];
 
 	b->counts.members += sc->nr_members + sc->skipped + sc->special;
 	b->counts.skipped += sc->skipped;
@@ -618,9 +671,120 @@ static int merge_shard(struct builder *b, uint32_t s)
 	b->counts.special += sc->special;
 	b->set->shards[s].members = sc->nr_members;
 	b->set->shards[s].digest = sc->digest;
+}
+
+/* Phase 2 for shard @s: its totals, then its members in archive order. */
+static int merge_shard(struct builder *b, uint32_t s)
+{
+	struct shard_scan *sc = &b->scans[s];
+	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members);
+
+	shard_totals(b, s);
 	for (size_t i = 0; !rc && i < sc->nr_members; i++)
 		rc = merge_member(b, sc, s, &sc->members[i]);
 	return rc;
+}
+
+/* Bounded: let directory node @id name (a copy of) directory @rm. */
+static int stream_dir_member(struct builder *b, int64_t id, const struct raw_member *rm,
+			     uint32_t shard)
+{
+	struct raw_member *copy = bump_alloc(&b->dir_arena, sizeof(*copy));
+
+	if (id < 0)
+		return (int)id;
+	if (!copy)
+		return -ENOMEM;
+	*copy = *rm;
+	copy->path_len = copy->link_len = copy->nr_extents = 0;	/* not kept */
+	node_bind(&b->nodes[id], copy, shard);
+	return 0;
+}
+
+/* Bounded: the directory node of the first @len bytes of @path. */
+static int64_t stream_leaf_dir(struct builder *b, const char *path, size_t len,
+			       uint32_t shard)
+{
+	int64_t id;
+
+	if (!len)
+		return 0;
+	if (len == b->leaf_dir_len && !memcmp(path, b->leaf_dir, len))
+		return b->leaf_dir_node;
+	id = node_walk(b, path, len, shard, true);
+	if (id >= 0) {
+		b->leaf_dir = path;
+		b->leaf_dir_len = len;
+		b->leaf_dir_node = (uint32_t)id;
+	}
+	return id;
+}
+
+/*
+ * Phase 2' (bounded) for one member: a directory becomes (or binds) a
+ * node, anything else a leaf record of its directory's node.  -EAGAIN for
+ * what only the in-memory merge replays: hard links (bound to what their
+ * target names at that moment) and a root that is not a directory.
+ */
+static int stream_member(struct builder *b, const struct shard_scan *sc,
+			 uint32_t shard, uint32_t i)
+{
+	const struct raw_member *rm = &sc->members[i];
+	const char *path = sc->strings + rm->path;
+	const char *slash = memrchr(path, '/', rm->path_len);
+	size_t dir_len = slash ? (size_t)(slash - path) : 0;
+	struct leaf_record rec;
+	int64_t dir;
+
+	if (rm->type == TAR_HARDLINK || (!rm->path_len && rm->type != TAR_DIR)) {
+		b->why_in_memory = "it holds hard links";
+		return -EAGAIN;
+	}
+	if (rm->type == TAR_DIR)
+		return stream_dir_member(b, node_walk(b, path, rm->path_len, shard, true),
+					 rm, shard);
+	dir = stream_leaf_dir(b, path, dir_len, shard);
+	if (dir < 0)
+		return (int)dir;
+	rec = (struct leaf_record){
+		.data_offset = rm->data_offset, .size = rm->size,
+		.mtime_sec = rm->mtime_sec, .mtime_nsec = rm->mtime_nsec,
+		.dir = (uint32_t)dir, .shard = shard, .member = i, .mode = rm->mode,
+		.uid = rm->uid, .gid = rm->gid,
+		.name_len = (uint32_t)(rm->path_len - (slash ? dir_len + 1 : 0)),
+		.link_len = rm->type == TAR_SYMLINK ? rm->link_len : 0,
+		.nr_extents = rm->sparse ? rm->nr_extents : 0,
+		.type = rm->type, .sparse = rm->sparse };
+	return leaf_runs_add(&b->runs, &(struct leaf_view){
+		.rec = &rec, .name = slash ? slash + 1 : path,
+		.link = sc->strings + rm->link,
+		.extents = rm->sparse ? sc->extents + rm->extent : NULL });
+}
+
+/* Phase 2' (bounded) for shard @s: its totals, its members, then its scan
+ * is freed. */
+static int stream_shard(struct builder *b, uint32_t s)
+{
+	struct shard_scan *sc = &b->scans[s];
+	int rc = 0;
+
+	shard_totals(b, s);
+	b->dir_len = 0;		/* both point into the scan */
+	b->leaf_dir_len = 0;
+	for (uint32_t i = 0; !rc && i < sc->nr_members; i++)
+		rc = stream_member(b, sc, s, i);
+	return rc;
+}
+
+/* Bounded: free the scan of shard @s and let the pool scan one more. */
+static void scan_done(struct builder *b, uint32_t s)
+{
+	shard_scan_release(&b->scans[s]);
+	b->scans[s] = (struct shard_scan){ 0 };
+	pthread_mutex_lock(&b->lock);
+	b->merged = s + 1;
+	pthread_cond_broadcast(&b->merged_cond);
+	pthread_mutex_unlock(&b->lock);
 }
 
 /*
@@ -641,9 +805,11 @@ static int merge_all(struct builder *b)
 			bad = rc;
 			rc = 0;
 		} else if (!rc && !bad) {
-			rc = merge_shard(b, s);
+			rc = b->bounded ? stream_shard(b, s) : merge_shard(b, s);
 			progress_tick(b);
 		}
+		if (b->bounded)
+			scan_done(b, s);
 	}
 	for (uint32_t i = 0; i < b->set->nr; i++)
 		b->counts.bad_shards += b->set->shards[i].bad;
@@ -881,12 +1047,11 @@ static uint64_t sparse_add(struct shard_index *idx, const struct shard_scan *sc,
 	return idx->nr_sparse++;
 }
 
-/* The attributes of a directory entry (explicit or synthesized). */
-static void fill_dir(struct builder *b, struct shard_inode *in,
-		     const struct build_node *n, const struct child_lists *cl)
+/* The attributes of directory entry @n (explicit or synthesized) whose
+ * @nr_children children start at entry @first. */
+static void dir_attrs(struct builder *b, struct shard_inode *in,
+		      const struct build_node *n, uint64_t nr_children, uint32_t first)
 {
-	uint32_t node = (uint32_t)(n - b->nodes);
-
 	in->mode = S_IFDIR | 0755;
 	in->flags |= SHARD_INODE_SYNTHESIZED;	/* times: see synthesized_times */
 	if (n->member) {
@@ -898,9 +1063,50 @@ static void fill_dir(struct builder *b, struct shard_inode *in,
 		in->mtime_nsec = n->member->mtime_nsec;
 	}
 	in->nlink = 2 + n->nr_subdirs;
-	in->size = n->nr_children;
-	in->data = n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0;
+	in->size = nr_children;
+	in->data = nr_children ? first : 0;
 	b->counts.dirs++;
+}
+
+static void fill_dir(struct builder *b, struct shard_inode *in,
+		     const struct build_node *n, const struct child_lists *cl)
+{
+	uint32_t node = (uint32_t)(n - b->nodes);
+
+	dir_attrs(b, in, n, n->nr_children,
+		  n->nr_children ? b->nodes[cl->child[cl->start[node]]].entry : 0);
+}
+
+/*
+ * The attributes of a file or symlink entry naming @m from @shard; @data
+ * is a symlink's target in names, a sparse file's map number.  Totals
+ * count a member at its @first_name only.
+ */
+static void leaf_attrs(struct builder *b, struct shard_inode *in,
+		       const struct raw_member *m, uint32_t shard, uint64_t data,
+		       bool first_name)
+{
+	in->uid = m->uid;
+	in->gid = m->gid;
+	in->mtime_sec = m->mtime_sec;
+	in->mtime_nsec = m->mtime_nsec;
+	in->shard = shard;
+	if (m->type == TAR_SYMLINK) {
+		in->mode = S_IFLNK | 0777;
+		in->data = data;
+		in->size = m->link_len;
+		b->counts.symlinks += first_name;
+		return;
+	}
+	in->mode = S_IFREG | m->mode;
+	in->size = m->size;
+	in->data = m->data_offset;
+	if (m->sparse) {
+		in->flags |= SHARD_INODE_SPARSE;
+		in->data = data;
+	}
+	b->counts.files += first_name;
+	b->counts.bytes += first_name ? m->size : 0;
 }
 
 /* The attributes of a file or symlink entry. */
@@ -909,31 +1115,16 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 {
 	struct raw_member *m = n->member;
 	const struct shard_scan *sc = node_scan(b, n);
+	uint64_t data = 0;
 
-	in->uid = m->uid;
-	in->gid = m->gid;
-	in->mtime_sec = m->mtime_sec;
-	in->mtime_nsec = m->mtime_nsec;
-	in->shard = n->shard;
 	if (m->group == UINT32_MAX)
 		m->group = n->entry;
 	m->nlink++;
-	if (m->type == TAR_SYMLINK) {
-		in->mode = S_IFLNK | 0777;
-		in->data = names_add(idx, sc->strings + m->link, m->link_len);
-		in->size = m->link_len;
-		b->counts.symlinks += m->nlink == 1;
-		return;
-	}
-	in->mode = S_IFREG | m->mode;
-	in->size = m->size;
-	in->data = m->data_offset;
-	if (m->sparse) {
-		in->flags |= SHARD_INODE_SPARSE;
-		in->data = sparse_add(idx, sc, m);
-	}
-	b->counts.files += m->nlink == 1;
-	b->counts.bytes += m->nlink == 1 ? m->size : 0;
+	if (m->type == TAR_SYMLINK)
+		data = names_add(idx, sc->strings + m->link, m->link_len);
+	else if (m->sparse)
+		data = sparse_add(idx, sc, m);
+	leaf_attrs(b, in, m, n->shard, data, m->nlink == 1);
 }
 
 /*
@@ -1015,6 +1206,337 @@ static int layout(struct builder *b, struct shard_index *idx)
 	return rc;
 }
 
+/* Bounded: what the layout knows of one directory (per directory, not
+ * per member: the budget does not cover these). */
+struct stream_dir {
+	uint32_t nr_leaves;	/* its children that are not directories */
+	uint32_t rank;		/* its place among its parent's children */
+	uint32_t entry;		/* its entry */
+	uint32_t first;		/* the entry of its first child */
+	uint64_t names;		/* bytes its leaves' names and targets take
+				 * in NAMES; once numbered, where the names
+				 * of its children start */
+	uint64_t sparse;	/* sparse maps among its leaves; then the
+				 * number of the first */
+	uint64_t extents;	/* their runs; then the first run's number */
+	int64_t mtime_sec;	/* a synthesized directory's time: its
+				 * newest child's (from 0) */
+	uint32_t mtime_nsec;	/* the nanoseconds of mtime_sec */
+};
+
+/* Raise @d's time to (@sec, @nsec) when that is newer. */
+static void stream_newer(struct stream_dir *d, int64_t sec, uint32_t nsec)
+{
+	if (sec > d->mtime_sec || (sec == d->mtime_sec && nsec > d->mtime_nsec)) {
+		d->mtime_sec = sec;
+		d->mtime_nsec = nsec;
+	}
+}
+
+/* Count leaf @v into its directory @sd. */
+static void stream_count_leaf(struct stream_dir *sd, const struct leaf_view *v)
+{
+	const struct leaf_record *r = v->rec;
+
+	sd->nr_leaves++;
+	sd->names += r->name_len + 1 + (r->type == TAR_SYMLINK ? r->link_len + 1 : 0);
+	sd->sparse += r->sparse;
+	sd->extents += r->nr_extents;
+	stream_newer(sd, r->mtime_sec, r->mtime_nsec);
+}
+
+/*
+ * Phase 3a' (bounded): one pass over the leaves, path by path: what each
+ * directory holds, and where each subdirectory falls among its parent's
+ * leaves.  -EAGAIN when a path is both a directory and a leaf: what the
+ * extraction did then depends on the order of the two, which only the
+ * in-memory merge replays.
+ */
+static int stream_count(struct builder *b, const struct child_lists *cl,
+			struct stream_dir *dirs)
+{
+	struct leaf_merge m;
+	struct leaf_view v;
+	uint64_t earlier;
+	int got = leaf_merge_start(&m, &b->runs);
+
+	got = got ?: leaf_merge_take_path(&m, &v, &earlier);
+	for (uint32_t d = 0; got >= 0 && d < b->nr_nodes; d++) {
+		const uint32_t *sub = cl->child + cl->start[d];
+		uint32_t nsub = cl->start[d + 1] - cl->start[d], k = 0;
+
+		for (; got == 1 && v.rec->dir == d;
+		     got = leaf_merge_take_path(&m, &v, &earlier)) {
+			const struct build_node *n = NULL;
+
+			for (; k < nsub; k++) {
+				n = &b->nodes[sub[k]];
+				if (shard_index_name_cmp(n->name, n->name_len, v.name,
+							 v.rec->name_len) >= 0)
+					break;
+				dirs[sub[k]].rank = dirs[d].nr_leaves + k;
+			}
+			if (k < nsub && n->name_len == v.rec->name_len &&
+			    !memcmp(n->name, v.name, n->name_len)) {
+				b->why_in_memory = "a path in it is both a directory and a file";
+				got = -EAGAIN;
+				break;
+			}
+			b->counts.duplicates += earlier;
+			stream_count_leaf(&dirs[d], &v);
+		}
+		for (; k < nsub; k++)
+			dirs[sub[k]].rank = dirs[d].nr_leaves + k;
+	}
+	leaf_merge_end(&m);
+	return got < 0 ? got : 0;
+}
+
+/*
+ * Phase 3b' (bounded): entry numbers, breadth first over the directories
+ * (@queue gets them in entry order), and where every directory's children
+ * put their names, sparse maps and runs; @len gets the sections' lengths.
+ */
+static int stream_number(struct builder *b, const struct child_lists *cl,
+			 struct stream_dir *dirs, uint32_t *queue,
+			 uint64_t len[INDEX_NR_SECTIONS])
+{
+	uint64_t next = 1, names = 1, sparse = 0, extents = 0;	/* root: "" */
+	uint32_t tail = 1;
+
+	queue[0] = 0;
+	for (uint32_t q = 0; q < tail; q++) {
+		struct stream_dir *sd = &dirs[queue[q]];
+		uint64_t leaf_names = sd->names, nr_sparse = sd->sparse, nr_extents = sd->extents;
+
+		sd->first = (uint32_t)next;
+		next += b->nodes[queue[q]].nr_children + (uint64_t)sd->nr_leaves;
+		if (next > SHARD_INDEX_MAX_ENTRIES)
+			return -E2BIG;
+		sd->names = names;
+		names += leaf_names;
+		sd->sparse = sparse;
+		sparse += nr_sparse;
+		sd->extents = extents;
+		extents += nr_extents;
+		for (uint32_t c = cl->start[queue[q]]; c < cl->start[queue[q] + 1]; c++) {
+			uint32_t child = cl->child[c];
+
+			names += b->nodes[child].name_len + 1;
+			dirs[child].entry = sd->first + dirs[child].rank;
+			queue[tail++] = child;
+		}
+	}
+	assert(tail == b->nr_nodes);
+	len[INDEX_SEC_INODES] = next * sizeof(struct shard_inode);
+	len[INDEX_SEC_NAMES] = names;
+	len[INDEX_SEC_SPARSE] = sparse * sizeof(struct shard_sparse);
+	len[INDEX_SEC_EXTENTS] = extents * sizeof(struct shard_extent);
+	return 0;
+}
+
+/*
+ * Phase 3c' (bounded): the times of directories, from the deepest up, as
+ * synthesized_times() does over the entries: an explicit directory keeps
+ * its member's, a synthesized one takes its newest child's.
+ */
+static void stream_times(struct builder *b, struct stream_dir *dirs,
+			 const uint32_t *queue)
+{
+	for (uint32_t q = b->nr_nodes; q-- > 0;) {
+		const struct build_node *n = &b->nodes[queue[q]];
+		struct stream_dir *sd = &dirs[queue[q]];
+
+		if (n->member) {
+			sd->mtime_sec = n->member->mtime_sec;
+			sd->mtime_nsec = n->member->mtime_nsec;
+		}
+		if (queue[q] && !b->nodes[n->parent].member)
+			stream_newer(&dirs[n->parent], sd->mtime_sec, sd->mtime_nsec);
+	}
+}
+
+/* Buffered writes into one section of the index file, mostly in order. */
+struct section_out {
+	struct index_file_writer *w;	/* the file */
+	enum index_section s;		/* the section */
+	uint64_t at;			/* where buf goes in the section */
+	size_t len;			/* bytes in buf */
+	char buf[64 * 1024];		/* bytes not yet written */
+};
+
+static int out_flush(struct section_out *o)
+{
+	int rc = o->len ? index_file_writer_put(o->w, o->s, o->at, o->buf, o->len) : 0;
+
+	o->at += o->len;
+	o->len = 0;
+	return rc;
+}
+
+/* Put @n bytes at byte @at of the section. */
+static int out_put(struct section_out *o, uint64_t at, const void *p, size_t n)
+{
+	int rc = 0;
+
+	if (at != o->at + o->len || o->len + n > sizeof(o->buf)) {
+		rc = out_flush(o);
+		o->at = at;
+	}
+	if (rc || n > sizeof(o->buf))
+		return rc ?: index_file_writer_put(o->w, o->s, at, p, n);
+	memcpy(o->buf + o->len, p, n);
+	o->len += n;
+	return 0;
+}
+
+/* Put a name and its NUL at *@at of NAMES, moving *@at past them. */
+static int out_name(struct section_out *names, uint64_t *at, const char *s, size_t len)
+{
+	int rc = out_put(names, *at, s, len) ?: out_put(names, *at + len, "", 1);
+
+	*at += len + 1;
+	return rc;
+}
+
+/* The four sections a bounded layout writes. */
+struct stream_out {
+	struct section_out inodes, names, sparse, extents;
+};
+
+/* Write entry @e: @in, named @name (@len bytes) at *@name_at. */
+static int out_entry(struct stream_out *o, uint32_t e, struct shard_inode *in,
+		     const char *name, size_t len, uint64_t *name_at)
+{
+	in->name = *name_at;
+	in->name_len = (uint16_t)len;
+	return out_name(&o->names, name_at, name, len) ?:
+	       out_put(&o->inodes, (uint64_t)e * sizeof(*in), in, sizeof(*in));
+}
+
+/* Write the subdirectory @c of a directory, as entry @e. */
+static int out_dir(struct builder *b, struct stream_out *o, const struct stream_dir *dirs,
+		   uint32_t c, uint32_t e, uint64_t *name_at)
+{
+	const struct build_node *n = &b->nodes[c];
+	struct shard_inode in = { .parent = c ? dirs[n->parent].entry : 0 };
+
+	dir_attrs(b, &in, n, n->nr_children + (uint64_t)dirs[c].nr_leaves, dirs[c].first);
+	if (!n->member) {
+		in.mtime_sec = dirs[c].mtime_sec;
+		in.mtime_nsec = dirs[c].mtime_nsec;
+	}
+	return out_entry(o, e, &in, n->name, n->name_len, name_at);
+}
+
+/* Write leaf @v of the directory @sd as entry @e, its target or runs after. */
+static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *sd,
+		    const struct leaf_view *v, uint32_t e, uint64_t *name_at)
+{
+	const struct leaf_record *r = v->rec;
+	struct raw_member m = {
+		.data_offset = r->data_offset, .size = r->size, .mtime_sec = r->mtime_sec,
+		.mtime_nsec = r->mtime_nsec, .mode = r->mode, .uid = r->uid, .gid = r->gid,
+		.link_len = r->link_len, .type = r->type, .sparse = r->sparse };
+	struct shard_inode in = { .parent = sd->entry, .nlink = 1, .name = *name_at,
+				  .name_len = (uint16_t)r->name_len };
+	uint64_t at = *name_at + r->name_len + 1, data = 0;
+	int rc = out_name(&o->names, name_at, v->name, r->name_len);
+
+	if (!rc && r->type == TAR_SYMLINK) {
+		data = at;
+		rc = out_name(&o->names, name_at, v->link, r->link_len);
+	} else if (!rc && r->sparse) {
+		struct shard_sparse sp = { sd->extents, r->nr_extents };
+
+		data = sd->sparse++;
+		rc = out_put(&o->sparse, data * sizeof(sp), &sp, sizeof(sp));
+		for (uint32_t i = 0; !rc && i < r->nr_extents; i++) {
+			struct shard_extent x = { v->extents[i].logical, v->extents[i].length,
+						  v->extents[i].physical };
+
+			rc = out_put(&o->extents, sd->extents++ * sizeof(x), &x, sizeof(x));
+		}
+	}
+	leaf_attrs(b, &in, &m, r->shard, data, true);
+	return rc ?: out_put(&o->inodes, (uint64_t)e * sizeof(in), &in, sizeof(in));
+}
+
+/*
+ * Phase 3d' (bounded): a second pass over the leaves, directory by
+ * directory in node order, writes every directory's children (its
+ * subdirectories and leaves, merged by name) where their entries, names
+ * and runs belong.
+ */
+static int stream_write(struct builder *b, const struct child_lists *cl,
+			struct stream_dir *dirs, struct stream_out *o)
+{
+	struct leaf_merge m;
+	struct leaf_view v;
+	uint64_t earlier, root_name = 0;
+	int rc = leaf_merge_start(&m, &b->runs), got;
+
+	rc = rc ?: out_dir(b, o, dirs, 0, 0, &root_name);
+	got = rc ?: leaf_merge_take_path(&m, &v, &earlier);
+	for (uint32_t d = 0; got >= 0 && d < b->nr_nodes; d++) {
+		struct stream_dir *sd = &dirs[d];
+		uint32_t c = cl->start[d], e = sd->first;
+		uint64_t name_at = sd->names;
+
+		while (got >= 0 && (c < cl->start[d + 1] || (got == 1 && v.rec->dir == d))) {
+			const struct build_node *n = c < cl->start[d + 1] ? &b->nodes[cl->child[c]] : NULL;
+
+			if (n && (got != 1 || v.rec->dir != d ||
+				  shard_index_name_cmp(n->name, n->name_len, v.name,
+						       v.rec->name_len) < 0)) {
+				rc = out_dir(b, o, dirs, cl->child[c++], e++, &name_at);
+				got = rc ?: got;
+				continue;
+			}
+			rc = out_leaf(b, o, sd, &v, e++, &name_at);
+			got = rc ?: leaf_merge_take_path(&m, &v, &earlier);
+		}
+	}
+	leaf_merge_end(&m);
+	return got < 0 ? got :
+	       out_flush(&o->inodes) ?: out_flush(&o->names) ?:
+	       out_flush(&o->sparse) ?: out_flush(&o->extents);
+}
+
+/* Phase 3' (bounded): lay the tree out straight into the file @w. */
+static int stream_layout(struct builder *b, struct index_file_writer *w,
+			 uint32_t *nr_entries)
+{
+	struct child_lists cl = { 0 };
+	struct stream_dir *dirs = calloc_huge(b->nr_nodes, sizeof(*dirs));
+	uint32_t *queue = calloc_huge(b->nr_nodes, sizeof(*queue));
+	struct stream_out *o = calloc(1, sizeof(*o));
+	uint64_t len[INDEX_NR_SECTIONS] = { 0 };
+	int rc = dirs && queue && o ? child_lists_build(b, &cl) : -ENOMEM;
+
+	rc = rc ?: leaf_runs_finish(&b->runs);
+	rc = rc ?: stream_count(b, &cl, dirs);
+	rc = rc ?: stream_number(b, &cl, dirs, queue, len);
+	if (!rc) {
+		stream_times(b, dirs, queue);
+		*nr_entries = (uint32_t)(len[INDEX_SEC_INODES] / sizeof(struct shard_inode));
+		rc = index_file_writer_place(w, len, b->runs.nr_runs == 0);
+	}
+	if (!rc) {
+		o->inodes = (struct section_out){ .w = w, .s = INDEX_SEC_INODES };
+		o->names = (struct section_out){ .w = w, .s = INDEX_SEC_NAMES };
+		o->sparse = (struct section_out){ .w = w, .s = INDEX_SEC_SPARSE };
+		o->extents = (struct section_out){ .w = w, .s = INDEX_SEC_EXTENTS };
+		rc = stream_write(b, &cl, dirs, o);
+	}
+	free(o);
+	free(queue);
+	free(dirs);
+	free(cl.start);
+	free(cl.child);
+	return rc;
+}
+
 static void builder_release(struct builder *b)
 {
 	for (uint32_t i = 0; b->scans && i < b->set->nr; i++)
@@ -1031,8 +1553,11 @@ static void builder_release(struct builder *b)
 	mapped_array_free(b->nodes, b->cap_nodes, sizeof(*b->nodes));
 	free(b->slots);
 	free(b->padded);
+	leaf_runs_release(&b->runs);
+	bump_release(&b->dir_arena);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);
+	pthread_cond_destroy(&b->merged_cond);
 }
 
 static int builder_init(struct builder *b, struct shard_set *set,
@@ -1040,7 +1565,7 @@ static int builder_init(struct builder *b, struct shard_set *set,
 {
 	pthread_condattr_t attr;
 
-	*b = (struct builder){ .set = set, .opt = opt };
+	*b = (struct builder){ .set = set, .opt = opt, .runs = { .fd = -1 } };
 	b->first_shard = opt->base ? opt->base_shards : 0;
 	assert(b->first_shard <= set->nr);
 	atomic_store(&b->next_shard, b->first_shard);
@@ -1050,6 +1575,7 @@ static int builder_init(struct builder *b, struct shard_set *set,
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* monotonic_ns() */
 	pthread_cond_init(&b->done_cond, &attr);
 	pthread_condattr_destroy(&attr);
+	pthread_cond_init(&b->merged_cond, NULL);
 	b->reported = monotonic_ns();
 	b->scans = calloc(set->nr ? set->nr : 1, sizeof(*b->scans));
 	b->scanned = calloc(set->nr ? set->nr : 1, sizeof(*b->scanned));
@@ -1081,5 +1607,63 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 	builder_release(&b);
 	if (rc)
 		shard_index_release(idx);
+	return rc;
+}
+
+/* The directory of the index file @w writes: where the runs go. */
+static int runs_dir(const struct index_file_writer *w, char dir[PATH_MAX])
+{
+	const char *slash = strrchr(w->path, '/');
+
+	if (!slash)
+		return snprintf(dir, PATH_MAX, ".") < 0 ? -EINVAL : 0;
+	return snprintf(dir, PATH_MAX, "%.*s", (int)(slash - w->path + !(slash - w->path)),
+			w->path) < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
+/* Phases 1, 2' and 3': the bounded build of @b into @w. */
+static int build_bounded(struct builder *b, struct index_file_writer *w,
+			 uint32_t *nr_entries)
+{
+	size_t budget = b->opt->memory_budget ? b->opt->memory_budget
+					      : SHARD_INDEX_BUILD_BUDGET;
+	char dir[PATH_MAX];
+	int rc = runs_dir(w, dir);
+
+	b->bounded = b->scan_paced = true;
+	rc = rc ?: leaf_runs_init(&b->runs, dir, budget);
+	rc = rc ?: scan_start(b);
+	rc = rc ?: merge_all(b);
+	scan_finish(b);
+	return rc ?: stream_layout(b, w, nr_entries);
+}
+
+int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
+			      const struct shard_index_build_options *opt,
+			      struct shard_index_counts *counts, uint32_t *nr_entries)
+{
+	bool *was_bad = calloc(set->nr ? set->nr : 1, sizeof(*was_bad));
+	struct builder b;
+	int rc;
+
+	if (opt->base || (opt->layout && opt->layout->kind == LAYOUT_CLASSES)) {
+		free(was_bad);
+		return -EAGAIN;
+	}
+	if (!was_bad)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < set->nr; i++)
+		was_bad[i] = set->shards[i].bad;
+	rc = builder_init(&b, set, opt);
+	rc = rc ?: build_bounded(&b, w, nr_entries);
+	if (rc == -E2BIG)
+		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
+	if (rc == -EAGAIN)
+		log_info("the index is built in memory: %s", b.why_in_memory);
+	for (uint32_t i = 0; rc && i < set->nr; i++)	/* may be scanned again */
+		set->shards[i].bad = was_bad[i];
+	*counts = b.counts;
+	builder_release(&b);
+	free(was_bad);
 	return rc;
 }

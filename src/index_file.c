@@ -11,6 +11,7 @@
  * is what is served, and a file changed under a mount neither kills the
  * daemon with SIGBUS nor changes its tree.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -134,14 +135,6 @@ static int shard_table(const char *path, const struct shard_set *set,
 	return 0;
 }
 
-/* The seek tables of @set's compressed shards, as three sections. */
-struct seek_sections {
-	struct index_file_seek *recs;	/* SEEK_SHARDS: one per shard */
-	struct seek_point *points;	/* SEEK_POINTS */
-	uint64_t nr_points;		/* entries in points */
-	unsigned char *windows;		/* SEEK_WINDOWS */
-	uint64_t windows_len;		/* bytes in windows */
-};
 
 static const struct seek_table *shard_seek(const struct shard *s)
 {
@@ -207,67 +200,6 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Write the sections after the header and fill in the section table. */
-static int write_sections(int fd, struct index_file_header *h,
-			  const void *const data[INDEX_NR_SECTIONS],
-			  const uint64_t len[INDEX_NR_SECTIONS])
-{
-	uint64_t off = (sizeof(*h) + INDEX_SECTION_ALIGN - 1) & ~(uint64_t)(INDEX_SECTION_ALIGN - 1);
-
-	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
-		int rc = write_all(fd, data[s], len[s], off);
-
-		if (rc)
-			return rc;
-		h->sections[s] = (struct index_section_entry){
-			off, len[s], XXH3_64bits(data[s], len[s]) };
-		off = (off + len[s] + INDEX_SECTION_ALIGN - 1) & ~(uint64_t)(INDEX_SECTION_ALIGN - 1);
-	}
-	h->file_size = off;
-	return ftruncate(fd, (off_t)off) ? -errno : 0;
-}
-
-static int write_file(int fd, const char *path, const struct shard_index *idx,
-		      const struct shard_set *set, uint64_t options_hash)
-{
-	struct index_file_header h = {
-		.magic = INDEX_FILE_MAGIC, .version = INDEX_FILE_VERSION,
-		.byte_order = INDEX_BYTE_ORDER, .options_hash = options_hash,
-		.nr_shards = set->nr, .nr_inodes = idx->nr_inodes,
-		.counts = counts_to_file(&idx->counts),
-	};
-	struct index_file_shard *recs = NULL;
-	struct seek_sections ss = { 0 };
-	char *names = NULL;
-	uint64_t names_len = 0;
-	int rc = shard_table(path, set, &recs, &names, &names_len);
-
-	rc = rc ?: seek_sections_fill(set, &ss);
-	if (!rc) {
-		const void *const data[INDEX_NR_SECTIONS] = {
-			recs, names, idx->inodes, idx->names, idx->sparse,
-			idx->extents, idx->hardlinks, ss.recs, ss.points, ss.windows };
-		const uint64_t len[INDEX_NR_SECTIONS] = {
-			set->nr * sizeof(*recs), names_len,
-			(uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
-			idx->names_len, idx->nr_sparse * sizeof(*idx->sparse),
-			idx->nr_extents * sizeof(*idx->extents),
-			idx->nr_hardlinks * sizeof(*idx->hardlinks),
-			set->nr * sizeof(*ss.recs), ss.nr_points * sizeof(*ss.points),
-			ss.windows_len };
-
-		rc = write_sections(fd, &h, data, len);
-	}
-	seek_sections_free(&ss);
-	if (!rc) {
-		h.header_xxh3 = XXH3_64bits(&h, sizeof(h));
-		rc = write_all(fd, &h, sizeof(h), 0);
-	}
-	free(recs);
-	free(names);
-	return rc;
-}
-
 /* Is @name "@base.tmp.XXXXXX", a temporary file of index_file_write()? */
 static bool is_our_tmp(const char *name, const char *base)
 {
@@ -331,32 +263,225 @@ static mode_t index_mode(const struct shard_set *set)
 	return mode;
 }
 
+/* The offset after @off rounded up to a section boundary. */
+static uint64_t section_align(uint64_t off)
+{
+	return (off + INDEX_SECTION_ALIGN - 1) & ~(uint64_t)(INDEX_SECTION_ALIGN - 1);
+}
+
+int index_file_writer_open(struct index_file_writer *w, const char *path,
+			   const struct shard_set *set, char *msg, size_t msg_len)
+{
+	*w = (struct index_file_writer){ .fd = -1, .set = set };
+	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(w->tmp) ||
+	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path)) {
+		w->tmp[0] = '\0';
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
+	}
+	remove_stale_tmps(path);
+	w->fd = mkostemp(w->tmp, O_CLOEXEC);
+	if (w->fd < 0) {
+		w->tmp[0] = '\0';	/* nothing to remove */
+		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
+				  path, strerror(errno));
+	}
+	return 0;
+}
+
+int index_file_writer_place(struct index_file_writer *w,
+			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory)
+{
+	uint64_t off = section_align(sizeof(w->h));
+	uint64_t own[INDEX_NR_SECTIONS];
+	int rc = shard_table(w->path, w->set, &w->recs, &w->names, &w->names_len);
+
+	rc = rc ?: seek_sections_fill(w->set, &w->ss);
+	if (rc)
+		return rc;
+	memcpy(own, len, sizeof(own));
+	own[INDEX_SEC_SHARDS] = w->set->nr * sizeof(*w->recs);
+	own[INDEX_SEC_SHARD_NAMES] = w->names_len;
+	own[INDEX_SEC_SEEK_SHARDS] = w->set->nr * sizeof(*w->ss.recs);
+	own[INDEX_SEC_SEEK_POINTS] = w->ss.nr_points * sizeof(*w->ss.points);
+	own[INDEX_SEC_SEEK_WINDOWS] = w->ss.windows_len;
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		w->h.sections[s] = (struct index_section_entry){ off, own[s], 0 };
+		off = section_align(off + own[s]);
+		if (in_memory && own[s] && s >= INDEX_SEC_INODES && s <= INDEX_SEC_HARDLINKS &&
+		    !(w->image[s] = calloc(own[s], 1)))
+			return -ENOMEM;
+	}
+	w->h.file_size = off;
+	return 0;
+}
+
+int index_file_writer_put(struct index_file_writer *w, enum index_section s,
+			  uint64_t at, const void *buf, size_t len)
+{
+	const struct index_section_entry *e = &w->h.sections[s];
+
+	assert(at <= e->length && len <= e->length - at);
+	if (w->image[s]) {
+		memcpy(w->image[s] + at, buf, len);
+		return 0;
+	}
+	if (!at && len == e->length) {	/* whole: hashed here, not read back */
+		w->h.sections[s].xxh3 = XXH3_64bits(buf, len);
+		w->hashed[s] = true;
+	}
+	return write_all(w->fd, buf, len, e->offset + at);
+}
+
+/* The xxh3 of section @s, read back from the file (written out of order). */
+static int section_hash(struct index_file_writer *w, enum index_section s, char *buf)
+{
+	const struct index_section_entry *e = &w->h.sections[s];
+	XXH3_state_t *st = XXH3_createState();
+	uint64_t done = 0;
+	int rc = st ? 0 : -ENOMEM;
+
+	if (!rc)
+		XXH3_64bits_reset(st);
+	while (!rc && done < e->length) {
+		size_t want = e->length - done < INDEX_WRITER_BUF ? e->length - done
+								   : INDEX_WRITER_BUF;
+		ssize_t n = pread(w->fd, buf, want, (off_t)(e->offset + done));
+
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			XXH3_64bits_update(st, buf, (size_t)n);
+		done += n > 0 ? (uint64_t)n : 0;
+	}
+	if (!rc)
+		w->h.sections[s].xxh3 = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return rc;
+}
+
+/* The shard and seek sections, every checksum, then the header. */
+static int writer_seal(struct index_file_writer *w)
+{
+	char *buf = malloc(INDEX_WRITER_BUF);
+	int rc = buf ? 0 : -ENOMEM;
+
+	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SHARDS, 0, w->recs,
+					 w->set->nr * sizeof(*w->recs));
+	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SHARD_NAMES, 0, w->names, w->names_len);
+	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_SHARDS, 0, w->ss.recs,
+					 w->set->nr * sizeof(*w->ss.recs));
+	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_POINTS, 0, w->ss.points,
+					 w->ss.nr_points * sizeof(*w->ss.points));
+	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_WINDOWS, 0, w->ss.windows,
+					 w->ss.windows_len);
+	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++) {
+		char *image = w->image[s];
+
+		w->image[s] = NULL;	/* now written whole, and hashed */
+		if (image)
+			rc = index_file_writer_put(w, s, 0, image, w->h.sections[s].length);
+		free(image);
+	}
+	if (!rc && ftruncate(w->fd, (off_t)w->h.file_size))
+		rc = -errno;
+	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
+		rc = w->hashed[s] ? 0 : section_hash(w, s, buf);
+	free(buf);
+	if (!rc) {
+		w->h.header_xxh3 = XXH3_64bits(&w->h, sizeof(w->h));
+		rc = write_all(w->fd, &w->h, sizeof(w->h), 0);
+	}
+	if (!rc && (fchmod(w->fd, index_mode(w->set)) || fsync(w->fd)))
+		rc = -errno;
+	return rc;
+}
+
+int index_file_writer_commit(struct index_file_writer *w, uint32_t nr_inodes,
+			     const struct shard_index_counts *counts,
+			     uint64_t options_hash, bool keep, char *msg, size_t msg_len)
+{
+	int rc;
+
+	memcpy(w->h.magic, INDEX_FILE_MAGIC, sizeof(w->h.magic));
+	w->h.version = INDEX_FILE_VERSION;
+	w->h.byte_order = INDEX_BYTE_ORDER;
+	w->h.options_hash = options_hash;
+	w->h.nr_shards = w->set->nr;
+	w->h.nr_inodes = nr_inodes;
+	w->h.counts = counts_to_file(counts);
+	rc = writer_seal(w);
+	if (close(w->fd) && !rc)	/* written: a lease can now be taken */
+		rc = -errno;
+	w->fd = -1;
+	if (!rc && keep && rename(w->tmp, w->path))
+		rc = -errno;
+	if (!rc && keep)
+		w->tmp[0] = '\0';	/* renamed: nothing for abort to unlink */
+	if (rc)
+		log_format(msg, msg_len, rc, "%s: cannot write the index: %s",
+			   w->path, strerror(-rc));
+	return rc;
+}
+
+void index_file_writer_abort(struct index_file_writer *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp[0])
+		unlink(w->tmp);
+	w->fd = -1;
+	w->tmp[0] = '\0';
+	free(w->recs);
+	free(w->names);
+	seek_sections_free(&w->ss);
+	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
+		free(w->image[s]);
+		w->image[s] = NULL;
+	}
+	w->recs = NULL;
+	w->names = NULL;
+	w->ss = (struct seek_sections){ 0 };
+}
+
+/* Every array of @idx at its place. */
+static int write_arrays(struct index_file_writer *w, const struct shard_index *idx)
+{
+	const void *const data[INDEX_NR_SECTIONS] = {
+		[INDEX_SEC_INODES] = idx->inodes, [INDEX_SEC_NAMES] = idx->names,
+		[INDEX_SEC_SPARSE] = idx->sparse, [INDEX_SEC_EXTENTS] = idx->extents,
+		[INDEX_SEC_HARDLINKS] = idx->hardlinks };
+	const uint64_t len[INDEX_NR_SECTIONS] = {
+		[INDEX_SEC_INODES] = (uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
+		[INDEX_SEC_NAMES] = idx->names_len,
+		[INDEX_SEC_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
+		[INDEX_SEC_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
+		[INDEX_SEC_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
+	int rc = index_file_writer_place(w, len, false);
+
+	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
+		if (data[s])
+			rc = index_file_writer_put(w, s, 0, data[s], len[s]);
+	return rc;
+}
+
 int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len)
 {
-	char tmp[PATH_MAX];
-	int fd, rc;
+	struct index_file_writer w;
+	int rc = index_file_writer_open(&w, path, set, msg, msg_len);
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
-	remove_stale_tmps(path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
-				  path, strerror(errno));
-	rc = write_file(fd, path, idx, set, options_hash);
-	if (!rc && (fchmod(fd, index_mode(set)) || fsync(fd)))
-		rc = -errno;
-	close(fd);
-	if (!rc && rename(tmp, path))
-		rc = -errno;
-	if (rc) {
-		unlink(tmp);
-		return log_format(msg, msg_len, rc, "%s: cannot write the index: %s",
-			    path, strerror(-rc));
-	}
-	return 0;
+	if (rc)
+		return rc;
+	rc = write_arrays(&w, idx);
+	if (rc)
+		log_format(msg, msg_len, rc, "%s: cannot write the index: %s", path,
+			   strerror(-rc));
+	else
+		rc = index_file_writer_commit(&w, idx->nr_inodes, &idx->counts,
+					      options_hash, true, msg, msg_len);
+	index_file_writer_abort(&w);
+	return rc;
 }
 
 int index_file_reseal(void *image, size_t len)

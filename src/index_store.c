@@ -269,12 +269,11 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 	return -ENOENT;
 }
 
-/* Save @idx where the options say, or where it can be written. */
-static bool save(const struct shard_index *idx, const struct shard_set *set,
-		 const struct index_store_options *so, char paths[][PATH_MAX],
-		 int nr_paths, char *used)
+/* Which of @paths an index is written to: the first when its directory
+ * is writable (never a remote one), else the cache. */
+static int save_pick(char paths[][PATH_MAX], int nr_paths)
 {
-	char msg[512], dir[PATH_MAX];
+	char dir[PATH_MAX];
 	int pick = nr_paths - 1;
 
 	if (nr_paths > 1 && snprintf(dir, sizeof(dir), "%s", paths[0]) < (int)sizeof(dir) &&
@@ -282,15 +281,82 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
 		pick = 0;
 	if (shard_source_is_remote(paths[pick]))
 		pick = 0;
-	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
-		log_warn("%s", msg);
-		return false;
-	}
+	return pick;
+}
+
+/* Tell where a remote set's index is looked for, once one was saved. */
+static void saved(char paths[][PATH_MAX], int nr_paths, int pick, char *used)
+{
 	if (nr_paths > 1 && shard_source_is_remote(paths[1]))
 		log_info("%s: to let other nodes mount with one request, upload this "
 			 "index as %s", paths[pick], paths[1]);
 	strcpy(used, paths[pick]);
+}
+
+/* Save @idx where the options say, or where it can be written. */
+static bool save(const struct shard_index *idx, const struct shard_set *set,
+		 const struct index_store_options *so, char paths[][PATH_MAX],
+		 int nr_paths, char *used)
+{
+	char msg[512];
+	int pick = save_pick(paths, nr_paths);
+
+	if (index_file_write(paths[pick], idx, set, so->options_hash, msg, sizeof(msg))) {
+		log_warn("%s", msg);
+		return false;
+	}
+	saved(paths, nr_paths, pick, used);
 	return true;
+}
+
+/*
+ * Build the index into the file it is saved as, in bounded memory
+ * (shard_index_build_to_file()), and map it into @idx.  A set with bad
+ * shards is mapped from the temporary file, which is then removed: it is
+ * not saved.  -EAGAIN when the set needs the in-memory build, or the
+ * file or the runs beside it cannot be written (the in-memory build then
+ * tries to save it, and says why it cannot).
+ */
+static int build_to_file(struct shard_index *idx, struct shard_set *set,
+			 const struct shard_index_build_options *bo,
+			 const struct index_store_options *so, char paths[][PATH_MAX],
+			 int nr_paths, struct index_store_result *res)
+{
+	int pick = save_pick(paths, nr_paths), rc;
+	struct shard_index_counts counts = { 0 };
+	struct index_file_writer w;
+	struct index_file_shards sh;
+	uint32_t nr_entries = 0;
+	char msg[512];
+	bool keep;
+
+	if (index_file_writer_open(&w, paths[pick], set, msg, sizeof(msg))) {
+		log_debug("%s", msg);
+		return -EAGAIN;
+	}
+	rc = shard_index_build_to_file(&w, set, bo, &counts, &nr_entries);
+	if (rc && rc != -EAGAIN && rc != -EINVAL && rc != -E2BIG && rc != -ENOMEM) {
+		/* the runs or the file could not be written (a full disk) */
+		log_warn("%s: cannot write the index: %s; built in memory instead",
+			 paths[pick], strerror(-rc));
+		rc = -EAGAIN;
+	}
+	keep = !counts.bad_shards;
+	if (!rc && index_file_writer_commit(&w, nr_entries, &counts, so->options_hash,
+					    keep, msg, sizeof(msg))) {
+		log_warn("%s; built in memory instead", msg);
+		rc = -EAGAIN;
+	}
+	if (!rc && index_file_load(keep ? paths[pick] : w.tmp, idx, &sh, msg, sizeof(msg))) {
+		log_error("%s: %s", keep ? paths[pick] : w.tmp, msg);
+		rc = -EIO;
+	}
+	index_file_writer_abort(&w);
+	if (!rc && keep) {
+		res->saved = true;
+		saved(paths, nr_paths, pick, res->path);
+	}
+	return rc;
 }
 
 /* The candidate index paths, canonical; returns how many. */
@@ -359,6 +425,13 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 		opt.base = &base;
 		opt.base_shards = (uint32_t)covered;
 		res->origin = INDEX_EXTENDED;
+	}
+	rc = -EAGAIN;
+	if (so->mode != INDEX_MODE_OFF && n && !opt.base)
+		rc = build_to_file(idx, set, &opt, so, paths, n, res);
+	if (rc != -EAGAIN) {
+		shard_index_release(&base);
+		return rc;
 	}
 	rc = shard_index_build(idx, set, &opt);
 	shard_index_release(&base);

@@ -499,7 +499,7 @@ void shard_scan_run(struct shard_scan *sc, const struct shard *shard,
 	}
 	if (!sc->rc && layout->kind == LAYOUT_CLASSES)
 		sc->rc = apply_labels(sc);
-	if (!sc->rc && t)
+	if (!sc->rc && t && !t->keep_on_heap)
 		sc->rc = scan_move(sc, &t->arena);
 	else
 		scan_trim(sc);

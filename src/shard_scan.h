@@ -97,12 +97,16 @@ struct shard_scan_thread {
 					 * strings move (from a heap its next
 					 * scan reuses), for as long as the
 					 * index build needs them */
+	bool keep_on_heap;		/* a bounded build frees each scan once
+					 * merged: leave it on the heap, out of
+					 * the arena */
 };
 
 /*
  * Scan @shard into @sc (zeroed by the caller) under @layout.  With @t,
  * read into its window and move the members and strings into its arena at
- * the end; without, use a window of its own and keep them on the heap.
+ * the end (unless t->keep_on_heap); without, use a window of its own and
+ * keep them on the heap.
  * The result is in sc->rc (0, -EINVAL with sc->err, -ENOMEM).
  */
 void shard_scan_run(struct shard_scan *sc, const struct shard *shard,

@@ -43,6 +43,14 @@
 #define SHARD_INDEX_MAX_DEPTH 1024
 /* Most bytes of names and link targets one shard may hold. */
 #define SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD (UINT32_MAX - 1)
+/* Bytes a build into a file keeps of the members at most (sorted runs),
+ * unless shard_index_build_options.memory_budget says. */
+#define SHARD_INDEX_BUILD_BUDGET (128u << 20)
+/* The least -o build_memory: the runs are merged in one pass, each read
+ * through a buffer of at least 16 KiB (leaf_runs.h), and a smaller budget
+ * makes more runs: with this one, 1 G members of 90-byte records make
+ * about 11,000 runs, 175 MiB of buffers. */
+#define SHARD_INDEX_BUILD_BUDGET_MIN (16u << 20)
 /* Warnings printed per shard before they are only counted. */
 #define SHARD_INDEX_WARNINGS_PER_SHARD 10
 
@@ -148,6 +156,9 @@ struct shard_index_build_options {
 				 * shards to extend instead of rescanning
 				 * them; NULL to scan everything */
 	uint32_t base_shards;	/* shards that base covers */
+	size_t memory_budget;	/* shard_index_build_to_file(): bytes of
+				 * member records held before a sorted run
+				 * is written; 0: SHARD_INDEX_BUILD_BUDGET */
 	/* called about ten times a second during the scan; may be NULL */
 	void (*progress)(void *arg, const struct shard_index_progress *p);
 	void *progress_arg;	/* passed to progress */
@@ -164,6 +175,25 @@ struct shard_index_build_options {
  */
 int shard_index_build(struct shard_index *idx, struct shard_set *set,
 		      const struct shard_index_build_options *opt);
+
+struct index_file_writer;
+
+/*
+ * Build the index of @set as shard_index_build() would, byte for byte,
+ * straight into the index file writer @w (index_file.h: opened, not yet
+ * placed; the caller commits it), with *@counts and *@nr_entries for the
+ * commit.  Memory is bounded by opt->memory_budget plus what the
+ * directories take, not by the members: directories are merged in
+ * memory, every other member goes to sorted runs in a temporary file
+ * beside the index, merged twice (to count, then to write).  Returns what
+ * shard_index_build() returns, or -EAGAIN (logged) for a set only the
+ * in-memory build replays: one with hard links, with a path that is both
+ * a directory and a file, with a base index, or of the classes layout;
+ * its shards may then be built with shard_index_build() (scanned again).
+ */
+int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
+			      const struct shard_index_build_options *opt,
+			      struct shard_index_counts *counts, uint32_t *nr_entries);
 
 /* Free or unmap the arrays; @idx is empty afterwards. */
 void shard_index_release(struct shard_index *idx);

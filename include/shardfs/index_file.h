@@ -33,6 +33,7 @@
 #ifndef SHARDFS_INDEX_FILE_H
 #define SHARDFS_INDEX_FILE_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,6 +90,83 @@ int index_file_read_header(const char *path, struct index_file_header *h,
 int index_file_write(const char *path, const struct shard_index *idx,
 		     const struct shard_set *set, uint64_t options_hash,
 		     char *msg, size_t msg_len);
+
+/* Bytes a writer reads back at a time to checksum what it wrote. */
+#define INDEX_WRITER_BUF (1u << 20)
+
+/* The seek tables of a set's compressed shards, as three sections. */
+struct seek_sections {
+	struct index_file_seek *recs;	/* SEEK_SHARDS: one per shard */
+	struct seek_point *points;	/* SEEK_POINTS */
+	uint64_t nr_points;		/* entries in points */
+	unsigned char *windows;		/* SEEK_WINDOWS */
+	uint64_t windows_len;		/* bytes in windows */
+};
+
+/*
+ * An index file being written, section by section and in any order: a
+ * build that streams its entries (index_build.c) puts them where they
+ * belong as it goes, and never holds the whole index.  Use:
+ * index_file_writer_open(), _place() with the lengths of the index
+ * arrays, _put() the bytes of every array, _commit() (checksums, header,
+ * then the atomic rename), and always _abort() to release (after a commit
+ * it only frees).  Single-threaded.
+ */
+struct index_file_writer {
+	int fd;				/* the temporary file; -1: closed
+					 * (committed) */
+	char tmp[PATH_MAX];		/* its name; "" once renamed (or
+					 * never made) */
+	char path[PATH_MAX];		/* the index file it becomes */
+	const struct shard_set *set;	/* the shards it describes */
+	struct index_file_header h;	/* the header: section table filled by
+					 * _place(), the rest by _commit() */
+	struct index_file_shard *recs;	/* SHARDS */
+	char *names;			/* SHARD_NAMES */
+	uint64_t names_len;		/* bytes in names */
+	struct seek_sections ss;	/* SEEK_* */
+	char *image[INDEX_NR_SECTIONS];	/* sections collected in memory, to
+					 * be written whole at commit */
+	bool hashed[INDEX_NR_SECTIONS];	/* xxh3 known: the section was put
+					 * whole at once (else read back) */
+};
+
+/*
+ * Start writing the index of @set to a temporary file beside @path.
+ * 0 or -errno (with @msg).
+ */
+int index_file_writer_open(struct index_file_writer *w, const char *path,
+			   const struct shard_set *set, char *msg, size_t msg_len);
+
+/*
+ * Take the set's shard table and seek tables (as the build left them) and
+ * lay the sections out; @len gives the INODES, NAMES, SPARSE, EXTENTS and
+ * HARDLINKS lengths in bytes (the other entries are ignored).  With
+ * @in_memory, those are collected in memory and written at commit (a
+ * small index: nothing is read back to checksum it).  0 or -errno.
+ */
+int index_file_writer_place(struct index_file_writer *w,
+			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory);
+
+/* Write @len bytes at byte @at of section @s (inside it); a section put
+ * whole at once is checksummed from @buf, any other is read back at
+ * commit.  0 or -errno. */
+int index_file_writer_put(struct index_file_writer *w, enum index_section s,
+			  uint64_t at, const void *buf, size_t len);
+
+/*
+ * Finish the file: checksums (read back), the header with @nr_inodes,
+ * @counts and @options_hash, fsync, close (so that a reader of the file
+ * can take a read lease), and with @keep the rename over the index path
+ * (without, the temporary file stays for the caller to load, and
+ * _abort() removes it).  0 or -errno (with @msg).
+ */
+int index_file_writer_commit(struct index_file_writer *w, uint32_t nr_inodes,
+			     const struct shard_index_counts *counts,
+			     uint64_t options_hash, bool keep, char *msg, size_t msg_len);
+
+/* Close and free; the temporary file is removed unless it was renamed. */
+void index_file_writer_abort(struct index_file_writer *w);
 
 /*
  * Recompute the section and header checksums of the index file image of

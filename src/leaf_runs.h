@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * leaf_runs.h - the leaves of a bounded index build, sorted out of memory
+ * (private to the builder).
+ *
+ * A build that streams (index_build.c) keeps its directories in memory
+ * and hands every other member here as a leaf record: the directory it is
+ * in, its name, and what the index stores of it.  Records collect in a
+ * buffer of at most the build's memory budget; a full buffer is sorted by
+ * (directory, name, shard, member) and written as one run to an unlinked
+ * temporary file.  A merge then reads the runs back in that order, each
+ * through a buffer of its own, so that a directory's leaves arrive
+ * together, by name, and the copies of one path in archive order.
+ *
+ * Thread-safety: none; the builder's merging thread owns both structs.
+ */
+#ifndef SHARDFS_LEAF_RUNS_H
+#define SHARDFS_LEAF_RUNS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardfs/tar.h"
+
+/* Smallest and largest buffer a run is read back through. */
+#define LEAF_RUN_READ_MIN (16u * 1024)
+#define LEAF_RUN_READ_MAX (1u << 20)
+/* The buffer sorted runs are written through. */
+#define LEAF_RUN_WRITE_BUF (1u << 20)
+
+/*
+ * One leaf, as the runs store it: this struct, then name_len bytes of
+ * name, link_len bytes of link target, padding to 8 bytes, then
+ * nr_extents struct tar_extent.
+ */
+struct leaf_record {
+	uint64_t data_offset;	/* data offset in the shard */
+	uint64_t size;		/* logical size */
+	int64_t mtime_sec;	/* modification time, seconds */
+	uint32_t mtime_nsec;	/* modification time, nanoseconds */
+	uint32_t dir;		/* the builder's node of its directory */
+	uint32_t shard;		/* shard it came from */
+	uint32_t member;	/* its place among the shard's members */
+	uint32_t mode;		/* permission bits */
+	uint32_t uid;		/* owner */
+	uint32_t gid;		/* group */
+	uint32_t name_len;	/* bytes of its name (last component) */
+	uint32_t link_len;	/* bytes of its link target (symlinks) */
+	uint32_t nr_extents;	/* sparse runs; 0 unless sparse */
+	uint8_t type;		/* enum tar_type: TAR_FILE or TAR_SYMLINK */
+	uint8_t sparse;		/* has a sparse map */
+};
+
+/* A record and the bytes after it, as a merge shows them. */
+struct leaf_view {
+	const struct leaf_record *rec;	/* the fixed part */
+	const char *name;		/* rec->name_len bytes, no NUL */
+	const char *link;		/* rec->link_len bytes, no NUL */
+	const struct tar_extent *extents; /* rec->nr_extents runs */
+};
+
+/* Where one sorted run lies in the file. */
+struct leaf_run {
+	uint64_t offset;	/* its first byte */
+	uint64_t length;	/* its bytes */
+};
+
+struct leaf_runs {
+	int fd;			/* the unlinked temporary file; -1: none */
+	size_t budget;		/* bytes the buffer and its order may use */
+	char *buf;		/* records not yet spilled, in arrival order */
+	size_t buf_len;		/* bytes used in buf */
+	size_t buf_cap;		/* bytes allocated for buf */
+	uint64_t *order;	/* offsets of those records in buf */
+	size_t nr;		/* records in buf */
+	struct leaf_run *runs;	/* the runs written */
+	size_t nr_runs;		/* entries in runs */
+	size_t cap_runs;	/* entries allocated */
+	uint64_t file_len;	/* bytes written to fd */
+	uint64_t records;	/* records added in all */
+	char *sorted;		/* when no run had to be written: all the
+				 * records, sorted, kept for the merges */
+	size_t sorted_len;	/* bytes in sorted */
+};
+
+/*
+ * Start collecting with a temporary file in directory @dir and a buffer
+ * of @budget bytes (at least one record's worth is taken whatever the
+ * budget).  0 or -errno.
+ */
+int leaf_runs_init(struct leaf_runs *r, const char *dir, size_t budget);
+
+/* Add a record (@v->rec's dir, shard and member order it); the bytes are
+ * copied.  May write a run.  0 or -errno. */
+int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v);
+
+/* Write what the buffer holds as the last run, and free the buffer; or,
+ * when no run was written, keep the records sorted in memory (a small
+ * build reads nothing back).  0 or -errno. */
+int leaf_runs_finish(struct leaf_runs *r);
+
+void leaf_runs_release(struct leaf_runs *r);
+
+struct leaf_run_reader;
+
+/* Reading every run at once, smallest record first. */
+struct leaf_merge {
+	const struct leaf_runs *runs;	/* what is merged */
+	struct leaf_run_reader *readers; /* one per run (or one for the
+					 * records kept in memory) */
+	size_t nr_readers;		/* entries in readers */
+	uint32_t *heap;			/* readers with a record, smallest on
+					 * top */
+	size_t nr_heap;			/* entries in heap */
+	char *last;			/* leaf_merge_take_path(): a copy of
+					 * the record it shows */
+	size_t last_cap;		/* bytes allocated for last */
+};
+
+/* Start a merge of @r's runs (after leaf_runs_finish()); a merge may be
+ * started again once the previous one is ended.  0 or -errno. */
+int leaf_merge_start(struct leaf_merge *m, const struct leaf_runs *r);
+
+/* The smallest record not yet taken, or NULL when all are; it stays valid
+ * until leaf_merge_next(). */
+const struct leaf_view *leaf_merge_peek(const struct leaf_merge *m);
+
+/* Take the smallest record.  0 or -errno (a read error). */
+int leaf_merge_next(struct leaf_merge *m);
+
+/*
+ * Take every record of the next path (directory and name): *@v shows the
+ * last in archive order, the one an extraction leaves (valid until the
+ * next call), *@earlier counts those before it.  1 when there was a path,
+ * 0 at the end, or -errno.
+ */
+int leaf_merge_take_path(struct leaf_merge *m, struct leaf_view *v, uint64_t *earlier);
+
+void leaf_merge_end(struct leaf_merge *m);
+
+#endif

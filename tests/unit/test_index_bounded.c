@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_index_bounded.c - the bounded build (shard_index_build_to_file():
+ * directories in memory, leaves in sorted runs) writes the same index
+ * file, byte for byte, as the in-memory build written by
+ * index_file_write(), whatever its memory budget (down to one record per
+ * run); the sets it cannot replay (hard links, a path both a file and a
+ * directory) are refused with -EAGAIN and built in memory by
+ * index_store_open(), to the same bytes; nothing is left behind.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shardfs/index_file.h"
+#include "shardfs/index_store.h"
+#include "shardfs/util.h"
+#include "tarbuild.h"
+
+static void open_set(struct shard_set *set, const struct tb_env *e)
+{
+	char spec[4096], msg[512] = "";
+
+	snprintf(spec, sizeof(spec), "%s/*.tar", e->dir);
+	*set = (struct shard_set){ 0 };
+	if (shard_set_expand(set, spec, msg, sizeof(msg)) ||
+	    shard_set_open(set, msg, sizeof(msg)))
+		fail_msg("%s", msg);
+}
+
+/* The bytes of file @path (malloc'd), *len of them. */
+static char *slurp(const char *path, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY);
+	char *buf;
+
+	assert_true(fd >= 0 && !fstat(fd, &st));
+	buf = malloc(st.st_size ? st.st_size : 1);
+	assert_non_null(buf);
+	assert_int_equal(pread(fd, buf, st.st_size, 0), st.st_size);
+	close(fd);
+	*len = st.st_size;
+	return buf;
+}
+
+/* The in-memory build of the set, written to @path. */
+static void write_in_memory(struct tb_env *e, const char *path)
+{
+	const struct shard_index_build_options opt = { .threads = 2 };
+	struct shard_index idx;
+	struct shard_set set;
+	char msg[512];
+
+	open_set(&set, e);
+	assert_int_equal(shard_index_build(&idx, &set, &opt), 0);
+	assert_int_equal(index_file_write(path, &idx, &set, 0, msg, sizeof(msg)), 0);
+	shard_index_release(&idx);
+	shard_set_release(&set);
+}
+
+/* The bounded build with @budget bytes into @path; returns its result. */
+static int write_bounded(struct tb_env *e, const char *path, size_t budget)
+{
+	const struct shard_index_build_options opt = { .threads = 2,
+						       .memory_budget = budget };
+	struct shard_index_counts counts;
+	struct index_file_writer w;
+	struct shard_set set;
+	uint32_t nr = 0;
+	char msg[512];
+	int rc;
+
+	open_set(&set, e);
+	assert_int_equal(index_file_writer_open(&w, path, &set, msg, sizeof(msg)), 0);
+	rc = shard_index_build_to_file(&w, &set, &opt, &counts, &nr);
+	if (!rc)
+		assert_int_equal(index_file_writer_commit(&w, nr, &counts, 0, true, msg,
+							  sizeof(msg)), 0);
+	index_file_writer_abort(&w);
+	shard_set_release(&set);
+	return rc;
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+	size_t la, lb;
+	char *x = slurp(a, &la), *y = slurp(b, &lb);
+
+	assert_int_equal(la, lb);
+	assert_memory_equal(x, y, la);
+	free(x);
+	free(y);
+}
+
+/* Besides the shards and the cache directory, @e->dir holds @files
+ * files: the index files the test wrote, no runs or temporary files. */
+static void assert_nothing_left(const struct tb_env *e, int files)
+{
+	DIR *d = opendir(e->dir);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		     strcmp(de->d_name, "cache") &&
+		     (len < 4 || strcmp(de->d_name + len - 4, ".tar"));
+	}
+	closedir(d);
+	assert_int_equal(n, files);
+}
+
+/* Keep the cache directory inside the scratch directory. */
+static int setup(void **state)
+{
+	char cache[4096];
+	int rc = tb_env_setup(state);
+	struct tb_env *e = *state;
+
+	snprintf(cache, sizeof(cache), "%s/cache", e->dir);
+	setenv("XDG_CACHE_HOME", cache, 1);
+	return rc;
+}
+
+#define BOUNDED_TEST(f) cmocka_unit_test_setup_teardown(f, setup, tb_env_teardown)
+
+/* Shards with most of what a tree holds, and nothing only memory replays. */
+static void write_tree_shards(struct tb_env *e)
+{
+	static const struct tar_extent runs[] = { { 10, 5, 0 }, { 100, 5, 0 } };
+	const struct tb_attrs dir_attrs = { 0700, 12, 34, 1700000000 };
+	const struct tb_attrs old = { 0640, 5, 6, 5 };
+	struct tb a = { 0 };
+
+	tb_file(&a, "z/1.jpg", "one");
+	tb_file(&a, "y/x/2.jpg", "two");
+	tb_link(&a, "sym", '2', "z/1.jpg");
+	tb_old_sparse(&a, "holes", 200, runs, 2, "aaaaabbbbb");
+	tb_file(&a, "m/b", "b");
+	tb_file(&a, "m/a", "a");
+	tb_file(&a, "p/ab", "ab");
+	tb_file(&a, "p/a", "a");
+	tb_file(&a, "p/a.b", "a.b");
+	tb_add_attrs(&a, "old/f", '0', &old, "x", 1);
+	tb_file(&a, "y/x/deep/d/e.txt", "e");
+	tb_add_attrs(&a, "u/", '5', &dir_attrs, NULL, 0);
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "z/1.jpg", "ONE");
+	tb_add(&a, "y/", '5', NULL, 0);
+	tb_file(&a, "w/3.jpg", "three");
+	tb_add(&a, "empty/", '5', NULL, 0);
+	tb_file(&a, "z/1.jpgx", "x");
+	tb_file(&a, "a", "root file");
+	tb_env_shard(e, "01.tar", &a);
+	tb_link(&a, "w/3.jpg", '2', "../z/1.jpg");	/* a file becomes a link */
+	tb_file(&a, "a/../p/c", "c");
+	tb_add_attrs(&a, "./", '5', &dir_attrs, NULL, 0);
+	tb_file(&a, "y/x/2.jpg", "TWO");
+	tb_add_attrs(&a, "u/", '5', &old, NULL, 0);
+	tb_env_shard(e, "02.tar", &a);
+}
+
+static void test_same_bytes_any_budget(void **state)
+{
+	static const size_t budgets[] = { 1, 300, 4096, 0 };
+	struct tb_env *e = *state;
+	char mem[4096], bounded[4096];
+
+	write_tree_shards(e);
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	write_in_memory(e, mem);
+	for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
+		assert_int_equal(write_bounded(e, bounded, budgets[i]), 0);
+		assert_same_file(mem, bounded);
+	}
+	assert_nothing_left(e, 2);	/* no runs, no temporary index */
+}
+
+/* Many members over many directories, more runs than a merge buffer. */
+static void test_same_bytes_many_runs(void **state)
+{
+	struct tb_env *e = *state;
+	char mem[4096], bounded[4096], name[64], shard[32];
+
+	for (int s = 0; s < 4; s++) {
+		struct tb a = { 0 };
+
+		for (int i = 0; i < 500; i++) {
+			/* shuffled over the shards: names interleave */
+			snprintf(name, sizeof(name), "d%02d/k%05d.%s", (i * 7 + s) % 23,
+				 (i * 37 + s * 11) % 1000, i % 2 ? "cls" : "jpg");
+			tb_file(&a, name, name);
+		}
+		snprintf(shard, sizeof(shard), "%02d.tar", s);
+		tb_env_shard(e, shard, &a);
+	}
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	write_in_memory(e, mem);
+	assert_int_equal(write_bounded(e, bounded, 2048), 0);
+	assert_same_file(mem, bounded);
+}
+
+/* What only the in-memory merge replays: refused, then built in memory by
+ * index_store_open() to the same bytes. */
+static void test_in_memory_sets(void **state)
+{
+	static const char *const conflicts[][2] = {
+		{ "hard", "" },			/* a hard link */
+		{ "f", "f/x" },			/* a file, then below it */
+		{ "d/x", "d" },			/* a directory, then a file */
+	};
+	struct tb_env *e = *state;
+	char mem[4096], bounded[4096], saved[4096];
+
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	snprintf(saved, sizeof(saved), "%s/.00.tar.shardfs-index", e->dir);
+	for (size_t i = 0; i < ARRAY_SIZE(conflicts); i++) {
+		const struct shard_index_build_options bo = { .threads = 2 };
+		const struct index_store_options so = { .mode = INDEX_MODE_REBUILD };
+		struct index_store_result res;
+		struct shard_index idx;
+		struct shard_set set;
+		struct tb a = { 0 };
+
+		tb_file(&a, "keep/1.jpg", "1");
+		tb_file(&a, i ? conflicts[i][0] : "keep/2.jpg", "first");
+		if (!i)
+			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
+		tb_env_shard(e, "00.tar", &a);
+		if (i)
+			tb_file(&a, conflicts[i][1], "second");
+		tb_file(&a, "keep/4.jpg", "4");
+		tb_env_shard(e, "01.tar", &a);
+		write_in_memory(e, mem);
+		assert_int_equal(write_bounded(e, bounded, 0), -EAGAIN);
+		open_set(&set, e);
+		assert_int_equal(index_store_open(&idx, &set, &bo, &so, &res), 0);
+		assert_true(res.saved);
+		assert_same_file(mem, saved);
+		shard_index_release(&idx);
+		shard_set_release(&set);
+		assert_nothing_left(e, 2);	/* mem.index and the saved one */
+	}
+}
+
+/* index_store_open() builds a set bounded, saves it and serves it from
+ * the file: the same bytes as in memory, the same tree. */
+static void test_store_builds_bounded(void **state)
+{
+	const struct shard_index_build_options bo = { .threads = 1, .memory_budget = 512 };
+	const struct index_store_options so = { .mode = INDEX_MODE_AUTO };
+	struct tb_env *e = *state;
+	struct index_store_result res;
+	char mem[4096], saved[4096];
+	struct shard_index idx;
+	struct shard_set set;
+
+	write_tree_shards(e);
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(saved, sizeof(saved), "%s/.00.tar.shardfs-index", e->dir);
+	write_in_memory(e, mem);
+	open_set(&set, e);
+	assert_int_equal(index_store_open(&idx, &set, &bo, &so, &res), 0);
+	assert_int_equal(res.origin, INDEX_BUILT);
+	assert_true(res.saved);
+	assert_string_equal(res.path, saved);
+	assert_non_null(idx.map);		/* served from the file */
+	assert_true(tb_entry(&idx, "y/x/deep/d/e.txt") > 0);
+	assert_true(tb_entry(&idx, "p/a.b") > 0);
+	shard_index_release(&idx);
+	shard_set_release(&set);
+	assert_same_file(mem, saved);
+	assert_nothing_left(e, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		BOUNDED_TEST(test_same_bytes_any_budget),
+		BOUNDED_TEST(test_same_bytes_many_runs),
+		BOUNDED_TEST(test_in_memory_sets),
+		BOUNDED_TEST(test_store_builds_bounded),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
