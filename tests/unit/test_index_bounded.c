@@ -27,7 +27,7 @@ static void open_set(struct shard_set *set, const struct tb_env *e)
 
 	snprintf(spec, sizeof(spec), "%s/*.tar", e->dir);
 	*set = (struct shard_set){ 0 };
-	if (shard_set_expand(set, spec, msg, sizeof(msg)) ||
+	if (shard_set_expand(set, spec, NULL, msg, sizeof(msg)) ||
 	    shard_set_open(set, msg, sizeof(msg)))
 		fail_msg("%s", msg);
 }
