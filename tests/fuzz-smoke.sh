@@ -15,6 +15,9 @@
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
 #      tests/fuzz/make-corpus.sh (every seed is run first, however short
 #      SECONDS is).
+# The seeds of fuzz_index_file are written by shardfs-index: BUILD_DIR's
+# own, or $SHARDFS_INDEX if set (tests/run.sh passes the release build's,
+# which spares compiling the core a second time).
 # Exits non-zero if any run crashes, leaks, trips a sanitizer or breaks an
 # invariant of the harness.  Work files, crash inputs and logs are kept in
 # BUILD_DIR/fuzz-smoke/.  Long campaigns: see docs/fuzzing.md.
@@ -37,9 +40,13 @@ work=$build/fuzz-smoke
 fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 	    "-dict=$repo/tests/fuzz/tar.dict")
 
+index_tool=${SHARDFS_INDEX:-$build/shardfs-index}
+targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table)
+build_targets=("${targets[@]}")
+[ -n "${SHARDFS_INDEX:-}" ] || build_targets+=(shardfs-index)
+
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
-if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
-	fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table shardfs-index; then
+if ! cmake --build "$build" -j "$(nproc)" --target "${build_targets[@]}"; then
 	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
@@ -53,7 +60,7 @@ mkdir -p "$work"
 mkdir -p "$work/seeds/index_file"
 for tar in "$work"/seeds/tar/*; do
 	for layout in tree shards; do
-		"$build/shardfs-index" -o "quiet,index_mode=rebuild,layout=$layout" \
+		"$index_tool" -o "quiet,index_mode=rebuild,layout=$layout" \
 			-o "index=$work/seeds/index_file/$(basename "$tar").$layout" \
 			"$tar" >/dev/null 2>&1 || true
 	done
@@ -116,7 +123,6 @@ run_target() {
 	return $status
 }
 
-targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table)
 pids=()
 for target in "${targets[@]}"; do
 	run_target "$target" >"$work/$target.out" 2>&1 &

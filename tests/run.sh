@@ -115,7 +115,8 @@ if [ "${SHARDFS_TEST_QUICK:-0}" != 1 ]; then
 		cmake -S "$1" -B "$2" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 			-DSHARDFS_SANITIZE=ON -DBUILD_TESTING=ON >/dev/null
 		cmake --build "$2" -j"$3"
-		"$1/tests/fuzz-smoke.sh" --build-only "$1/build-fuzz"' sh "$top" "$asan" "$jobs"
+		SHARDFS_INDEX="$1/build/shardfs-index" \
+			"$1/tests/fuzz-smoke.sh" --build-only "$1/build-fuzz"' sh "$top" "$asan" "$jobs"
 fi
 ctest_in_two_phases "$top/build" wait_for_builds
 [ "${SHARDFS_TEST_QUICK:-0}" = 1 ] && exit 0
@@ -146,4 +147,5 @@ if [ -n "$(ls -A "$reports")" ]; then
 fi
 
 echo "== fuzz smoke"
-"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
+SHARDFS_INDEX="$top/build/shardfs-index" \
+	"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
