@@ -100,6 +100,15 @@ show_valgrind_logs() {
 		[ -s "$log" ] && { echo "== $log"; cat "$log"; }
 	done
 }
+# The unit test programs, longest first by their times in step 1 (ctest's
+# cost data), so that valgrind does not start a long one last.
+unit_programs_longest_first() {
+	costs="$top/build/Testing/Temporary/CTestCostData.txt"
+	for program in "$top"/build/tests/test_*; do
+		cost=$(awk -v t="unit.${program##*/}" '$1 == t { print $3 }' "$costs" 2>/dev/null || true)
+		echo "${cost:-0} $program"
+	done | sort -rn | cut -d' ' -f2-
+}
 wait_for_valgrind() {
 	wait_background show_valgrind_logs
 	echo "valgrind: $(wc -l < "$vglogs/programs") unit test programs clean"
@@ -125,7 +134,7 @@ echo "== AddressSanitizer + UBSan build: unit tests and core integration tests (
 fuse_io_uring N
 rm -rf "$vglogs"
 mkdir -p "$vglogs"
-ls "$top"/build/tests/test_* > "$vglogs/programs"
+unit_programs_longest_first > "$vglogs/programs"
 echo "(meanwhile, in the background: valgrind memcheck of the unit tests, one program per CPU; $vglogs)"
 in_background "$vglogs/unit-tests.out" xargs -a "$vglogs/programs" -P "$jobs" -n 1 sh -c \
 	'valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
