@@ -2,24 +2,34 @@
 # SPDX-License-Identifier: Apache-2.0
 # fuzz-smoke.sh - build the libFuzzer targets and give each a short run.
 #
-# usage: tests/fuzz-smoke.sh BUILD_DIR [SECONDS]
+# usage: tests/fuzz-smoke.sh [--build-only] BUILD_DIR [SECONDS]
 #
 # Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
-# fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table,
-# then for each target, the five side by side (one libFuzzer process
-# each; the machine's CPUs are shared among them):
+# fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table
+# (and stops there with --build-only, which tests/run.sh uses to build
+# them while other tests run), then for each target, the five side by
+# side (one libFuzzer process each; the machine's CPUs are shared among
+# them):
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
 #      tests/fuzz/make-corpus.sh (every seed is run first, however short
 #      SECONDS is).
+# The seeds of fuzz_index_file are written by shardfs-index: BUILD_DIR's
+# own, or $SHARDFS_INDEX if set (tests/run.sh passes the release build's,
+# which spares compiling the core a second time).
 # Exits non-zero if any run crashes, leaks, trips a sanitizer or breaks an
 # invariant of the harness.  Work files, crash inputs and logs are kept in
 # BUILD_DIR/fuzz-smoke/.  Long campaigns: see docs/fuzzing.md.
 set -euo pipefail
 
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+	build_only=1
+	shift
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-	echo "usage: $0 BUILD_DIR [SECONDS]" >&2
+	echo "usage: $0 [--build-only] BUILD_DIR [SECONDS]" >&2
 	exit 2
 fi
 build=$(realpath -m "$1")
@@ -30,12 +40,17 @@ work=$build/fuzz-smoke
 fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 	    "-dict=$repo/tests/fuzz/tar.dict")
 
+index_tool=${SHARDFS_INDEX:-$build/shardfs-index}
+targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table)
+build_targets=("${targets[@]}")
+[ -n "${SHARDFS_INDEX:-}" ] || build_targets+=(shardfs-index)
+
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DSHARDFS_FUZZ=ON >/dev/null
-if ! cmake --build "$build" -j "$(nproc)" --target fuzz_tar fuzz_index \
-	fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table shardfs-index; then
+if ! cmake --build "$build" -j "$(nproc)" --target "${build_targets[@]}"; then
 	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
+[ $build_only = 0 ] || exit 0
 rm -rf "$work"
 mkdir -p "$work"
 "$repo/tests/fuzz/make-corpus.sh" "$work/seeds"
@@ -45,7 +60,7 @@ mkdir -p "$work"
 mkdir -p "$work/seeds/index_file"
 for tar in "$work"/seeds/tar/*; do
 	for layout in tree shards; do
-		"$build/shardfs-index" -o "quiet,index_mode=rebuild,layout=$layout" \
+		"$index_tool" -o "quiet,index_mode=rebuild,layout=$layout" \
 			-o "index=$work/seeds/index_file/$(basename "$tar").$layout" \
 			"$tar" >/dev/null 2>&1 || true
 	done
@@ -108,7 +123,6 @@ run_target() {
 	return $status
 }
 
-targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_seek_table fuzz_zstd_seek_table)
 pids=()
 for target in "${targets[@]}"; do
 	run_target "$target" >"$work/$target.out" 2>&1 &

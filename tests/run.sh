@@ -6,8 +6,9 @@
 #   1. the release build: unit tests, the Python package's tests and every
 #      integration test (these mount real FUSE filesystems, so they need
 #      root and /dev/fuse), in parallel but for the suites that share host
-#      state, which run alone (tests/CMakeLists.txt), among them the perf
-#      group (test_perf*: request and byte counts);
+#      state (tests/CMakeLists.txt), among them the label serial, run
+#      last and alone: test_core_transport and the perf group (test_perf*:
+#      request and byte counts);
 #   2. an AddressSanitizer + UBSan build (clang): unit tests, and the
 #      integration tests of the core with the sanitized daemon, whose
 #      reports go to log files that must stay empty (push-ahead at its
@@ -19,6 +20,13 @@
 #   4. a short run of each libFuzzer target (30 s, SHARDFS_FUZZ_SECONDS)
 #      over its seeds and the saved regression inputs, the targets side by
 #      side (long campaigns: docs/fuzzing.md).
+#
+# The integration tests leave a CPU idle for part of their time (idle
+# timeouts, throttled servers, waits for a daemon): the builds of steps 2
+# and 4 run beside the parallel tests of step 1, and step 3 beside those
+# of step 2, in the background at the lowest priority (nice 19), so that
+# they take only what the tests leave.  Nothing runs beside the serial
+# label, whose counts another load would shift.
 #
 # SHARDFS_TEST_QUICK=1 runs step 1 only.
 #
@@ -36,52 +44,117 @@ uring=/sys/module/fuse/parameters/enable_uring
 fuse_io_uring() {
 	if [ -w "$uring" ]; then echo "$1" > "$uring"; fi
 }
-if [ -w "$uring" ]; then
-	uring_was=$(cat "$uring")
-	trap 'echo "$uring_was" > "$uring"' EXIT
-fi
+uring_was=
+[ -w "$uring" ] && uring_was=$(cat "$uring")
+background=
+cleanup() {
+	# a step that failed leaves no build or valgrind run behind it
+	[ -z "$background" ] || kill -- "-$background" 2>/dev/null || true
+	[ -z "$uring_was" ] || echo "$uring_was" > "$uring"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Run "$@" in the background at the lowest priority, in a process group of
+# its own (so that cleanup() can stop all of it), its output to file $1.
+in_background() {
+	log=$1
+	shift
+	setsid -w nice -n 19 "$@" >"$log" 2>&1 &
+	background=$!
+}
+
+# Wait for in_background's command, if any; if it failed, run "$@" to
+# show why, and stop.
+wait_background() {
+	[ -n "$background" ] || return 0
+	status=0
+	wait "$background" || status=$?
+	background=
+	[ "$status" = 0 ] && return 0
+	echo "failed in the background (exit $status):" >&2
+	"$@" >&2
+	exit 1
+}
+
+# ctest in build tree $1 with the options after $2: all but the label
+# serial in parallel, then command $2 (which waits for the background
+# work), then the label serial alone (its fixture's venv is there).
+ctest_in_two_phases() {
+	tree=$1 wait_for=$2
+	shift 2
+	ctest --test-dir "$tree" --output-on-failure -j"$jobs" -LE serial "$@"
+	$wait_for
+	ctest --test-dir "$tree" --output-on-failure -L serial -FS shardfs_python "$@"
+}
+
+asan="$top/build-asan"
+builds_log="$top/build/background-builds.log"
+vglogs="$top/build/valgrind"
+wait_for_builds() {
+	wait_background tail -n 60 "$builds_log"
+}
+show_valgrind_logs() {
+	tail -n 20 "$vglogs/unit-tests.out"
+	for log in "$vglogs"/*.log; do
+		[ -s "$log" ] && { echo "== $log"; cat "$log"; }
+	done
+}
+# The unit test programs, longest first by their times in step 1 (ctest's
+# cost data), so that valgrind does not start a long one last.
+unit_programs_longest_first() {
+	costs="$top/build/Testing/Temporary/CTestCostData.txt"
+	for program in "$top"/build/tests/test_*; do
+		cost=$(awk -v t="unit.${program##*/}" '$1 == t { print $3 }' "$costs" 2>/dev/null || true)
+		echo "${cost:-0} $program"
+	done | sort -rn | cut -d' ' -f2-
+}
+wait_for_valgrind() {
+	wait_background show_valgrind_logs
+	echo "valgrind: $(wc -l < "$vglogs/programs") unit test programs clean"
+}
 
 echo "== release build: unit and integration tests (FUSE over io_uring on)"
 fuse_io_uring Y
 cmake -S "$top" -B "$top/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=ON >/dev/null
 cmake --build "$top/build" -j"$jobs"
-ctest --test-dir "$top/build" --output-on-failure -j"$jobs"
+if [ "${SHARDFS_TEST_QUICK:-0}" != 1 ]; then
+	echo "(meanwhile, in the background: the sanitized build and the fuzzers; $builds_log)"
+	in_background "$builds_log" sh -ec '
+		cmake -S "$1" -B "$2" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+			-DSHARDFS_SANITIZE=ON -DBUILD_TESTING=ON >/dev/null
+		cmake --build "$2" -j"$3"
+		SHARDFS_INDEX="$1/build/shardfs-index" \
+			"$1/tests/fuzz-smoke.sh" --build-only "$1/build-fuzz"' sh "$top" "$asan" "$jobs"
+fi
+ctest_in_two_phases "$top/build" wait_for_builds
 [ "${SHARDFS_TEST_QUICK:-0}" = 1 ] && exit 0
 
 echo "== AddressSanitizer + UBSan build: unit tests and core integration tests (/dev/fuse)"
 fuse_io_uring N
-asan="$top/build-asan"
-cmake -S "$top" -B "$asan" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
-	-DSHARDFS_SANITIZE=ON -DBUILD_TESTING=ON >/dev/null
-cmake --build "$asan" -j"$jobs"
+rm -rf "$vglogs"
+mkdir -p "$vglogs"
+unit_programs_longest_first > "$vglogs/programs"
+echo "(meanwhile, in the background: valgrind memcheck of the unit tests, one program per CPU; $vglogs)"
+in_background "$vglogs/unit-tests.out" xargs -a "$vglogs/programs" -P "$jobs" -n 1 sh -c \
+	'valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		--log-file="$1/$(basename "$2").log" "$2" >/dev/null' sh "$vglogs"
 reports="$asan/sanitizer-reports"
 rm -rf "$reports"
 mkdir -p "$reports"
-ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
-UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1" \
-SHARDFS_STRESS_SECONDS=10 \
-	ctest --test-dir "$asan" --output-on-failure -j"$jobs" \
+export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1"
+export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
+export SHARDFS_STRESS_SECONDS=10
+ctest_in_two_phases "$asan" wait_for_valgrind \
 	-R 'unit\.|core_|layouts|reliability|access_control|index_persist|remote_http|remote_s3|perf' \
 	-E '\.pushahead_off$|perf_pushahead'
+unset ASAN_OPTIONS UBSAN_OPTIONS SHARDFS_STRESS_SECONDS
 if [ -n "$(ls -A "$reports")" ]; then
 	echo "sanitizer reports (from daemons or tests):" >&2
 	head -n 40 "$reports"/* >&2
 	exit 1
 fi
 
-echo "== valgrind memcheck: unit tests"
-vglogs="$top/build/valgrind"
-rm -rf "$vglogs"
-mkdir -p "$vglogs"
-if ! ls "$top"/build/tests/test_* | xargs -P "$jobs" -n 1 sh -c \
-	'valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-		--log-file="$1/$(basename "$2").log" "$2" >/dev/null' sh "$vglogs"; then
-	for log in "$vglogs"/*.log; do
-		[ -s "$log" ] && { echo "== $log" >&2; cat "$log" >&2; }
-	done
-	exit 1
-fi
-echo "valgrind: $(ls "$top"/build/tests/test_* | wc -l) unit test programs clean"
-
 echo "== fuzz smoke"
-"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
+SHARDFS_INDEX="$top/build/shardfs-index" \
+	"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
