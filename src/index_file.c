@@ -125,8 +125,10 @@ static int shard_table(const char *path, const struct shard_set *set,
 		r->members = s->members;
 		r->digest = s->digest;
 		r->fingerprint = s->fingerprint;
-		/* shards an index already covered are not read again */
-		if (!s->fingerprinted &&
+		/* shards an index already covered are not read again, and a
+		 * bad one that could not be opened cannot be (its file is
+		 * never kept: a set with bad shards is not saved) */
+		if (!s->fingerprinted && s->src &&
 		    index_file_fingerprint(s->src, &r->fingerprint))
 			return -EIO;
 		memcpy(*names + *names_len, name, r->name_len);
