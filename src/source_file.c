@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * source_file.c - a shard in a local file: pread(2) and posix_fadvise(2).
+ * source_file.c - a shard in a local file: pread(2), splice(2) and
+ * posix_fadvise(2).
  *
  * The descriptor stays open for the life of the mount, so that no request
  * after the mount opens a file on the shard storage.  Hints go straight
@@ -33,6 +34,27 @@ static ssize_t file_read(struct shard_source *src, void *buf, size_t len,
 	while (done < len) {
 		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
 				  (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		done += n;
+	}
+	return (ssize_t)done;
+}
+
+static ssize_t file_splice(struct shard_source *src, int pipe_fd, size_t len,
+			   uint64_t off)
+{
+	struct source_file *f = (struct source_file *)src;
+	loff_t pos = (loff_t)off;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = splice(f->fd, &pos, pipe_fd, NULL, len - done, 0);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -80,6 +102,7 @@ static void file_close(struct shard_source *src)
 
 static const struct shard_source_ops file_ops = {
 	.read = file_read,
+	.splice = file_splice,
 	.advise = file_advise,
 	.current_size = file_current_size,
 	.close = file_close,
