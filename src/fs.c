@@ -369,6 +369,9 @@ static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 			  : src->ops->read(src, to->buf, size, off);
 	atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
 				  memory_order_relaxed);
+	if (to->pipe >= 0)
+		atomic_fetch_add_explicit(&fs->counters.backing_spliced, 1,
+					  memory_order_relaxed);
 	if (n < 0) {
 		read_failed(fs, shard, off, (int)-n);
 		return -EIO;
