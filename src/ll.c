@@ -32,9 +32,10 @@
  * pread(2) into the buffer and writev(2) of it copied them twice, and
  * pinned the buffer's pages for the second copy.  Measured on one node's
  * share of a shuffled epoch (5,000 files of ~100 KB, cold, 4 threads):
- * the daemon's CPU per file 139 -> 125 us (median of 12 alternated
- * mounts), the pread copy (10 % of its samples) and the pinning (6 %)
- * gone; docs/benchmarks.md, tuning record, "read path".
+ * the daemon's CPU per file 139 -> 125 and 115 -> 106 us (medians of
+ * 10-12 alternated mounts), 63 -> 49 us with the shards cached; the
+ * pread copy (10 % of its samples) and the pinning (6 %) are gone
+ * (docs/benchmarks.md, tuning record, "read path").
  */
 #include <errno.h>
 #include <fcntl.h>
