@@ -187,11 +187,12 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 	render_stats_ops(src, b);
 	render_remote(src, b, false);
 	buf_printf(b, "  \"read_bytes\": %llu,\n  \"backing_reads\": %llu,\n"
-		   "  \"backing_read_bytes\": %llu,\n"
+		   "  \"backing_spliced\": %llu,\n  \"backing_read_bytes\": %llu,\n"
 		   "  \"backing_read_mean_bytes\": %.0f,\n  \"errors\": %llu,\n"
 		   "  \"logged_errors\": %llu,\n"
 		   "  \"readahead\": {\"size\": %llu, \"hits\": %llu, \"misses\": %llu},\n",
-		   counter(&k->read_bytes), br, counter(&k->backing_bytes),
+		   counter(&k->read_bytes), br, counter(&k->backing_spliced),
+		   counter(&k->backing_bytes),
 		   br ? (double)counter(&k->backing_bytes) / br : 0.0,
 		   counter(&k->errors), log_errors(), (unsigned long long)src->opt->readahead,
 		   counter(&k->readahead_hits), counter(&k->readahead_misses));

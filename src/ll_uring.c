@@ -36,6 +36,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <liburing.h>
@@ -665,6 +666,17 @@ static ssize_t uring_writev(int fd, struct iovec *iov, int count, void *userdata
 	return writev(fd, iov, count);
 }
 
+/* A spliced READ reply (ll.c) goes to /dev/fuse as it would without this
+ * custom io: ring threads reply from their payload buffer, never so. */
+static ssize_t uring_splice_send(int fdin, off_t *offin, int fdout,
+				 off_t *offout, size_t len, unsigned int flags,
+				 void *userdata)
+{
+	(void)userdata;
+	assert(!current_worker);
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
 char *ll_uring_reply_buf(size_t *size)
 {
 	struct uring_worker *w = current_worker;
@@ -695,6 +707,7 @@ int ll_uring_attach(struct ll_session *ls, struct fuse_session *se,
 {
 	static const struct fuse_custom_io io = {
 		.read = uring_read, .writev = uring_writev,
+		.splice_send = uring_splice_send,
 	};
 	struct ll_uring *u = calloc(1, sizeof(*u));
 	int rc = -ENOMEM;

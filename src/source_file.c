@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * source_file.c - a shard in a local file: pread(2) and posix_fadvise(2).
+ * source_file.c - a shard in a local file: pread(2), splice(2) and
+ * posix_fadvise(2).
  *
  * The descriptor stays open for the life of the mount, so that no request
  * after the mount opens a file on the shard storage.  Hints go straight
@@ -24,15 +25,19 @@ struct source_file {
 	int fd;			/* open read-only until close */
 };
 
-static ssize_t file_read(struct shard_source *src, void *buf, size_t len,
-			 uint64_t off)
+/* Read @len bytes at @off into @buf, or, @pipe_fd >= 0, splice them into
+ * that pipe; as read() does (source.h). */
+static ssize_t file_transfer(struct shard_source *src, void *buf, int pipe_fd,
+			     size_t len, uint64_t off)
 {
 	struct source_file *f = (struct source_file *)src;
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = pread(f->fd, (char *)buf + done, len - done,
-				  (off_t)(off + done));
+		loff_t pos = (loff_t)(off + done);
+		ssize_t n = pipe_fd < 0 ?
+			pread(f->fd, (char *)buf + done, len - done, pos) :
+			splice(f->fd, &pos, pipe_fd, NULL, len - done, 0);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -43,6 +48,18 @@ static ssize_t file_read(struct shard_source *src, void *buf, size_t len,
 		done += n;
 	}
 	return (ssize_t)done;
+}
+
+static ssize_t file_read(struct shard_source *src, void *buf, size_t len,
+			 uint64_t off)
+{
+	return file_transfer(src, buf, -1, len, off);
+}
+
+static ssize_t file_splice(struct shard_source *src, int pipe_fd, size_t len,
+			   uint64_t off)
+{
+	return file_transfer(src, NULL, pipe_fd, len, off);
 }
 
 static void file_advise(struct shard_source *src, uint64_t off, uint64_t len,
@@ -80,6 +97,7 @@ static void file_close(struct shard_source *src)
 
 static const struct shard_source_ops file_ops = {
 	.read = file_read,
+	.splice = file_splice,
 	.advise = file_advise,
 	.current_size = file_current_size,
 	.close = file_close,

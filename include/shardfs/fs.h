@@ -142,6 +142,24 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 		     uint64_t off);
 
 /*
+ * shardfs_read() into the pipe @pipe_fd (its write end, with room for
+ * @size bytes and two pages), by splice(2) of the shard's own pages: the
+ * bytes are not copied, and the pipe's reader (the FUSE reply) copies
+ * them once.  Only a plain member of a local shard, and only when at
+ * least @min bytes are to be read: else -EAGAIN, nothing done, and the
+ * caller uses shardfs_read().  Checked like shardfs_read() (-EIO when the
+ * shard changed or failed, never other bytes); on any error the pipe may
+ * hold some bytes and must be emptied or closed.  The pipe holds the
+ * shard's pages: once it is drained, shardfs_splice_done() with the bytes
+ * returned drops them from the shard's page cache, as shardfs_read()
+ * does at once.
+ */
+ssize_t shardfs_splice(struct shardfs *fs, uint64_t ino, int pipe_fd,
+		       size_t size, uint64_t off, size_t min);
+void shardfs_splice_done(struct shardfs *fs, uint64_t ino, size_t len,
+			 uint64_t off);
+
+/*
  * Extended attributes of members: user.shardfs.shard (shard path),
  * user.shardfs.shard_index, user.shardfs.offset (of the data in the
  * shard) and user.shardfs.key (the WebDataset sample key).  Like

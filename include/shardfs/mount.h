@@ -61,6 +61,8 @@ struct shardfs_counters {
 	atomic_ullong random_read_bytes; /* of them, by READs that jumped
 					 * (read from the shards as much) */
 	atomic_ullong backing_reads;	/* pread calls on shards */
+	atomic_ullong backing_spliced;	/* of them, spliced into a reply
+					 * (shardfs_splice()), not copied */
 	atomic_ullong backing_bytes;	/* bytes those calls returned */
 	atomic_ullong errors;		/* requests answered with EIO */
 	atomic_ullong readahead_hits;	/* reads inside a prefetched range */

@@ -57,6 +57,14 @@ struct shard_source_ops {
 	 */
 	ssize_t (*read)(struct shard_source *src, void *buf, size_t len,
 			uint64_t off);
+	/*
+	 * Move @len bytes at @off into the pipe @pipe_fd without copying
+	 * them (splice(2) of the page cache's pages); the pipe must have
+	 * room for them.  Returns what read() would.  NULL where the bytes
+	 * are not a file's (decoded, fetched): read() them.
+	 */
+	ssize_t (*splice)(struct shard_source *src, int pipe_fd, size_t len,
+			  uint64_t off);
 	/* A hint about [@off, @off + @len); may be NULL (no hints). */
 	void (*advise)(struct shard_source *src, uint64_t off, uint64_t len,
 		       enum shard_source_advice advice);

@@ -95,6 +95,26 @@ def test_a_node_share_costs_at_most_the_bound(tmp_path, dataset, nodes):
 
 
 @pytest.mark.timeout(300)
+def test_reads_at_random_are_spliced_not_copied(tmp_path, dataset):
+    """Over /dev/fuse a READ of a local member of two pages or more moves
+    the shard's pages into the reply (splice) instead of copying them
+    twice (pread, writev): every READ of a node's share of 20-40 kB files
+    is spliced, every byte still right.  Over io_uring none is: the ring
+    replies from its own buffer."""
+    shards, content = dataset
+    mnt = tmp_path / "mnt"
+    with lib.mounted(shards, mnt, "-o", "pushahead=0"):
+        list_tree(mnt)
+        before = lib.settled_stats(mnt)
+        read_share(mnt, content, shuffled(content, 4)[::4])
+        after = lib.settled_stats(mnt)
+    reads = after["backing_reads"] - before["backing_reads"]
+    spliced = after["backing_spliced"] - before["backing_spliced"]
+    assert reads >= len(content) // 4, (reads, after["ops"]["read"])
+    assert spliced == (0 if after["io_uring_requests"] else reads), (spliced, reads)
+
+
+@pytest.mark.timeout(300)
 def test_density_is_learned_again_when_the_reader_changes(tmp_path, dataset):
     """Sparse, then dense, then sparse again on one mount, each after the
     kernel dropped the pages: every reader within the bound, the dense
