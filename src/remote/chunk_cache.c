@@ -474,7 +474,8 @@ static size_t avail_end(const struct chunk *c)
 /* One GET fills the runs' ranges from @first up to @end (excluded),
  * adjacent in the object; each range that came whole goes to the disk
  * cache as it was fetched (a stream's whole chunk, a sample, the bytes
- * that grew a range), so that a later epoch asking the same finds it. */
+ * that grew a range), so that a later epoch asking these bytes, or any
+ * part of them, finds them. */
 static void get_stretch(struct chunk_cache *cc, struct chunk *first, struct chunk *end)
 {
 	struct chunk_cache_counters *k = cc->cfg.counters;
