@@ -133,6 +133,10 @@ struct chunk {
 	struct fetch_progress progress; /* bytes of [from, hi) filled so
 				 * far, while loading: readers need not wait
 				 * for the whole range */
+	pthread_cond_t arrived;	/* its readers waiting for bytes sleep
+				 * here (with the cache's lock) */
+	atomic_size_t wake_at;	/* progress at which the first of them
+				 * wants waking; SIZE_MAX: none waits */
 };
 
 /* Loading chunks waiting for a worker, in order. */
@@ -145,7 +149,8 @@ struct ring {
 /* One cache (shardfs/chunk_cache.h). */
 struct chunk_cache {
 	pthread_mutex_t lock;	/* guards everything below */
-	pthread_cond_t changed;	/* a chunk settled or was released */
+	pthread_cond_t changed;	/* a chunk settled or was released (not:
+				 * bytes arrived, chunk.arrived) */
 	pthread_cond_t work;	/* a queue has entries a worker may take */
 	struct chunk_cache_config cfg; /* sizes, callbacks, counters */
 	unsigned nr;		/* slots */
@@ -169,6 +174,8 @@ static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 /* Free @cc and its tables (not the chunks' buffers). */
 static void cache_free(struct chunk_cache *cc)
 {
+	for (unsigned i = 0; i < cc->nr; i++)
+		pthread_cond_destroy(&cc->chunks[i].arrived);
 	free(cc->chunks);
 	free(cc->buckets);
 	free(cc->demand.slot);
@@ -205,11 +212,14 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 	cc->workers = calloc(cfg->fetch_threads, sizeof(*cc->workers));
 	if (!cc->chunks || !cc->buckets || !cc->demand.slot || !cc->ahead.slot ||
 	    !cc->workers) {
+		cc->nr = 0;	/* no condition variable made */
 		cache_free(cc);
 		return -ENOMEM;
 	}
 	cc->lru.next = cc->lru.prev = &cc->lru;
 	for (unsigned i = 0; i < cc->nr; i++) {
+		pthread_cond_init(&cc->chunks[i].arrived, NULL);
+		atomic_init(&cc->chunks[i].wake_at, SIZE_MAX);
 		cc->chunks[i].next = cc->free_list;
 		cc->free_list = &cc->chunks[i];
 	}
@@ -404,12 +414,36 @@ static char *chunk_buffer_alloc(size_t len)
 	return p;
 }
 
-/* A piece of a chunk arrived: readers waiting for it look again. */
+/* Wake the readers waiting for bytes of chunk @c (lock held). */
+static void wake_readers(struct chunk *c)
+{
+	atomic_store(&c->wake_at, SIZE_MAX);
+	pthread_cond_broadcast(&c->arrived);
+}
+
+/*
+ * A piece of a chunk arrived (in the fetcher's thread, no lock held):
+ * wake its readers once the first of them has its bytes, not at every
+ * piece.  Waking every waiting reader of the cache at each piece cost 46-58
+ * context switches a sample with 8 readers; waking only at a piece's
+ * end, 1.3-1.7x the samples/s and half the daemon's CPU
+ * (bench-runs/issue-29-remote.md).  The fences pair with
+ * wait_for_bytes(): either the reader sees these bytes or this sees its
+ * wake_at.
+ */
 static void progress_notify(struct fetch_progress *p)
 {
 	struct chunk *c = (struct chunk *)((char *)p - offsetof(struct chunk, progress));
+	struct chunk_cache *cc;
 
-	pthread_cond_broadcast(&c->owner->cache->changed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&p->bytes, memory_order_relaxed) <
+	    atomic_load_explicit(&c->wake_at, memory_order_relaxed))
+		return;
+	cc = c->owner->cache;
+	pthread_mutex_lock(&cc->lock);
+	wake_readers(c);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 /* Bytes of chunk @c: chunk_size, less for the object's last one. */
@@ -555,6 +589,7 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 	pthread_mutex_lock(&cc->lock);
 	for (r = c; r; r = r->run) {
 		r->state = r->data && complete(r) ? CHUNK_READY : CHUNK_FAILED;
+		wake_readers(r);
 		if (r->loaded_whole) {
 			r->lo = r->from = 0;
 			r->hi = chunk_bytes(cc, r);
@@ -582,6 +617,27 @@ static void wait_a_little(struct chunk_cache *cc)
 		ts.tv_nsec -= 1000000000L;
 	}
 	pthread_cond_timedwait(&cc->changed, &cc->lock, &ts);
+}
+
+/*
+ * Wait (lock held) until loading chunk @c holds its bytes up to @need, or
+ * settled: woken by the piece that brings them (progress_notify()) or
+ * by its settling, not by every piece of every fetch.  The reader that
+ * needs the fewest bytes sets wake_at; each wakes, looks, and waits
+ * again if it needs more.
+ */
+static void wait_for_bytes(struct chunk_cache *cc, struct chunk *c, size_t need)
+{
+	while (c->state == CHUNK_LOADING && avail_end(c) < need) {
+		size_t at = need - c->from;
+
+		if (at < atomic_load_explicit(&c->wake_at, memory_order_relaxed))
+			atomic_store_explicit(&c->wake_at, at, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (avail_end(c) >= need)
+			break;
+		pthread_cond_wait(&c->arrived, &cc->lock);
+	}
 }
 
 static void start_workers(struct chunk_cache *cc);
@@ -706,8 +762,7 @@ static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uin
 		}
 		wait_a_little(cc);	/* backpressure */
 	}
-	while (c->state == CHUNK_LOADING && avail_end(c) < need)
-		wait_a_little(cc);	/* woken by each piece that arrives */
+	wait_for_bytes(cc, c, need);
 	*avail = avail_end(c);
 	pthread_mutex_unlock(&cc->lock);
 	atomic_fetch_add_explicit(load ? &cc->cfg.counters->misses :
@@ -1010,8 +1065,10 @@ static void cancel_ring(struct chunk_cache *cc, struct ring *r, const struct chu
 		struct chunk *c = ring_pop(cc, r);
 
 		if (!ow || c->owner == ow) {
-			for (struct chunk *q = c; q; q = q->run)
+			for (struct chunk *q = c; q; q = q->run) {
 				q->state = CHUNK_FAILED;
+				wake_readers(q);
+			}
 			pthread_cond_broadcast(&cc->changed);
 			put_run(cc, c);
 		} else {
