@@ -125,6 +125,13 @@ struct chunk_owner {
 				 * build: a stream (chunk_cache_scan) */
 	atomic_uint window;	/* chunks to fetch ahead, grows to a cap;
 				 * not 0: a stream, until a read jumps */
+	atomic_ullong stream_ms; /* last read as a stream (monotonic ms):
+				 * such owners share the slots */
+	atomic_bool crowded;	/* a chunk of it was taken over before it
+				 * was read out: its misses fetch ranges
+				 * until a stream has 2 slots again */
+	unsigned counted;	/* the cache's count of streams that saw
+				 * it last (the cache's lock) */
 	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */
 	atomic_ullong hint_end;	/* (a file or sample): a read inside is
 				 * that file's, no stream, and a jumped

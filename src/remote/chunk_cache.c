@@ -56,6 +56,17 @@
  * Nor does a miss evict a chunk another stream is still reading (read in
  * the last CHUNK_IDLE_MS and not finished): the reader waits instead.
  *
+ * Streams share the slots: a stream's window stays within its share of
+ * them (the streams that read in the last CHUNK_STREAM_ACTIVE_MS and hold
+ * a slot), its own chunk besides, and under 2 slots a stream nothing is
+ * fetched ahead.  A stream whose chunk was taken over before it had read
+ * it out (a slow reader, idle past CHUNK_IDLE_MS) is crowded: its misses
+ * fetch ranges, as a read that jumped, until it has 2 slots again.
+ * ShardAwareSampler's window reads 4 shards at once; at cache_mem=32M
+ * (4 slots of 8 MiB) each fetched whole chunks and a window, chunks were
+ * evicted before they were read out and fetched again: 2.4-3.8x the
+ * bytes used (docs/remote.md).
+ *
  * One mutex guards the table; it is never held across network I/O, only
  * for a hash lookup and a few pointer updates (one acquire per chunk a
  * read touches: with 128 KiB FUSE reads, 64 per 8 MiB chunk, a fraction
@@ -96,6 +107,9 @@
  * started) are fetched with it: one GET instead of two, for a few
  * bytes of tar headers and padding between them. */
 #define CHUNK_COALESCE_GAP (16u << 10)
+/* A stream that read in the last this many ms holds its share of the
+ * slots (active_streams()). */
+#define CHUNK_STREAM_ACTIVE_MS 1000
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -166,6 +180,7 @@ struct chunk_cache {
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
+	unsigned count_gen;	/* bumped by each count of the streams */
 };
 
 static void stop_workers(struct chunk_cache *cc);
@@ -329,6 +344,10 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	if (c) {
 		cc->free_list = c->next;
 	} else if ((c = victim(cc, prefetch))) {
+		/* a stream's chunk taken over before it was read out: its
+		 * stream fetches ranges from now on */
+		if (!c->ranged && !c->done && c->owner != ow)
+			atomic_store_explicit(&c->owner->crowded, true, memory_order_relaxed);
 		lru_remove(c);
 		unhash(cc, c);
 	} else {
@@ -800,6 +819,8 @@ static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 	unsigned streak = 0;
 
 	atomic_store_explicit(&ow->read_end, end, memory_order_relaxed);
+	if (is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) + (step > 0)))
+		atomic_store_explicit(&ow->stream_ms, monotonic_ms(), memory_order_relaxed);
 	if (step > 0) {
 		streak = atomic_fetch_add_explicit(&ow->streak, 1, memory_order_relaxed) + 1;
 	} else if (step < 0) {
@@ -861,7 +882,8 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
 	stream = note_read(ow, off, off + len);
-	w = read_want(ow, off, len, stream);
+	w = read_want(ow, off, len,
+		      stream && !atomic_load_explicit(&ow->crowded, memory_order_relaxed));
 	/* a stream stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
 	 * ahead of it (from the next chunk: starting past the chunks of this
@@ -954,6 +976,30 @@ static unsigned window_max(struct chunk_cache *cc)
 	return cc->nr / 4 ? cc->nr / 4 : 1;
 }
 
+/*
+ * Streams reading now (lock held): the owners holding a slot that read as
+ * a stream in the last CHUNK_STREAM_ACTIVE_MS, @ow counted too.  O(slots),
+ * as a stream advances into a chunk.
+ */
+static unsigned active_streams(struct chunk_cache *cc, struct chunk_owner *ow)
+{
+	uint64_t now = monotonic_ms();
+	unsigned n = 1, gen = ++cc->count_gen;
+
+	ow->counted = gen;
+	for (unsigned i = 0; i < cc->nr; i++) {
+		struct chunk_owner *o = cc->chunks[i].owner;
+
+		if (o && o->counted != gen &&
+		    now - atomic_load_explicit(&o->stream_ms, memory_order_relaxed) <
+		    CHUNK_STREAM_ACTIVE_MS) {
+			o->counted = gen;
+			n++;
+		}
+	}
+	return n;
+}
+
 uint64_t chunk_cache_ahead_max(struct chunk_cache *cc)
 {
 	return window_max(cc) * cc->cfg.chunk_size / 2;
@@ -965,7 +1011,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	uint64_t first = off / cc->cfg.chunk_size, nchunks = (ow->size + cc->cfg.chunk_size - 1) /
 							 cc->cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
-	unsigned cap = window_max(cc);
+	unsigned cap = window_max(cc), share;
 	bool stream = is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed));
 
 	if (off >= ow->size)
@@ -975,9 +1021,19 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	 * ahead, the piece would bring the members the reader took already */
 	if (!stream)
 		return;
+	pthread_mutex_lock(&cc->lock);
+	/* the window within the stream's share of the slots, its chunk
+	 * besides: nothing ahead under 2 slots a stream; and a stream that
+	 * lost a chunk it was reading fetches ranges until it has 2 */
+	share = cc->nr / active_streams(cc, ow);
+	if (share < 2) {
+		pthread_mutex_unlock(&cc->lock);
+		return;
+	}
+	atomic_store_explicit(&ow->crowded, false, memory_order_relaxed);
+	cap = share - 1 < cap ? share - 1 : cap;
 	window = window ? (window * 2 < cap ? window * 2 : cap) : 1;
 	atomic_store_explicit(&ow->window, window, memory_order_relaxed);
-	pthread_mutex_lock(&cc->lock);
 	start_workers(cc);
 	for (uint64_t i = first; i < first + window && i < nchunks && cc->nworkers; i++) {
 		struct chunk *c;
@@ -1033,6 +1089,10 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 
 void chunk_cache_scan(struct chunk_owner *ow, bool on)
 {
+	/* a scan that ended holds no share of the slots: a reader right
+	 * after the index build is the only stream */
+	if (!on)
+		atomic_store_explicit(&ow->stream_ms, 0, memory_order_relaxed);
 	atomic_store_explicit(&ow->scanning, on, memory_order_relaxed);
 }
 

@@ -20,6 +20,8 @@ Remote shards on nginx (remote_site.py):
   chunks found damaged go to the server; a later epoch that reads at
   random what an epoch in shard order stored (other ranges than the
   ones stored) makes no GET at all.
+- Shard streams read at once (ShardAwareSampler's window) through fewer
+  than 2 slots a stream fetch at most 1.1x the bytes used.
 - Connections: an HTTPS server offering HTTP/2 carries every request as a
   stream of one connection; many concurrent readers of an HTTP/1.1
   server reuse a bounded pool of keep-alive connections.
@@ -196,6 +198,33 @@ def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_e
     # the reader reaches the shard (seen under ASan, timing-dependent)
     assert after["bytes"] <= 2 * total + len(names) * (chunk + 1)
     assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
+
+
+def test_interleaved_shard_streams_in_a_small_cache_fetch_each_byte_once(
+        site, url, tmp_path, cache_env):
+    """Issue 29: ShardAwareSampler's window reads several shards at once,
+    each in order; with fewer than 2 slots a stream (3 shards, 4 slots),
+    whole chunks were taken over before their stream had read them out
+    and fetched again.  The cache bounds the streams' windows by its
+    slots: at most 1.1x the bytes used."""
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
+        shards = [sorted(os.path.join(d, f) for d, _, fs in os.walk(mnt / ("s%d" % i))
+                         for f in fs) for i in range(len(names))]
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                     env=cache_env):
+        before, used, got = remote_stats(mnt)["bytes"], 0, {}
+        for i in range(max(len(s) for s in shards)):
+            for files in shards:
+                if i < len(files):
+                    with open(files[i], "rb") as f:
+                        data = f.read()
+                    used += len(data)
+                    got[os.path.relpath(files[i], mnt)] = hashlib.sha256(data).hexdigest()
+        fetched = settled_stats(mnt)["bytes"] - before
+    assert got == digests(ref)
+    assert fetched <= 1.1 * used, (fetched, used)
 
 
 def test_https_http2_carries_every_request_on_one_connection(site, tmp_path,
