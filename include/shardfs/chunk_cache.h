@@ -10,9 +10,9 @@
  * random) gets only the bytes it wants, those of the latest
  * chunk_cache_willread() that holds it (a whole sample) or else its own.
  * The cache knows nothing of HTTP, S3 or disks: it fills a slot through
- * the callbacks of its configuration, load() (a local copy of a whole
- * chunk, optional), else fetch() (one ranged read for a run of adjacent
- * slots), and keeps a whole chunk where store() (optional) may copy it.
+ * the callbacks of its configuration, load() (local copies of what was
+ * fetched before, optional), else fetch() (one ranged read for a run of adjacent
+ * slots), and hands each range fetched whole to store() (optional).
  * The object behind an owner is an opaque pointer handed to those
  * callbacks.
  *
@@ -97,9 +97,9 @@ struct chunk_cache_config {
 	ssize_t (*fetch)(void *obj, const struct fetch_piece *piece, unsigned n,
 			 uint64_t off);
 	/* Bytes [@off, @off + @len) of @obj (what one fetch would bring:
-	 * a chunk, a range, or the bytes that grow one) into @buf from a
-	 * local copy of exactly that range: 0, or -errno (not there).
-	 * NULL: none. */
+	 * a chunk, a range, or the bytes that grow one) into @buf from
+	 * local copies that hold them, whatever ranges were stored: 0, or
+	 * -errno (not all there).  NULL: none. */
 	int (*load)(void *obj, uint64_t off, void *buf, size_t len);
 	/* Keep a local copy of bytes [@off, @off + @len) of @obj, just
 	 * fetched whole by one fetch.  NULL: none. */
@@ -125,6 +125,13 @@ struct chunk_owner {
 				 * build: a stream (chunk_cache_scan) */
 	atomic_uint window;	/* chunks to fetch ahead, grows to a cap;
 				 * not 0: a stream, until a read jumps */
+	atomic_ullong stream_ms; /* last read as a stream (monotonic ms):
+				 * such owners share the slots */
+	atomic_bool crowded;	/* a chunk of it was taken over before it
+				 * was read out: its misses fetch ranges
+				 * until a stream has 2 slots again */
+	unsigned counted;	/* the cache's count of streams that saw
+				 * it last (the cache's lock) */
 	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */
 	atomic_ullong hint_end;	/* (a file or sample): a read inside is
 				 * that file's, no stream, and a jumped

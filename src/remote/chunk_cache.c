@@ -56,6 +56,17 @@
  * Nor does a miss evict a chunk another stream is still reading (read in
  * the last CHUNK_IDLE_MS and not finished): the reader waits instead.
  *
+ * Streams share the slots: a stream's window stays within its share of
+ * them (the streams that read in the last CHUNK_STREAM_ACTIVE_MS and hold
+ * a slot), its own chunk besides, and under 2 slots a stream nothing is
+ * fetched ahead.  A stream whose chunk was taken over before it had read
+ * it out (a slow reader, idle past CHUNK_IDLE_MS) is crowded: its misses
+ * fetch ranges, as a read that jumped, until it has 2 slots again.
+ * ShardAwareSampler's window reads 4 shards at once; at cache_mem=32M
+ * (4 slots of 8 MiB) each fetched whole chunks and a window, chunks were
+ * evicted before they were read out and fetched again: 2.4-3.8x the
+ * bytes used (docs/remote.md).
+ *
  * One mutex guards the table; it is never held across network I/O, only
  * for a hash lookup and a few pointer updates (one acquire per chunk a
  * read touches: with 128 KiB FUSE reads, 64 per 8 MiB chunk, a fraction
@@ -96,6 +107,9 @@
  * started) are fetched with it: one GET instead of two, for a few
  * bytes of tar headers and padding between them. */
 #define CHUNK_COALESCE_GAP (16u << 10)
+/* A stream that read in the last this many ms holds its share of the
+ * slots (active_streams()). */
+#define CHUNK_STREAM_ACTIVE_MS 1000
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -133,6 +147,10 @@ struct chunk {
 	struct fetch_progress progress; /* bytes of [from, hi) filled so
 				 * far, while loading: readers need not wait
 				 * for the whole range */
+	pthread_cond_t arrived;	/* its readers waiting for bytes sleep
+				 * here (with the cache's lock) */
+	atomic_size_t wake_at;	/* progress at which the first of them
+				 * wants waking; SIZE_MAX: none waits */
 };
 
 /* Loading chunks waiting for a worker, in order. */
@@ -145,7 +163,8 @@ struct ring {
 /* One cache (shardfs/chunk_cache.h). */
 struct chunk_cache {
 	pthread_mutex_t lock;	/* guards everything below */
-	pthread_cond_t changed;	/* a chunk settled or was released */
+	pthread_cond_t changed;	/* a chunk settled or was released (not:
+				 * bytes arrived, chunk.arrived) */
 	pthread_cond_t work;	/* a queue has entries a worker may take */
 	struct chunk_cache_config cfg; /* sizes, callbacks, counters */
 	unsigned nr;		/* slots */
@@ -161,6 +180,7 @@ struct chunk_cache {
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
 	bool stopping;		/* workers exit */
+	unsigned count_gen;	/* bumped by each count of the streams */
 };
 
 static void stop_workers(struct chunk_cache *cc);
@@ -169,6 +189,8 @@ static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 /* Free @cc and its tables (not the chunks' buffers). */
 static void cache_free(struct chunk_cache *cc)
 {
+	for (unsigned i = 0; i < cc->nr; i++)
+		pthread_cond_destroy(&cc->chunks[i].arrived);
 	free(cc->chunks);
 	free(cc->buckets);
 	free(cc->demand.slot);
@@ -205,11 +227,14 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 	cc->workers = calloc(cfg->fetch_threads, sizeof(*cc->workers));
 	if (!cc->chunks || !cc->buckets || !cc->demand.slot || !cc->ahead.slot ||
 	    !cc->workers) {
+		cc->nr = 0;	/* no condition variable made */
 		cache_free(cc);
 		return -ENOMEM;
 	}
 	cc->lru.next = cc->lru.prev = &cc->lru;
 	for (unsigned i = 0; i < cc->nr; i++) {
+		pthread_cond_init(&cc->chunks[i].arrived, NULL);
+		atomic_init(&cc->chunks[i].wake_at, SIZE_MAX);
 		cc->chunks[i].next = cc->free_list;
 		cc->free_list = &cc->chunks[i];
 	}
@@ -319,6 +344,10 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	if (c) {
 		cc->free_list = c->next;
 	} else if ((c = victim(cc, prefetch))) {
+		/* a stream's chunk taken over before it was read out: its
+		 * stream fetches ranges from now on */
+		if (!c->ranged && !c->done && c->owner != ow)
+			atomic_store_explicit(&c->owner->crowded, true, memory_order_relaxed);
 		lru_remove(c);
 		unhash(cc, c);
 	} else {
@@ -404,12 +433,36 @@ static char *chunk_buffer_alloc(size_t len)
 	return p;
 }
 
-/* A piece of a chunk arrived: readers waiting for it look again. */
+/* Wake the readers waiting for bytes of chunk @c (lock held). */
+static void wake_readers(struct chunk *c)
+{
+	atomic_store(&c->wake_at, SIZE_MAX);
+	pthread_cond_broadcast(&c->arrived);
+}
+
+/*
+ * A piece of a chunk arrived (in the fetcher's thread, no lock held):
+ * wake its readers once the first of them has its bytes, not at every
+ * piece.  Waking every waiting reader of the cache at each piece cost 46-58
+ * context switches a sample with 8 readers; waking only at a piece's
+ * end, 1.3-1.7x the samples/s and half the daemon's CPU
+ * (bench-runs/issue-29-remote.md).  The fences pair with
+ * wait_for_bytes(): either the reader sees these bytes or this sees its
+ * wake_at.
+ */
 static void progress_notify(struct fetch_progress *p)
 {
 	struct chunk *c = (struct chunk *)((char *)p - offsetof(struct chunk, progress));
+	struct chunk_cache *cc;
 
-	pthread_cond_broadcast(&c->owner->cache->changed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&p->bytes, memory_order_relaxed) <
+	    atomic_load_explicit(&c->wake_at, memory_order_relaxed))
+		return;
+	cc = c->owner->cache;
+	pthread_mutex_lock(&cc->lock);
+	wake_readers(c);
+	pthread_mutex_unlock(&cc->lock);
 }
 
 /* Bytes of chunk @c: chunk_size, less for the object's last one. */
@@ -474,7 +527,8 @@ static size_t avail_end(const struct chunk *c)
 /* One GET fills the runs' ranges from @first up to @end (excluded),
  * adjacent in the object; each range that came whole goes to the disk
  * cache as it was fetched (a stream's whole chunk, a sample, the bytes
- * that grew a range), so that a later epoch asking the same finds it. */
+ * that grew a range), so that a later epoch asking these bytes, or any
+ * part of them, finds them. */
 static void get_stretch(struct chunk_cache *cc, struct chunk *first, struct chunk *end)
 {
 	struct chunk_cache_counters *k = cc->cfg.counters;
@@ -554,6 +608,7 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 	pthread_mutex_lock(&cc->lock);
 	for (r = c; r; r = r->run) {
 		r->state = r->data && complete(r) ? CHUNK_READY : CHUNK_FAILED;
+		wake_readers(r);
 		if (r->loaded_whole) {
 			r->lo = r->from = 0;
 			r->hi = chunk_bytes(cc, r);
@@ -581,6 +636,27 @@ static void wait_a_little(struct chunk_cache *cc)
 		ts.tv_nsec -= 1000000000L;
 	}
 	pthread_cond_timedwait(&cc->changed, &cc->lock, &ts);
+}
+
+/*
+ * Wait (lock held) until loading chunk @c holds its bytes up to @need, or
+ * settled: woken by the piece that brings them (progress_notify()) or
+ * by its settling, not by every piece of every fetch.  The reader that
+ * needs the fewest bytes sets wake_at; each wakes, looks, and waits
+ * again if it needs more.
+ */
+static void wait_for_bytes(struct chunk_cache *cc, struct chunk *c, size_t need)
+{
+	while (c->state == CHUNK_LOADING && avail_end(c) < need) {
+		size_t at = need - c->from;
+
+		if (at < atomic_load_explicit(&c->wake_at, memory_order_relaxed))
+			atomic_store_explicit(&c->wake_at, at, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (avail_end(c) >= need)
+			break;
+		pthread_cond_wait(&c->arrived, &cc->lock);
+	}
 }
 
 static void start_workers(struct chunk_cache *cc);
@@ -705,8 +781,7 @@ static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uin
 		}
 		wait_a_little(cc);	/* backpressure */
 	}
-	while (c->state == CHUNK_LOADING && avail_end(c) < need)
-		wait_a_little(cc);	/* woken by each piece that arrives */
+	wait_for_bytes(cc, c, need);
 	*avail = avail_end(c);
 	pthread_mutex_unlock(&cc->lock);
 	atomic_fetch_add_explicit(load ? &cc->cfg.counters->misses :
@@ -744,6 +819,8 @@ static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 	unsigned streak = 0;
 
 	atomic_store_explicit(&ow->read_end, end, memory_order_relaxed);
+	if (is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) + (step > 0)))
+		atomic_store_explicit(&ow->stream_ms, monotonic_ms(), memory_order_relaxed);
 	if (step > 0) {
 		streak = atomic_fetch_add_explicit(&ow->streak, 1, memory_order_relaxed) + 1;
 	} else if (step < 0) {
@@ -805,7 +882,8 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	if (len > ow->size - off)
 		len = (size_t)(ow->size - off);
 	stream = note_read(ow, off, off + len);
-	w = read_want(ow, off, len, stream);
+	w = read_want(ow, off, len,
+		      stream && !atomic_load_explicit(&ow->crowded, memory_order_relaxed));
 	/* a stream stepping into the next chunk (the index build's scan, or
 	 * any stream) is done with the one before and keeps chunks coming
 	 * ahead of it (from the next chunk: starting past the chunks of this
@@ -898,6 +976,30 @@ static unsigned window_max(struct chunk_cache *cc)
 	return cc->nr / 4 ? cc->nr / 4 : 1;
 }
 
+/*
+ * Streams reading now (lock held): the owners holding a slot that read as
+ * a stream in the last CHUNK_STREAM_ACTIVE_MS, @ow counted too.  O(slots),
+ * as a stream advances into a chunk.
+ */
+static unsigned active_streams(struct chunk_cache *cc, struct chunk_owner *ow)
+{
+	uint64_t now = monotonic_ms();
+	unsigned n = 1, gen = ++cc->count_gen;
+
+	ow->counted = gen;
+	for (unsigned i = 0; i < cc->nr; i++) {
+		struct chunk_owner *o = cc->chunks[i].owner;
+
+		if (o && o->counted != gen &&
+		    now - atomic_load_explicit(&o->stream_ms, memory_order_relaxed) <
+		    CHUNK_STREAM_ACTIVE_MS) {
+			o->counted = gen;
+			n++;
+		}
+	}
+	return n;
+}
+
 uint64_t chunk_cache_ahead_max(struct chunk_cache *cc)
 {
 	return window_max(cc) * cc->cfg.chunk_size / 2;
@@ -909,7 +1011,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	uint64_t first = off / cc->cfg.chunk_size, nchunks = (ow->size + cc->cfg.chunk_size - 1) /
 							 cc->cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
-	unsigned cap = window_max(cc);
+	unsigned cap = window_max(cc), share;
 	bool stream = is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed));
 
 	if (off >= ow->size)
@@ -919,9 +1021,19 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	 * ahead, the piece would bring the members the reader took already */
 	if (!stream)
 		return;
+	pthread_mutex_lock(&cc->lock);
+	/* the window within the stream's share of the slots, its chunk
+	 * besides: nothing ahead under 2 slots a stream; and a stream that
+	 * lost a chunk it was reading fetches ranges until it has 2 */
+	share = cc->nr / active_streams(cc, ow);
+	if (share < 2) {
+		pthread_mutex_unlock(&cc->lock);
+		return;
+	}
+	atomic_store_explicit(&ow->crowded, false, memory_order_relaxed);
+	cap = share - 1 < cap ? share - 1 : cap;
 	window = window ? (window * 2 < cap ? window * 2 : cap) : 1;
 	atomic_store_explicit(&ow->window, window, memory_order_relaxed);
-	pthread_mutex_lock(&cc->lock);
 	start_workers(cc);
 	for (uint64_t i = first; i < first + window && i < nchunks && cc->nworkers; i++) {
 		struct chunk *c;
@@ -977,6 +1089,10 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 
 void chunk_cache_scan(struct chunk_owner *ow, bool on)
 {
+	/* a scan that ended holds no share of the slots: a reader right
+	 * after the index build is the only stream */
+	if (!on)
+		atomic_store_explicit(&ow->stream_ms, 0, memory_order_relaxed);
 	atomic_store_explicit(&ow->scanning, on, memory_order_relaxed);
 }
 
@@ -1009,8 +1125,10 @@ static void cancel_ring(struct chunk_cache *cc, struct ring *r, const struct chu
 		struct chunk *c = ring_pop(cc, r);
 
 		if (!ow || c->owner == ow) {
-			for (struct chunk *q = c; q; q = q->run)
+			for (struct chunk *q = c; q; q = q->run) {
 				q->state = CHUNK_FAILED;
+				wake_readers(q);
+			}
 			pthread_cond_broadcast(&cc->changed);
 			put_run(cc, c);
 		} else {

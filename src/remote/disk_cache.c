@@ -2,14 +2,27 @@
 /*
  * disk_cache.c - remote chunks kept on a node-local disk (-o cache_dir=).
  *
- * One file per chunk, or per range fetched for a read at random (a
- * sample), DIR/<2 hex>/<32 hex>.chunk, named by a 128-bit keyed hash of
- * the object's URL, validator (ETag, else Last-Modified), size, and the
- * range's offset and length: later mounts of the same set
- * (same objects, same validators) find the chunks, a replaced object (new
- * ETag or Last-Modified) never matches its old ones.  An object with
+ * One file per range fetched (a stream's whole chunk, a sample fetched
+ * for a read at random, the bytes that grew a range), in one directory
+ * per chunk of each object version: DIR/<2 hex>/<32 hex>/<16 hex
+ * offset><16 hex length>.chunk.  The chunk's directory is named by a
+ * 128-bit keyed hash of the object's URL, validator (ETag, else
+ * Last-Modified), size and the chunk's number: later mounts of the same
+ * set (same objects, same validators) find the ranges, a replaced object
+ * (new ETag or Last-Modified) never matches its old ones.  An object with
  * neither validator is never cached: nothing would tell its versions
  * apart.
+ *
+ * The chunk's directory is the index of what is stored of it: a load
+ * lists it and serves the wanted bytes from the stored ranges that cover
+ * them, one or several, whatever ranges were asked when they were
+ * stored.  Keyed by exact (offset, length) instead, a 2nd epoch made
+ * 2-3 GETs of 0.16-0.35 MB though every sample was on disk: what a
+ * fetch asks depends on the memory slots at that moment (a range grown
+ * by the bytes after it, a want joined to a queued fetch), so an epoch
+ * that interleaves differently asks ranges the 1st never stored under
+ * that key (docs/remote.md, issue 29).  Directories are updated by
+ * linking a finished file in: concurrent stores lose nothing.
  *
  * Trust: the directory holds what is served, so another user must not be
  * able to write into it.  It must be owned by us (or root) and writable
@@ -18,7 +31,9 @@
  * hash is keyed with DISK_CACHE_KEY_BYTES of random bytes kept in
  * DIR/key (0600, made atomically by the first chunk stored): names and
  * checksums cannot be computed, so a chunk cannot be forged, by anyone
- * who cannot read the key.  The tree is only walked from the directory's own descriptor,
+ * who cannot read the key.  Each file's header carries the keyed hash of
+ * its object, offset and length: a file renamed to another range, or
+ * moved to another chunk's directory, fails its check.  The tree is only walked from the directory's own descriptor,
  * never following a link (openat, O_NOFOLLOW, AT_SYMLINK_NOFOLLOW): a
  * symbolic link planted as a subdirectory or a chunk leads nowhere, and
  * eviction deletes only regular files named exactly as chunks.  Chunk
@@ -66,6 +81,18 @@
 #define DISK_CACHE_KEY_NAME "key"
 /* Subdirectories: one per first byte of a chunk's hash. */
 #define DISK_CACHE_SUBDIRS 256
+/* Most stored ranges a load considers in one chunk's directory (the
+ * ones that overlap the wanted bytes; a sample of ~100 KB: ~80 in an
+ * 8 MiB chunk, of which one or two overlap a want). */
+#define DISK_CACHE_RANGES_MAX 64
+/* Bytes a load hashes at a time of a stored range outside the wanted
+ * bytes (on the fetch thread's stack). */
+#define DISK_CACHE_SCRATCH (32u << 10)
+/* A chunk directory's name: 32 hex digits, and its NUL. */
+#define DISK_CACHE_DIR_MAX (32 + 1)
+/* What a keyed hash names: a chunk's directory, or a stored range. */
+#define DISK_CACHE_KIND_DIR 1
+#define DISK_CACHE_KIND_RANGE 2
 
 /* The header in front of a chunk's bytes. */
 struct disk_chunk_header {
@@ -86,6 +113,7 @@ struct disk_cache {
 	pthread_mutex_t keying;	/* one thread reads or makes the key file */
 	bool key_failed;	/* it could not: no chunk is stored (keying) */
 	uint64_t limit;		/* cache_size */
+	uint64_t group;		/* bytes of a chunk: one directory each */
 	atomic_ullong bytes;	/* bytes on disk, as far as this mount knows */
 	atomic_ullong stores;	/* chunks stored so far */
 	atomic_bool full_logged; /* a failed store was logged */
@@ -93,25 +121,49 @@ struct disk_cache {
 	struct remote_counters *counters; /* disk_* bumped; outlives it */
 };
 
-bool disk_cache_chunk_name(const char *name)
+/* Does @name begin with 32 lower-case hex digits? */
+static bool hex32(const char *name)
 {
 	for (int i = 0; i < 32; i++)
 		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
 			return false;
-	return !strcmp(name + 32, ".chunk");
+	return true;
 }
 
-static XXH128_hash_t chunk_key(const struct disk_cache *dc,
-			       const struct remote_object *o, uint64_t off, size_t len)
+bool disk_cache_chunk_name(const char *name)
+{
+	return hex32(name) && !strcmp(name + 32, ".chunk");
+}
+
+/* Is @name that of a chunk's directory: 32 lower-case hex digits? */
+static bool dir_name(const char *name)
+{
+	return hex32(name) && !name[32];
+}
+
+/* The keyed hash of @o's version and what @kind names: a chunk's
+ * directory (@a its number, @b the chunk size) or a range (@a its
+ * offset, @b its length). */
+static XXH128_hash_t object_key(const struct disk_cache *dc, const struct remote_object *o,
+				uint64_t kind, uint64_t a, uint64_t b)
 {
 	XXH3_state_t st;
-	uint64_t nums[4] = { o->size, (uint64_t)o->mtime, off, len };
+	uint64_t nums[5] = { kind, o->size, (uint64_t)o->mtime, a, b };
 
 	XXH3_128bits_reset_withSecret(&st, dc->key, sizeof(dc->key));
 	XXH3_128bits_update(&st, o->name, strlen(o->name) + 1);
 	XXH3_128bits_update(&st, o->etag, strlen(o->etag) + 1);
 	XXH3_128bits_update(&st, nums, sizeof(nums));
 	return XXH3_128bits_digest(&st);
+}
+
+/* Begin in @st the keyed checksum of header @h (but its checksum), to
+ * which the data is added. */
+static void checksum_begin(const struct disk_cache *dc, XXH3_state_t *st,
+			   const struct disk_chunk_header *h)
+{
+	XXH3_64bits_reset_withSecret(st, dc->key, sizeof(dc->key));
+	XXH3_64bits_update(st, h, offsetof(struct disk_chunk_header, checksum));
 }
 
 /* The keyed checksum of header @h (but its checksum) and @len bytes. */
@@ -121,33 +173,84 @@ static uint64_t chunk_checksum(const struct disk_cache *dc,
 {
 	XXH3_state_t st;
 
-	XXH3_64bits_reset_withSecret(&st, dc->key, sizeof(dc->key));
-	XXH3_64bits_update(&st, h, offsetof(struct disk_chunk_header, checksum));
+	checksum_begin(dc, &st, h);
 	XXH3_64bits_update(&st, buf, len);
 	return XXH3_64bits_digest(&st);
 }
 
-/* The subdirectory and file name of key @k. */
-static unsigned chunk_name(XXH128_hash_t k, char name[DISK_CACHE_NAME_MAX])
+/* The key in the header of range [@off, @off + @len) of @o. */
+static XXH128_hash_t range_key(const struct disk_cache *dc, const struct remote_object *o,
+			       uint64_t off, uint64_t len)
 {
-	snprintf(name, DISK_CACHE_NAME_MAX, "%016" PRIx64 "%016" PRIx64 ".chunk",
-		 k.high64, k.low64);
+	return object_key(dc, o, DISK_CACHE_KIND_RANGE, off, len);
+}
+
+/* The subdirectory and directory name of the chunk of @o holding byte
+ * @off. */
+static unsigned group_name(const struct disk_cache *dc, const struct remote_object *o,
+			   uint64_t off, char name[DISK_CACHE_DIR_MAX])
+{
+	XXH128_hash_t k = object_key(dc, o, DISK_CACHE_KIND_DIR, off / dc->group, dc->group);
+
+	snprintf(name, DISK_CACHE_DIR_MAX, "%016" PRIx64 "%016" PRIx64, k.high64, k.low64);
 	return (unsigned)(k.high64 >> 56);
 }
 
-/* Subdirectory @i, never through a link; made when missing if @create.
- * Its fd or -errno. */
+/* The file name of range [@off, @off + @len) in its chunk's directory. */
+static void range_name(uint64_t off, uint64_t len, char name[DISK_CACHE_NAME_MAX])
+{
+	snprintf(name, DISK_CACHE_NAME_MAX, "%016" PRIx64 "%016" PRIx64 ".chunk", off, len);
+}
+
+/* The range a file name says: false if it is no range's name. */
+static bool parse_range(const char *name, uint64_t *off, uint64_t *len)
+{
+	char hex[17];
+
+	if (!disk_cache_chunk_name(name))
+		return false;
+	memcpy(hex, name, 16);
+	hex[16] = '\0';
+	*off = strtoull(hex, NULL, 16);
+	memcpy(hex, name + 16, 16);
+	*len = strtoull(hex, NULL, 16);
+	return *len && *off + *len > *off;
+}
+
+/* Directory @name in @at, never through a link; made (0700) when
+ * missing if @create.  Its fd or -errno. */
+static int open_dir_at(int at, const char *name, bool create)
+{
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT && create && (!mkdirat(at, name, 0700) || errno == EEXIST))
+		fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Subdirectory @i: its fd or -errno (open_dir_at). */
 static int open_sub(const struct disk_cache *dc, unsigned i, bool create)
 {
 	char name[4];
-	int fd;
 
 	snprintf(name, sizeof(name), "%02x", i);
-	fd = openat(dc->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && create &&
-	    (!mkdirat(dc->fd, name, 0700) || errno == EEXIST))
-		fd = openat(dc->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
+	return open_dir_at(dc->fd, name, create);
+}
+
+/* The directory of the chunk of @o holding byte @off, named in @name
+ * ("<2 hex>/<32 hex>"): its fd or -errno. */
+static int open_group(const struct disk_cache *dc, const struct remote_object *o, uint64_t off,
+		      bool create, char name[3 + DISK_CACHE_DIR_MAX])
+{
+	unsigned i = group_name(dc, o, off, name + 3);
+	int fd, sub = open_sub(dc, i, create);
+
+	snprintf(name, 3, "%02x", i);
+	name[2] = '/';
+	fd = sub < 0 ? sub : open_dir_at(sub, name + 3, create);
+	if (sub >= 0)
+		close(sub);
+	return fd;
 }
 
 /* Link the unnamed file @fd into @dirfd as @name (replacing nothing):
@@ -234,7 +337,10 @@ static bool have_key(struct disk_cache *dc)
 
 /* A chunk file and its mtime, for eviction. */
 struct aged {
-	char name[DISK_CACHE_NAME_MAX]; /* its name in its subdirectory */
+	char name[DISK_CACHE_NAME_MAX]; /* its name in its directory */
+	char dir[DISK_CACHE_DIR_MAX]; /* that chunk's directory, in sub;
+				 * "": a file in sub itself (an older
+				 * layout's, never loaded: ages out) */
 	unsigned sub;		/* that subdirectory */
 	struct timespec mtime;	/* when last used */
 	uint64_t size;		/* bytes */
@@ -249,50 +355,71 @@ static int cmp_age(const void *a, const void *b)
 	return (x->mtime.tv_nsec > y->mtime.tv_nsec) - (x->mtime.tv_nsec < y->mtime.tv_nsec);
 }
 
-/* Append the chunk files of subdirectory @i to @v: regular files named
- * as chunks, nothing reached through a link.  With @report, say why a
- * subdirectory cannot be used. */
-static void list_sub(const struct disk_cache *dc, unsigned i, struct aged **v, size_t *nr, size_t *cap,
-		     bool report)
-{
-	struct dirent *de;
-	int fd = open_sub(dc, i, false);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+/* A listing of chunk files under way: where they go. */
+struct listing {
+	struct aged *v;		/* the files */
+	size_t nr;		/* of them */
+	size_t cap;		/* allocated */
+};
 
-	if (!d && fd >= 0)
+/* Append the chunk files in directory @fd (closed here) to @l: regular
+ * files named as chunks, nothing reached through a link; @dir is its
+ * name in subdirectory @sub, or NULL for @sub itself, whose chunk
+ * directories are listed too. */
+static void list_dir(int fd, unsigned sub, const char *dir, struct listing *l)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *de;
+
+	if (!d)
 		close(fd);
-	if (fd < 0 && fd != -ENOENT && report)
-		log_warn("%s/%02x: %s (not a directory of the cache, or a symbolic "
-			 "link): chunks of it are not kept", dc->dir, i, strerror(-fd));
 	while (d && (de = readdir(d))) {
 		struct stat st;
+		int cfd;
 
-		if (!disk_cache_chunk_name(de->d_name) ||
-		    fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+		if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW))
 			continue;
-		if (array_grow((void **)v, cap, *nr + 1, sizeof(**v)))
-			break;
-		memcpy((*v)[*nr].name, de->d_name, DISK_CACHE_NAME_MAX); /* matched: fits */
-		(*v)[*nr].sub = i;
-		(*v)[*nr].mtime = st.st_mtim;
-		(*v)[(*nr)++].size = (uint64_t)st.st_size;
+		if (!dir && S_ISDIR(st.st_mode) && dir_name(de->d_name) &&
+		    (cfd = open_dir_at(fd, de->d_name, false)) >= 0)
+			list_dir(cfd, sub, de->d_name, l);
+		if (!S_ISREG(st.st_mode) || !disk_cache_chunk_name(de->d_name) ||
+		    array_grow((void **)&l->v, &l->cap, l->nr + 1, sizeof(*l->v)))
+			continue;
+		memcpy(l->v[l->nr].name, de->d_name, DISK_CACHE_NAME_MAX); /* matched: fits */
+		snprintf(l->v[l->nr].dir, DISK_CACHE_DIR_MAX, "%s", dir ? dir : "");
+		l->v[l->nr].sub = sub;
+		l->v[l->nr].mtime = st.st_mtim;
+		l->v[l->nr++].size = (uint64_t)st.st_size;
 	}
 	if (d)
 		closedir(d);
 }
 
+/* Append the chunk files of subdirectory @i to @l.  With @report, say
+ * why a subdirectory cannot be used. */
+static void list_sub(const struct disk_cache *dc, unsigned i, struct listing *l, bool report)
+{
+	int fd = open_sub(dc, i, false);
+
+	if (fd < 0 && fd != -ENOENT && report)
+		log_warn("%s/%02x: %s (not a directory of the cache, or a symbolic "
+			 "link): chunks of it are not kept", dc->dir, i, strerror(-fd));
+	if (fd >= 0)
+		list_dir(fd, i, NULL, l);
+}
+
 /* Every chunk file of the cache into *@v (*@nr of them); their bytes. */
 static uint64_t list_all(const struct disk_cache *dc, struct aged **v, size_t *nr, bool report)
 {
-	size_t cap = 0;
+	struct listing l = { NULL, 0, 0 };
 	uint64_t total = 0;
 
-	*v = NULL;
-	*nr = 0;
 	for (unsigned i = 0; i < DISK_CACHE_SUBDIRS; i++)
-		list_sub(dc, i, v, nr, &cap, report);
-	for (size_t i = 0; i < *nr; i++)
-		total += (*v)[i].size;
+		list_sub(dc, i, &l, report);
+	for (size_t i = 0; i < l.nr; i++)
+		total += l.v[i].size;
+	*v = l.v;
+	*nr = l.nr;
 	return total;
 }
 
@@ -329,7 +456,7 @@ static int open_dir(struct disk_cache *dc, const char *dir)
 }
 
 int disk_cache_init(struct disk_cache **dcp, const char *dir, uint64_t limit,
-		    struct remote_counters *counters)
+		    uint64_t group, struct remote_counters *counters)
 {
 	struct disk_cache *dc;
 	struct aged *v;
@@ -344,6 +471,7 @@ int disk_cache_init(struct disk_cache **dcp, const char *dir, uint64_t limit,
 		return -ENOMEM;
 	dc->fd = -1;
 	dc->limit = limit;
+	dc->group = group;
 	dc->counters = counters;
 	pthread_mutex_init(&dc->keying, NULL);
 	pthread_mutex_init(&dc->evicting, NULL);
@@ -373,20 +501,132 @@ void disk_cache_release(struct disk_cache *dc)
 	free(dc);
 }
 
-/* Check and read the chunk file @fd into @buf; 0 or -EBADMSG. */
-static int read_chunk(const struct disk_cache *dc, int fd, XXH128_hash_t k, void *buf, size_t len)
-{
-	struct disk_chunk_header h;
-	struct stat st;
+/* A range stored in a chunk's directory, as its file's name says. */
+struct stored {
+	uint64_t off;		/* first byte of the object */
+	uint64_t len;		/* bytes */
+};
 
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+/* The ranges stored in chunk directory @gfd that overlap [@off, @end),
+ * at most DISK_CACHE_RANGES_MAX of them, into @r: their count. */
+static unsigned list_ranges(int gfd, uint64_t off, uint64_t end, struct stored *r)
+{
+	int fd = fcntl(gfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	unsigned n = 0;
+
+	if (!d && fd >= 0)
+		close(fd);
+	while (d && n < DISK_CACHE_RANGES_MAX && (de = readdir(d)))
+		if (parse_range(de->d_name, &r[n].off, &r[n].len) && r[n].off < end &&
+		    off < r[n].off + r[n].len)
+			n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Of @r[0..@n), the range that holds byte @pos and reaches furthest, or
+ * NULL. */
+static const struct stored *covering(const struct stored *r, unsigned n, uint64_t pos)
+{
+	const struct stored *best = NULL;
+
+	for (unsigned i = 0; i < n; i++)
+		if (r[i].off <= pos && pos < r[i].off + r[i].len &&
+		    (!best || r[i].off + r[i].len > best->off + best->len))
+			best = &r[i];
+	return best;
+}
+
+/* Add data bytes [@from, @to) of chunk file @fd to checksum @st,
+ * DISK_CACHE_SCRATCH at a time: 0 or -EBADMSG (short). */
+static int hash_span(int fd, XXH3_state_t *st, uint64_t from, uint64_t to)
+{
+	char scratch[DISK_CACHE_SCRATCH];
+
+	while (from < to) {
+		size_t n = to - from < sizeof(scratch) ? (size_t)(to - from) : sizeof(scratch);
+
+		if (pread(fd, scratch, n, (off_t)(sizeof(struct disk_chunk_header) + from)) !=
+		    (ssize_t)n)
+			return -EBADMSG;
+		XXH3_64bits_update(st, scratch, n);
+		from += n;
+	}
+	return 0;
+}
+
+/*
+ * Check the file @fd of stored range @s of @o and copy its bytes [@from,
+ * @to) of the object into @dst: 0 or -EBADMSG.  The whole file is
+ * checked (its checksum covers all of it); the bytes around the wanted
+ * ones pass through a scratch buffer.
+ */
+static int read_range(const struct disk_cache *dc, int fd, const struct remote_object *o,
+		      const struct stored *s, uint64_t from, uint64_t to, void *dst)
+{
+	XXH128_hash_t k = range_key(dc, o, s->off, s->len);
+	uint64_t a = from - s->off, b = to - s->off;
+	struct disk_chunk_header h;
+	XXH3_state_t st;
+	struct stat sb;
+
+	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) ||
 	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
 	    h.magic != DISK_CACHE_MAGIC || h.key_lo != k.low64 ||
-	    h.key_hi != k.high64 || h.len != len ||
-	    pread(fd, buf, len, sizeof(h)) != (ssize_t)len ||
-	    chunk_checksum(dc, &h, buf, len) != h.checksum)
+	    h.key_hi != k.high64 || h.len != s->len)
+		return -EBADMSG;
+	checksum_begin(dc, &st, &h);
+	if (hash_span(fd, &st, 0, a) ||
+	    pread(fd, dst, (size_t)(b - a), (off_t)(sizeof(h) + a)) != (ssize_t)(b - a))
+		return -EBADMSG;
+	XXH3_64bits_update(&st, dst, (size_t)(b - a));
+	if (hash_span(fd, &st, b, s->len) || XXH3_64bits_digest(&st) != h.checksum)
 		return -EBADMSG;
 	return 0;
+}
+
+/* Copy bytes [@from, @to) of @o from stored range @s, in chunk directory
+ * @gfd (named @gname), into @dst: 0, -ENOENT (gone meanwhile) or
+ * -EBADMSG (failed a check: removed). */
+static int load_piece(struct disk_cache *dc, int gfd, const char *gname,
+		      const struct remote_object *o, const struct stored *s,
+		      uint64_t from, uint64_t to, void *dst)
+{
+	char name[DISK_CACHE_NAME_MAX];
+	int fd, rc;
+
+	range_name(s->off, s->len, name);
+	/* never blocks (a FIFO), never follows a link (ELOOP: one is there,
+	 * removed below); any other failure is a miss */
+	fd = openat(gfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno != ELOOP)
+		return -ENOENT;
+	rc = fd < 0 ? -EBADMSG : read_range(dc, fd, o, s, from, to, dst);
+	if (!rc)
+		futimens(fd, NULL);	/* recently used */
+	if (fd >= 0)
+		close(fd);
+	if (rc) {
+		log_warn("%s/%s/%s: not a valid cache file (torn, corrupt, forged, or "
+			 "not a regular file): removed, fetched again", dc->dir, gname, name);
+		unlinkat(gfd, name, 0);
+		atomic_fetch_add_explicit(&dc->counters->disk_corrupt, 1, memory_order_relaxed);
+	}
+	return rc;
+}
+
+/* Are bytes [@off, @end) covered by the ranges @r[0..@n)? */
+static bool covered(const struct stored *r, unsigned n, uint64_t off, uint64_t end)
+{
+	const struct stored *s;
+
+	for (uint64_t pos = off; pos < end; pos = s->off + s->len)
+		if (!(s = covering(r, n, pos)))
+			return false;
+	return true;
 }
 
 /* Is @o's version known well enough for its chunks to be kept? */
@@ -398,46 +638,51 @@ static bool cacheable(const struct disk_cache *dc, const struct remote_object *o
 int disk_cache_load(struct disk_cache *dc, const struct remote_object *o,
 		    uint64_t off, void *buf, size_t len)
 {
-	struct remote_counters *c;
-	char name[DISK_CACHE_NAME_MAX];
-	XXH128_hash_t k;
-	unsigned i;
-	int sub, fd, rc;
+	struct stored r[DISK_CACHE_RANGES_MAX];
+	char gname[3 + DISK_CACHE_DIR_MAX];
+	uint64_t end = off + len;
+	unsigned n = 0;
+	int gfd, rc = 0;
 
 	if (!cacheable(dc, o))
 		return -ENOENT;
-	c = dc->counters;
-	if (!atomic_load_explicit(&dc->keyed, memory_order_acquire)) {
-		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);
-		return -ENOENT;	/* no key yet: no chunk either */
+	/* no key yet: no chunk either */
+	gfd = atomic_load_explicit(&dc->keyed, memory_order_acquire) ?
+	      open_group(dc, o, off, false, gname) : -ENOENT;
+	if (gfd >= 0)
+		n = list_ranges(gfd, off, end, r);
+	if (!covered(r, n, off, end))
+		rc = -ENOENT;
+	for (uint64_t pos = off, to; !rc && pos < end; pos = to) {
+		const struct stored *s = covering(r, n, pos);
+
+		to = s->off + s->len < end ? s->off + s->len : end;
+		rc = load_piece(dc, gfd, gname, o, s, pos, to, (char *)buf + (pos - off));
 	}
-	k = chunk_key(dc, o, off, len);
-	i = chunk_name(k, name);
-	sub = open_sub(dc, i, false);
-	/* never blocks (a FIFO), never follows a link (ELOOP: one is there,
-	 * removed below); any other failure is a miss */
-	fd = sub < 0 ? -1 : openat(sub, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && (sub < 0 || errno != ELOOP)) {
-		if (sub >= 0)
-			close(sub);
-		atomic_fetch_add_explicit(&c->disk_misses, 1, memory_order_relaxed);
-		return -ENOENT;
-	}
-	rc = fd < 0 ? -EBADMSG : read_chunk(dc, fd, k, buf, len);
-	if (!rc)
-		futimens(fd, NULL);	/* recently used */
-	if (fd >= 0)
-		close(fd);
-	if (rc) {
-		log_warn("%s/%02x/%s: not a valid cache file (torn, corrupt, forged, or "
-			 "not a regular file): removed, fetched again", dc->dir, i, name);
-		unlinkat(sub, name, 0);
-		atomic_fetch_add_explicit(&c->disk_corrupt, 1, memory_order_relaxed);
-	} else {
-		atomic_fetch_add_explicit(&c->disk_hits, 1, memory_order_relaxed);
-	}
-	close(sub);
+	if (gfd >= 0)
+		close(gfd);
+	if (rc != -EBADMSG)
+		atomic_fetch_add_explicit(rc ? &dc->counters->disk_misses : &dc->counters->disk_hits,
+					  1, memory_order_relaxed);
 	return rc;
+}
+
+/* Delete chunk file @a, and its chunk's directory once empty: done? */
+static bool evict_one(const struct disk_cache *dc, const struct aged *a)
+{
+	int sub = open_sub(dc, a->sub, false), fd = sub;
+	bool done;
+
+	if (sub >= 0 && a->dir[0])
+		fd = open_dir_at(sub, a->dir, false);
+	done = fd >= 0 && !unlinkat(fd, a->name, 0);
+	if (done && fd != sub)
+		unlinkat(sub, a->dir, AT_REMOVEDIR);	/* fails while not empty */
+	if (fd >= 0 && fd != sub)
+		close(fd);
+	if (sub >= 0)
+		close(sub);
+	return done;
 }
 
 /* Delete the least recently used chunks down to the low-water mark, by
@@ -450,14 +695,9 @@ static void evict_listed(struct disk_cache *dc)
 		 target = dc->limit / 100 * DISK_CACHE_LOW_WATER;
 
 	qsort(v, nr, sizeof(*v), cmp_age);
-	for (size_t i = 0; i < nr && total > target; i++) {
-		int sub = open_sub(dc, v[i].sub, false);
-
-		if (sub >= 0 && !unlinkat(sub, v[i].name, 0))
+	for (size_t i = 0; i < nr && total > target; i++)
+		if (evict_one(dc, &v[i]))
 			total -= v[i].size;
-		if (sub >= 0)
-			close(sub);
-	}
 	atomic_store(&dc->bytes, total);
 	free(v);
 }
@@ -500,11 +740,12 @@ static int write_all(int fd, const void *buf, size_t len, off_t off)
 	return 0;
 }
 
-/* Write header and data to a new unnamed file in @sub; its fd or -errno. */
-static int write_temp(int sub, const struct disk_chunk_header *h,
+/* Write header and data to a new unnamed file in directory @dirfd; its
+ * fd or -errno. */
+static int write_temp(int dirfd, const struct disk_chunk_header *h,
 		      const void *buf, size_t len)
 {
-	int fd = openat(sub, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600), rc;
+	int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600), rc;
 
 	if (fd < 0)
 		return -errno;
@@ -530,30 +771,31 @@ static void store_failed(struct disk_cache *dc, int err)
 void disk_cache_store(struct disk_cache *dc, const struct remote_object *o,
 		      uint64_t off, const void *buf, size_t len)
 {
-	char name[DISK_CACHE_NAME_MAX];
+	char name[DISK_CACHE_NAME_MAX], gname[3 + DISK_CACHE_DIR_MAX];
 	struct disk_chunk_header h;
 	XXH128_hash_t k;
-	int sub, fd;
+	int gfd, fd;
 
 	if (!cacheable(dc, o) || !have_key(dc))
 		return;
-	k = chunk_key(dc, o, off, len);
+	k = range_key(dc, o, off, len);
 	h = (struct disk_chunk_header){ DISK_CACHE_MAGIC, k.low64, k.high64, len, 0 };
 	h.checksum = chunk_checksum(dc, &h, buf, len);
-	sub = open_sub(dc, chunk_name(k, name), true);
-	fd = sub < 0 ? sub : write_temp(sub, &h, buf, len);
+	gfd = open_group(dc, o, off, true, gname);
+	fd = gfd < 0 ? gfd : write_temp(gfd, &h, buf, len);
 	if (fd < 0) {
 		store_failed(dc, fd);
-		goto out_close_sub;
+		goto out_close_group;
 	}
 	/* link the finished file into place: never visible half-written */
-	unlinkat(sub, name, 0);
-	if (!link_into(fd, sub, name) &&
+	range_name(off, len, name);
+	unlinkat(gfd, name, 0);
+	if (!link_into(fd, gfd, name) &&
 	    (atomic_fetch_add(&dc->stores, 1),
 	     atomic_fetch_add(&dc->bytes, len + sizeof(h)) + len + sizeof(h) > dc->limit))
 		evict(dc);
 	close(fd);
-out_close_sub:
-	if (sub >= 0)
-		close(sub);
+out_close_group:
+	if (gfd >= 0)
+		close(gfd);
 }

@@ -140,7 +140,8 @@ static int pieces_init(struct remote *r, const struct remote_options *ro)
 			.prefetch_threads = REMOTE_PREFETCH_THREADS,
 			.fetch = fetch_chunks, .load = load_chunk, .store = store_chunk,
 			.counters = &r->counters.cache }) ?:
-	       disk_cache_init(&r->disk, ro->cache_dir, cfg->cache_size, &r->counters);
+	       disk_cache_init(&r->disk, ro->cache_dir, cfg->cache_size, cfg->chunk_size,
+			       &r->counters);
 }
 
 int remote_init(struct remote **remotep, const struct remote_options *ro)

@@ -36,11 +36,13 @@ Requests are the server's (nginx's access log, s3rver's log lines) in the
 read, the listing counted apart; bytes fetched are the mount's
 (/.shardfs/stats; s3rver's log does not tell a HEAD from a GET, so none
 for s3fs); daemon CPU is the mount's daemon's utime + stime
-(/proc/PID/stat), the loader's own process CPU for the loader.
+(/proc/PID/stat), the loader's own process CPU for the loader; daemon
+switches are the voluntary context switches of all the daemon's threads
+(/proc/PID/task/*/status) in the threads rows' reads.
 
     /usr/bin/python3 tests/bench/remote_epoch.py [--samples 2000] \
         [--stores http,s3] [--dataloader 1,8] [--only dist-1,random] \
-        [--rounds 3] [--delay-ms D] [BUILD_DIR]
+        [--rounds 3] [--threads 2] [--delay-ms D] [BUILD_DIR]
 
 --delay-ms D sends the http clients through remote_bench.delay_proxy,
 which holds each request D ms: a link with that round trip, where
@@ -100,6 +102,9 @@ class MountReader:
 
     def cpu(self):
         return system.process_cpu_seconds(self.pid)
+
+    def switches(self):
+        return system.voluntary_switches(self.pid)
 
     def fetched(self):
         """The mount's own count of body bytes fetched (shardfs only)."""
@@ -282,10 +287,13 @@ def threads_epoch(store, reader, names):
     r1 = settle(store)
     out["list_requests"] = r1 - r0
     cpu, fetched = reader.cpu(), reader.fetched()
+    switches = getattr(reader, "switches", lambda: None)()
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
         out["used"] = sum(pool.map(reader.read, names))
     out["seconds"] = time.monotonic() - start
+    if switches is not None:
+        out["switches"] = reader.switches() - switches
     out["fetched"] = reader.fetched() - fetched if fetched is not None else None
     out["requests"] = settle(store) - r1
     out["cpu"] = reader.cpu() - cpu
@@ -395,7 +403,8 @@ def figures(res):
     seconds = res.get("seconds")
     return {"per_s": n / seconds if seconds else None,
             "requests_per_sample": res["requests"] / n,
-            "cpu_ms": 1000 * res["cpu"] / n if res.get("cpu") is not None else None}
+            "cpu_ms": 1000 * res["cpu"] / n if res.get("cpu") is not None else None,
+            "switches": res["switches"] / n if res.get("switches") is not None else None}
 
 
 def measure_store(a, work, store, sizes, results):
@@ -456,7 +465,8 @@ def cache_dir_rows(a, work, store, names, results):
 
 
 HEADER = ("| store | share | read by | samples | shardfs: fetched ÷ used | requests / sample "
-          "| listing requests | daemon CPU ms / sample | samples/s | GET loader: samples/s "
+          "| listing requests | daemon CPU ms / sample | daemon switches / sample | samples/s "
+          "| GET loader: samples/s "
           "| shardfs ÷ loader | loader CPU ms / sample | s3fs: requests / sample "
           "| listing requests | daemon CPU ms / sample | samples/s | shardfs ÷ s3fs "
           "| shardfs ÷ s3fs, listing included | load |")
@@ -479,7 +489,7 @@ def print_row(row):
         else None
     cells = [row["store"], row["share"], row["form"], str(sh["samples"]), fmt(ratio),
              fmt(f["requests_per_sample"]), str(sh["list_requests"]), fmt(f["cpu_ms"]),
-             fmt(f["per_s"], "%.0f")]
+             fmt(f["switches"], "%.1f"), fmt(f["per_s"], "%.0f")]
     ld = c.get("GET loader")
     if ld:
         g = figures(ld)
@@ -506,6 +516,7 @@ def print_table(rows):
 
 
 def main():
+    global THREADS
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return run_child(*sys.argv[2:5])
     ap = argparse.ArgumentParser()
@@ -518,6 +529,8 @@ def main():
     ap.add_argument("--no-cache-dir", action="store_true")
     ap.add_argument("--rounds", type=int, default=3,
                     help="threads rows: each client this many times, alternated; the median")
+    ap.add_argument("--threads", type=int, default=THREADS,
+                    help="threads rows: reader threads (and the loader's)")
     ap.add_argument("--delay-ms", type=float, default=0,
                     help="http: through a proxy holding each request this long")
     ap.add_argument("--results", default="results")
@@ -528,6 +541,7 @@ def main():
         with open(a.table) as f:
             return print_table(json.load(f)["rows"])
     a.dataloader = [int(n) for n in a.dataloader.split(",") if n]
+    THREADS = a.threads
     if a.build:
         lib.SHARDFS = os.path.abspath(os.path.join(a.build, "shardfs"))
     import testlib_mount
@@ -546,9 +560,9 @@ def run(a, work, results):
     sizes = make_set(work, a.samples)
     total = sum(os.path.getsize(os.path.join(work, "www", n))
                 for n in shard_names(os.path.join(work, "www")))
-    print("set: %d samples, %.0f MB in %d shards; cache_mem=%s; %s; load %s" % (
-        a.samples, total / 1e6, SHARDS, a.cache_mem, lib.SHARDFS,
-        open("/proc/loadavg").read().split()[:3]))
+    print("set: %d samples, %.0f MB in %d shards; cache_mem=%s; %d reader threads; %s; "
+          "load %s" % (a.samples, total / 1e6, SHARDS, a.cache_mem, THREADS, lib.SHARDFS,
+                       open("/proc/loadavg").read().split()[:3]))
     print_table([])
     for name in a.stores.split(","):
         with (http_store(work, a.delay_ms) if name == "http" else s3_store(work)) as store:

@@ -164,6 +164,19 @@ def process_cpu_seconds(pid):
 
 
 
+def voluntary_switches(pid):
+    """Voluntary context switches of all threads of pid, so far."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                total += sum(int(line.split()[1]) for line in f
+                             if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:
+            continue    # a thread that ended
+    return total
+
+
 def load_average():
     """The 1-minute load average: other work on the machine skews timings."""
     with open("/proc/loadavg") as f:

@@ -17,13 +17,20 @@ Remote shards on nginx (remote_site.py):
 - A published index (written by shardfs-index, uploaded next to the
   shards) lets a fresh node mount with one probe per shard and one GET.
 - The chunk cache on disk serves a later mount: only the probes and the
-  chunks found damaged go to the server.
+  chunks found damaged go to the server; a later epoch that reads at
+  random what an epoch in shard order stored (other ranges than the
+  ones stored) makes no GET at all.
+- Shard streams read at once (ShardAwareSampler's window) through fewer
+  than 2 slots a stream fetch at most 1.1x the bytes used.
 - Connections: an HTTPS server offering HTTP/2 carries every request as a
   stream of one connection; many concurrent readers of an HTTP/1.1
   server reuse a bounded pool of keep-alive connections.
 """
+import concurrent.futures
+import hashlib
 import math
 import os
+import random
 import re
 import shutil
 
@@ -193,6 +200,33 @@ def test_no_byte_fetched_twice_on_a_sequential_read(site, url, tmp_path, cache_e
     assert after["prefetches"] > 0, "a forward reader gets chunks ahead"
 
 
+def test_interleaved_shard_streams_in_a_small_cache_fetch_each_byte_once(
+        site, url, tmp_path, cache_env):
+    """Issue 29: ShardAwareSampler's window reads several shards at once,
+    each in order; with fewer than 2 slots a stream (3 shards, 4 slots),
+    whole chunks were taken over before their stream had read them out
+    and fetched again.  The cache bounds the streams' windows by its
+    slots: at most 1.1x the bytes used."""
+    www, names, ref = site
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
+        shards = [sorted(os.path.join(d, f) for d, _, fs in os.walk(mnt / ("s%d" % i))
+                         for f in fs) for i in range(len(names))]
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M,cache_mem=4M",
+                     env=cache_env):
+        before, used, got = remote_stats(mnt)["bytes"], 0, {}
+        for i in range(max(len(s) for s in shards)):
+            for files in shards:
+                if i < len(files):
+                    with open(files[i], "rb") as f:
+                        data = f.read()
+                    used += len(data)
+                    got[os.path.relpath(files[i], mnt)] = hashlib.sha256(data).hexdigest()
+        fetched = settled_stats(mnt)["bytes"] - before
+    assert got == digests(ref)
+    assert fetched <= 1.1 * used, (fetched, used)
+
+
 def test_https_http2_carries_every_request_on_one_connection(site, tmp_path,
                                                             cache_env):
     www, names, ref = site
@@ -241,7 +275,7 @@ def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_
     # (the index build's and the reader's), and the ranges of the first
     # files of each shard (read before the reader was known to be a
     # stream: their chunk may also be there whole, from the build)
-    files = sorted(cache.glob("*/*.chunk"))
+    files = sorted(cache.glob("*/*/*.chunk"))
     total = sum(math.ceil(os.path.getsize(www / n) / CHUNK) for n in names)
     sizes = sum(os.path.getsize(www / n) for n in names)
     stored = sum(os.path.getsize(f) - DISK_HEADER for f in files)
@@ -272,6 +306,46 @@ def test_disk_cache_serves_later_mounts_and_never_corrupt_chunks(site, url, tmp_
     assert st["disk_corrupt"] == 2
     assert st["requests"] - st["retries"] == len(names) + 2, st
     assert st["disk_hits"] >= len(files) - 2
+
+
+def shuffled_digests(root, readers, seed):
+    """digests(ROOT), the files read in a shuffled order by READERS
+    threads at once."""
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root)
+                   if ".shardfs" not in os.path.relpath(d, root).split(os.sep)
+                   for f in files)
+    random.Random(seed).shuffle(paths)
+
+    def one(p):
+        with open(p, "rb") as fh:
+            return os.path.relpath(p, root), hashlib.sha256(fh.read()).hexdigest()
+
+    with concurrent.futures.ThreadPoolExecutor(readers) as pool:
+        return dict(pool.map(one, paths))
+
+
+def test_disk_cache_serves_other_ranges_than_it_stored(site, url, tmp_path, cache_env):
+    """Issue 29: a 2nd epoch with cache_dir fetches nothing, even when it
+    asks other ranges than the 1st stored.  The 1st epoch reads each
+    shard in order: its first files as ranges, each grown by the next,
+    then whole chunks; the 2nd reads at random with 4 threads: samples,
+    parts of those ranges and chunks, some joined into one fetch."""
+    www, names, ref = site
+    cache = tmp_path / "chunks"
+    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
+    mnt = tmp_path / "mnt"
+    # the index built and cached first: the 1st epoch stores only what
+    # its reader fetched, not the build's whole chunks
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
+        pass
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert digests(mnt) == digests(ref)
+    for seed in (1, 2):
+        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+            assert shuffled_digests(mnt, 4, seed) == digests(ref)
+            st = remote_stats(mnt)
+        assert st["requests"] - st["retries"] == len(names), st
+        assert st["disk_hits"] > 0 and st["disk_corrupt"] == 0, st
 
 
 def test_published_index(site, tmp_path, cache_env):

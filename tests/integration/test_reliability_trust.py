@@ -242,7 +242,7 @@ def site(tmp_path):
 
 
 def chunk_files(cache):
-    return sorted(cache.glob("*/*.chunk"))
+    return sorted(cache.glob("*/*/*.chunk"))
 
 
 def populate(url, names, truth, cache, tmp_path, env, extra=""):

@@ -139,7 +139,7 @@ def test_disk_cache_stays_within_cache_size(site, url, tmp_path, cache_env):
                      "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=5M" % cache,
                      env=cache_env):
         assert digests(mnt) == digests(ref)
-    on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*.chunk"))
+    on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*/*.chunk"))
     assert 0 < on_disk <= 5 << 20
 
 

@@ -10,9 +10,11 @@
  * whole chunks and a window, ranges evicted once read, a failed extension,
  * ranges kept and found again through load/store, and readers growing
  * ranges at once; the fetch threads stopped before a fork and started
- * again after it.  No network: the
- * fetcher fills chunks with a pattern of their offset and can be held (a
- * gate) or made to fail.
+ * again after it; readers waiting for bytes of a fetch that trickles in
+ * woken by their bytes (not by every piece), also when it fails half way.
+ * No network: the fetcher fills chunks with a pattern of their offset
+ * and can be held (a gate), made to fail, or made to deliver a step of
+ * bytes at a time, as the test allows.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,9 +22,11 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <cmocka.h>
 
@@ -55,6 +59,12 @@ static struct {
 	uint64_t last_len;	/* its bytes */
 	uint64_t fail_off;	/* a fetch of this byte fails (UINT64_MAX:
 				 * none) */
+	size_t step;		/* bytes delivered at a time (0: a piece
+				 * whole) */
+	unsigned permits;	/* steps that may still be delivered
+				 * (UINT_MAX: any) */
+	uint64_t fail_at;	/* a fetch fails once this many bytes of it
+				 * came (UINT64_MAX: never) */
 } fake = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.opened = PTHREAD_COND_INITIALIZER,
@@ -66,6 +76,41 @@ static struct chunk_cache *cache;	/* the test's */
 static unsigned char byte_at(const struct object *o, uint64_t off)
 {
 	return (unsigned char)(off * 131 + (off >> 12) * 7 + o->tag);
+}
+
+/* May the fetcher deliver a step more, @done bytes of its body came?
+ * Waits for a permit; false: the fetch fails here. */
+static bool may_deliver(uint64_t done)
+{
+	bool ok;
+
+	pthread_mutex_lock(&fake.lock);
+	while (!fake.permits && done < fake.fail_at)
+		pthread_cond_wait(&fake.opened, &fake.lock);
+	ok = done < fake.fail_at;
+	if (ok && fake.permits != UINT_MAX)
+		fake.permits--;
+	pthread_mutex_unlock(&fake.lock);
+	return ok;
+}
+
+/* Fill @piece, body bytes from @off on, a step at a time as permitted:
+ * false if the fetch failed meanwhile. */
+static bool deliver(void *obj, const struct fetch_piece *piece, uint64_t off, uint64_t done)
+{
+	size_t step = fake.step ? fake.step : piece->len;
+
+	for (size_t at = 0; at < piece->len; at += step) {
+		size_t n = piece->len - at < step ? piece->len - at : step;
+
+		if (!may_deliver(done + at))
+			return false;
+		for (size_t j = 0; j < n; j++)
+			piece->buf[at + j] = (char)byte_at(obj, off + done + at + j);
+		atomic_store_explicit(&piece->progress->bytes, at + n, memory_order_release);
+		piece->progress->notify(piece->progress);
+	}
+	return true;
 }
 
 static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n,
@@ -89,12 +134,9 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 	if (fail)
 		return -EIO;
 	for (unsigned i = 0; i < n; i++) {
-		for (size_t j = 0; j < piece[i].len; j++)
-			piece[i].buf[j] = (char)byte_at(obj, off + (uint64_t)done + j);
+		if (!deliver(obj, &piece[i], off, (uint64_t)done))
+			return -EIO;
 		done += (ssize_t)piece[i].len;
-		atomic_store_explicit(&piece[i].progress->bytes, piece[i].len,
-				      memory_order_release);
-		piece[i].progress->notify(piece[i].progress);
 	}
 	return done;
 }
@@ -107,6 +149,17 @@ static unsigned fetch_calls(void)
 	n = fake.calls;
 	pthread_mutex_unlock(&fake.lock);
 	return n;
+}
+
+/* Let the fetcher deliver @n more steps (0: none until told; UINT_MAX:
+ * any), or fail once @fail_at bytes of its body came. */
+static void permit(unsigned n, uint64_t fail_at)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.permits = n == UINT_MAX ? UINT_MAX : fake.permits + n;
+	fake.fail_at = fail_at;
+	pthread_cond_broadcast(&fake.opened);
+	pthread_mutex_unlock(&fake.lock);
 }
 
 static void gate(bool closed)
@@ -136,6 +189,9 @@ static void cache_init(unsigned chunks, unsigned threads)
 	fake.gate_closed = false;
 	fake.calls = fake.pieces = 0;
 	fake.fail_off = UINT64_MAX;
+	fake.step = 0;
+	fake.permits = UINT_MAX;
+	fake.fail_at = UINT64_MAX;
 	counters = (struct chunk_cache_counters){ 0 };
 	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
 				 .chunk_size = CHUNK, .mem = (uint64_t)chunks * CHUNK,
@@ -187,6 +243,7 @@ struct reader {
 	uint64_t off;		/* first byte */
 	size_t len;		/* bytes */
 	ssize_t result;		/* chunk_cache_read()'s */
+	long switches;		/* voluntary context switches of the read */
 	atomic_bool finished;	/* the read returned */
 	pthread_t thread;	/* running it */
 };
@@ -194,8 +251,12 @@ struct reader {
 static void *reader_run(void *arg)
 {
 	struct reader *r = arg;
+	struct rusage before, after;
 
+	getrusage(RUSAGE_THREAD, &before);
 	r->result = read_check(r->ow, r->off, r->len);
+	getrusage(RUSAGE_THREAD, &after);
+	r->switches = after.ru_nvcsw - before.ru_nvcsw;
 	chunk_cache_dontneed(r->ow, r->off, r->len);
 	atomic_store(&r->finished, true);
 	return NULL;
@@ -759,6 +820,96 @@ static void *preparer_run(void *arg)
 
 /* Before a fork the fetch threads finish the fetch they run and stop,
  * leaving what is queued; after it they start again and fetch that. */
+/* Readers of the trickle tests: each reads a few bytes further into
+ * one chunk than the one before. */
+#define TRICKLE_READERS 8
+/* Bytes the fetcher delivers at a time there: many steps per reader. */
+#define TRICKLE_STEP 16
+
+/* Start TRICKLE_READERS readers of chunk 0 of a stream @ow, reader @i
+ * at byte i * CHUNK / TRICKLE_READERS, once its fetch is under way and
+ * delivers TRICKLE_STEP bytes per permit. */
+static void trickle_start(struct reader *r, struct chunk_owner *ow)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.step = TRICKLE_STEP;
+	fake.permits = 0;
+	pthread_mutex_unlock(&fake.lock);
+	for (unsigned i = 0; i < TRICKLE_READERS; i++)
+		reader_start_at(&r[i], ow, i * (CHUNK / TRICKLE_READERS), 64);
+	WAIT_FOR(fetch_calls() == 1);
+	sleep_ms(SETTLE_MS);	/* every reader waits for its bytes */
+}
+
+/* Steps of TRICKLE_STEP that bring the bytes reader @i reads. */
+static unsigned steps_for(unsigned i)
+{
+	return (i * (CHUNK / TRICKLE_READERS) + 64 + TRICKLE_STEP - 1) / TRICKLE_STEP;
+}
+
+static void test_readers_woken_by_their_bytes(void **state)
+{
+	struct object o = { 23 };
+	struct chunk_owner ow;
+	struct reader r[TRICKLE_READERS];
+
+	cache_init(8, 2);
+	stream_init(&ow, &o, 4 * CHUNK);
+	trickle_start(r, &ow);
+	/* the first reader's bytes came, the rest of the chunk not yet: it
+	 * returns, the others wait */
+	permit(steps_for(0), UINT64_MAX);
+	WAIT_FOR(atomic_load(&r[0].finished));
+	sleep_ms(SETTLE_MS);
+	for (unsigned i = 1; i < TRICKLE_READERS; i++)
+		assert_false(atomic_load(&r[i].finished));
+	/* the rest, a step at a time: 256 steps, each of which woke every
+	 * waiting reader before; now a reader wakes when the first reader
+	 * still waiting has its bytes (at most once per reader before it),
+	 * and a little more for the lock */
+	for (unsigned k = steps_for(0); k < CHUNK / TRICKLE_STEP; k++) {
+		permit(1, UINT64_MAX);
+		sleep_ms(1);
+	}
+	for (unsigned i = 0; i < TRICKLE_READERS; i++) {
+		pthread_join(r[i].thread, NULL);
+		assert_int_equal(r[i].result, 64);
+		assert_true(r[i].switches <= 3 * (i + 2));
+	}
+	assert_int_equal(fetch_calls(), 1);
+	chunk_cache_forget(&ow);
+}
+
+static void test_readers_of_a_fetch_failing_half_way(void **state)
+{
+	struct object o = { 24 };
+	struct chunk_owner ow;
+	struct reader r[TRICKLE_READERS];
+	unsigned half = TRICKLE_READERS / 2;
+
+	cache_init(8, 2);
+	stream_init(&ow, &o, 4 * CHUNK);
+	trickle_start(r, &ow);
+	/* the first half's bytes came, then the fetch failed: they have
+	 * their bytes, the others EIO, none left waiting */
+	permit(steps_for(half - 1), UINT64_MAX);
+	for (unsigned i = 0; i < half; i++)
+		WAIT_FOR(atomic_load(&r[i].finished));
+	permit(0, (uint64_t)steps_for(half - 1) * TRICKLE_STEP);
+	for (unsigned i = 0; i < TRICKLE_READERS; i++) {
+		pthread_join(r[i].thread, NULL);
+		assert_int_equal(r[i].result, i < half ? 64 : -EIO);
+	}
+	/* not kept: fetched again */
+	permit(UINT_MAX, UINT64_MAX);
+	for (int w = 0; read_check(&ow, CHUNK - 64, 64) == -EIO; w++) {
+		assert_true(w < WAIT_MAX_MS);
+		sleep_ms(1);
+	}
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
 static void test_fork_stops_and_restarts_the_fetch_threads(void **state)
 {
 	struct object o = { 15 };
@@ -818,6 +969,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
+		cmocka_unit_test_teardown(test_readers_woken_by_their_bytes, cache_release),
+		cmocka_unit_test_teardown(test_readers_of_a_fetch_failing_half_way,
+					  cache_release),
 		cmocka_unit_test_teardown(test_fork_stops_and_restarts_the_fetch_threads,
 					  cache_release),
 	};

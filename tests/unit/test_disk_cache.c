@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_disk_cache.c - the node-local cache of remote chunks
- * (disk_cache.c), without a server: chunks stored and loaded back;
+ * (disk_cache.c), without a server: chunks stored and loaded back; a
+ * range inside one stored range, or across adjacent ones, loaded without
+ * having been stored as such, one reaching past them a miss;
  * names keyed by the cache's secret and the object's version, so another
  * version, chunk or key finds nothing; a file planted or altered at a
  * chunk's name (forged header, flipped byte, symbolic link, FIFO) is a
@@ -31,6 +33,8 @@
 #define CHUNK (16u * 1024)
 /* A chunk file's header (struct disk_chunk_header, disk_cache.c). */
 #define HEADER 40
+/* Bytes of a path the walk of the cache gives. */
+#define WALK_PATH 4800
 
 struct env {
 	char *top;		/* a directory of the test's */
@@ -44,7 +48,7 @@ struct env {
 static void reopen(struct env *e, uint64_t limit)
 {
 	disk_cache_release(e->dc);
-	assert_int_equal(disk_cache_init(&e->dc, e->dir, limit, &e->counters), 0);
+	assert_int_equal(disk_cache_init(&e->dc, e->dir, limit, CHUNK, &e->counters), 0);
 	assert_non_null(e->dc);
 }
 
@@ -74,67 +78,110 @@ static int env_teardown(void **state)
 	return 0;
 }
 
-/* The bytes of chunk @index: differ per chunk. */
-static void chunk_bytes(unsigned char *buf, uint64_t index)
+/* Bytes [@off, @off + @len) of the object: differ per chunk. */
+static void object_bytes(unsigned char *buf, uint64_t off, size_t len)
 {
-	for (size_t i = 0; i < CHUNK; i++)
-		buf[i] = (unsigned char)(index * 13 + i / 64);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (unsigned char)((off + i) / CHUNK * 13 + (off + i) % CHUNK / 64);
+}
+
+/* Store bytes [@off, @off + @len) of the object, as a fetch brought them. */
+static void store_range(struct env *e, uint64_t off, size_t len)
+{
+	unsigned char buf[CHUNK];
+
+	assert_true(len <= CHUNK);
+	object_bytes(buf, off, len);
+	disk_cache_store(e->dc, &e->o, off, buf, len);
 }
 
 static void store(struct env *e, uint64_t index)
 {
-	unsigned char buf[CHUNK];
-
-	chunk_bytes(buf, index);
-	disk_cache_store(e->dc, &e->o, index, buf, CHUNK);
+	store_range(e, index * CHUNK, CHUNK);
 }
 
-/* Load chunk @index of @o: its rc; on a hit the bytes must be right. */
-static int load(struct env *e, const struct remote_object *o, uint64_t index)
+/* Load bytes [@off, @off + @len) of @o: the rc; on a hit the bytes must
+ * be right. */
+static int load_range(struct env *e, const struct remote_object *o, uint64_t off, size_t len)
 {
 	unsigned char got[CHUNK], want[CHUNK];
-	int rc = disk_cache_load(e->dc, o, index, got, CHUNK);
+	int rc;
 
+	assert_true(len <= CHUNK);
+	rc = disk_cache_load(e->dc, o, off, got, len);
 	if (!rc) {
-		chunk_bytes(want, index);
-		assert_memory_equal(got, want, CHUNK);
+		object_bytes(want, off, len);
+		assert_memory_equal(got, want, len);
 	}
 	return rc;
 }
 
-/* Subdirectory @i of the cache, not through a link (as the cache walks
- * it), or NULL. */
-static DIR *open_sub(const struct env *e, unsigned i, char *sub, size_t len)
+/* Load chunk @index of @o whole. */
+static int load(struct env *e, const struct remote_object *o, uint64_t index)
 {
-	int fd;
-	DIR *d;
+	return load_range(e, o, index * CHUNK, CHUNK);
+}
 
-	snprintf(sub, len, "%s/%02x", e->dir, i);
-	fd = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	d = fd >= 0 ? fdopendir(fd) : NULL;
+/* Open directory @path, not through a link (as the cache walks it), or
+ * NULL. */
+static DIR *open_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+
 	if (!d && fd >= 0)
 		close(fd);
 	return d;
 }
 
-/* The chunk files in the cache: their count, the first one's path in @path. */
-static int chunk_files(const struct env *e, char *path, size_t len)
+/* Call @fn with the path of each entry named as a chunk file in the
+ * cache's chunk directories (DIR/<2 hex>/<32 hex>/), as the cache walks
+ * them; the number of calls. */
+static int walk_chunks(const struct env *e, void (*fn)(const char *path, void *arg), void *arg)
 {
 	int found = 0;
 
 	for (unsigned i = 0; i < 256; i++) {
-		char sub[4200];
-		struct dirent *de;
-		DIR *d;
+		char sub[4200], dir[4500], path[WALK_PATH];
+		struct dirent *de, *fe;
+		DIR *d, *g;
 
-		d = open_sub(e, i, sub, sizeof(sub));
-		while (d && (de = readdir(d)))
-			if (disk_cache_chunk_name(de->d_name) && found++ == 0)
-				snprintf(path, len, "%s/%s", sub, de->d_name);
+		snprintf(sub, sizeof(sub), "%s/%02x", e->dir, i);
+		d = open_dir(sub);
+		while (d && (de = readdir(d))) {
+			if (strlen(de->d_name) != 32)
+				continue;
+			snprintf(dir, sizeof(dir), "%s/%s", sub, de->d_name);
+			g = open_dir(dir);
+			while (g && (fe = readdir(g))) {
+				if (!disk_cache_chunk_name(fe->d_name))
+					continue;
+				snprintf(path, sizeof(path), "%s/%s", dir, fe->d_name);
+				fn(path, arg);
+				found++;
+			}
+			if (g)
+				closedir(g);
+		}
 		if (d)
 			closedir(d);
 	}
 	return found;
+}
+
+/* Keep the first path walked, in @arg (WALK_PATH bytes). */
+static void first_path(const char *path, void *arg)
+{
+	if (!*(char *)arg)
+		snprintf(arg, WALK_PATH, "%s", path);
+}
+
+/* The chunk files in the cache: their count, the first one's path in @path. */
+static int chunk_files(const struct env *e, char *path, size_t len)
+{
+	assert_true(len >= WALK_PATH);
+	path[0] = '\0';
+	return walk_chunks(e, first_path, path);
 }
 
 static bool exists(const char *path)
@@ -224,7 +271,7 @@ static void plant_forged(const char *path)
 	FILE *f;
 
 	memcpy(buf, "FSCHKCC2", 8);
-	chunk_bytes(buf + HEADER, 0);
+	object_bytes(buf + HEADER, 0, CHUNK);
 	buf[HEADER] ^= 1;
 	assert_int_equal(unlink(path), 0);
 	f = fopen(path, "w");
@@ -233,17 +280,23 @@ static void plant_forged(const char *path)
 	fclose(f);
 }
 
-/* The stored chunk with one byte of its data flipped. */
-static void plant_flipped(const char *path)
+/* The stored file @path with data byte @at flipped. */
+static void plant_flipped_at(const char *path, off_t at)
 {
 	int fd = open(path, O_RDWR);
 	unsigned char b;
 
 	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, HEADER + 100), 1);
+	assert_int_equal(pread(fd, &b, 1, HEADER + at), 1);
 	b ^= 0x80;
-	assert_int_equal(pwrite(fd, &b, 1, HEADER + 100), 1);
+	assert_int_equal(pwrite(fd, &b, 1, HEADER + at), 1);
 	close(fd);
+}
+
+/* The stored chunk with one byte of its data flipped. */
+static void plant_flipped(const char *path)
+{
+	plant_flipped_at(path, 100);
 }
 
 /* A symbolic link to the chunk's own (valid) bytes, kept elsewhere. */
@@ -282,27 +335,85 @@ static void test_fifo_is_miss(void **state)
 	expect_planted_is_miss(*state, plant_fifo);
 }
 
+/* A file sought by name in the walk: "/<name>", and where its path goes. */
+struct sought {
+	char name[64];		/* "/" and the file's name */
+	char *path;		/* WALK_PATH bytes */
+};
+
+static void find_named(const char *path, void *arg)
+{
+	struct sought *s = arg;
+	size_t n = strlen(path), m = strlen(s->name);
+
+	if (n >= m && !strcmp(path + n - m, s->name))
+		snprintf(s->path, WALK_PATH, "%s", path);
+}
+
+/* The path of the file of stored range [@off, @off + @len), in @path. */
+static void range_path(const struct env *e, uint64_t off, uint64_t len, char *path)
+{
+	struct sought s = { .path = path };
+
+	snprintf(s.name, sizeof(s.name), "/%016llx%016llx.chunk", (unsigned long long)off,
+		 (unsigned long long)len);
+	path[0] = '\0';
+	walk_chunks(e, find_named, &s);
+	assert_true(path[0]);
+}
+
+static void test_covered_range_is_loaded(void **state)
+{
+	struct env *e = *state;
+	uint64_t c2 = 2 * CHUNK, c4 = 4 * CHUNK;
+	char path[WALK_PATH];
+
+	/* two samples next to each other, as two fetches stored them */
+	store_range(e, c2 + 1000, 5000);
+	store_range(e, c2 + 6000, 3000);
+	/* inside one, across both, both exactly: served without having been
+	 * stored so */
+	assert_int_equal(load_range(e, &e->o, c2 + 2000, 1000), 0);
+	assert_int_equal(load_range(e, &e->o, c2 + 4000, 4000), 0);
+	assert_int_equal(load_range(e, &e->o, c2 + 1000, 8000), 0);
+	/* reaching before or past what is stored: a miss */
+	assert_int_equal(load_range(e, &e->o, c2 + 500, 1500), -ENOENT);
+	assert_int_equal(load_range(e, &e->o, c2 + 8000, 1500), -ENOENT);
+	/* a part of a stream's whole chunk */
+	store(e, 3);
+	assert_int_equal(load_range(e, &e->o, 3 * CHUNK + 100, 100), 0);
+	/* a gap between two stored ranges: a miss */
+	store_range(e, c4, 1000);
+	store_range(e, c4 + 2000, 1000);
+	assert_int_equal(load_range(e, &e->o, c4 + 500, 2000), -ENOENT);
+	assert_int_equal(atomic_load(&e->counters.disk_hits), 4);
+	/* a later mount finds them the same way */
+	reopen(e, 1ull << 30);
+	assert_int_equal(load_range(e, &e->o, c2 + 5000, 2000), 0);
+	/* a damaged range among those a want needs: removed, a miss after */
+	range_path(e, c2 + 6000, 3000, path);
+	plant_flipped_at(path, 10);
+	assert_int_equal(load_range(e, &e->o, c2 + 5000, 2000), -EBADMSG);
+	assert_false(exists(path));
+	assert_int_equal(load_range(e, &e->o, c2 + 5000, 2000), -ENOENT);
+	assert_int_equal(load_range(e, &e->o, c2 + 1000, 5000), 0);
+}
+
+/* Add the bytes of regular file @path to *@arg (a uint64_t). */
+static void add_bytes(const char *path, void *arg)
+{
+	struct stat st;
+
+	if (!lstat(path, &st) && S_ISREG(st.st_mode))
+		*(uint64_t *)arg += (uint64_t)st.st_size;
+}
+
 /* Bytes of the chunk files in the cache. */
 static uint64_t cache_bytes(const struct env *e)
 {
 	uint64_t total = 0;
 
-	for (unsigned i = 0; i < 256; i++) {
-		char sub[4200], path[4500];
-		struct dirent *de;
-		struct stat st;
-		DIR *d;
-
-		d = open_sub(e, i, sub, sizeof(sub));
-		while (d && (de = readdir(d))) {
-			snprintf(path, sizeof(path), "%s/%s", sub, de->d_name);
-			if (disk_cache_chunk_name(de->d_name) && !lstat(path, &st) &&
-			    S_ISREG(st.st_mode))
-				total += (uint64_t)st.st_size;
-		}
-		if (d)
-			closedir(d);
-	}
+	walk_chunks(e, add_bytes, &total);
 	return total;
 }
 
@@ -360,6 +471,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_chunk_name),
 		cmocka_unit_test_setup_teardown(test_stored_chunk_is_loaded,
+						env_setup, env_teardown),
+		cmocka_unit_test_setup_teardown(test_covered_range_is_loaded,
 						env_setup, env_teardown),
 		cmocka_unit_test_setup_teardown(test_names_are_keyed,
 						env_setup, env_teardown),
