@@ -50,7 +50,11 @@ struct leaf_record {
 	uint32_t nr_extents;	/* sparse runs; 0 unless sparse */
 	uint8_t type;		/* enum tar_type: TAR_FILE or TAR_SYMLINK */
 	uint8_t sparse;		/* has a sparse map */
+	uint8_t zero[6];	/* 0: a record goes to a file whole, so it
+				 * has no padding whose bytes are undefined */
 };
+_Static_assert(sizeof(struct leaf_record) == 72,
+	       "struct leaf_record has no padding");
 
 /* A record and the bytes after it, as a merge shows them. */
 struct leaf_view {
