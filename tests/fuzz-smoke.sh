@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # fuzz-smoke.sh - build the libFuzzer targets and give each a short run.
 #
-# usage: tests/fuzz-smoke.sh BUILD_DIR [SECONDS]
+# usage: tests/fuzz-smoke.sh [--build-only] BUILD_DIR [SECONDS]
 #
 # Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
-# fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table,
-# then for each target, the five side by side (one libFuzzer process
-# each; the machine's CPUs are shared among them):
+# fuzz_index, fuzz_index_file, fuzz_seek_table and fuzz_zstd_seek_table
+# (and stops there with --build-only, which tests/run.sh uses to build
+# them while other tests run), then for each target, the five side by
+# side (one libFuzzer process each; the machine's CPUs are shared among
+# them):
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
@@ -21,8 +23,13 @@
 # BUILD_DIR/fuzz-smoke/.  Long campaigns: see docs/fuzzing.md.
 set -euo pipefail
 
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+	build_only=1
+	shift
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-	echo "usage: $0 BUILD_DIR [SECONDS]" >&2
+	echo "usage: $0 [--build-only] BUILD_DIR [SECONDS]" >&2
 	exit 2
 fi
 build=$(realpath -m "$1")
@@ -43,6 +50,7 @@ if ! cmake --build "$build" -j "$(nproc)" --target "${build_targets[@]}"; then
 	echo "fuzz-smoke: cannot build the fuzzers (is tests/fuzz added to CMakeLists.txt?)" >&2
 	exit 2
 fi
+[ $build_only = 0 ] || exit 0
 rm -rf "$work"
 mkdir -p "$work"
 "$repo/tests/fuzz/make-corpus.sh" "$work/seeds"

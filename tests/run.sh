@@ -22,13 +22,11 @@
 #      side (long campaigns: docs/fuzzing.md).
 #
 # The integration tests leave a CPU idle for part of their time (idle
-# timeouts, throttled servers, waits for a daemon): the build of step 2
-# and all of step 4 run beside the parallel tests of step 1, and step 3
-# beside those of step 2, in the background at the lowest priority (nice
-# 19), so that they take only what the tests leave (a fuzzer's run is
-# bounded in time: a busy CPU gives it fewer inputs, every seed and
-# regression input still runs).  Nothing runs beside the serial label,
-# whose counts another load would shift.
+# timeouts, throttled servers, waits for a daemon): the builds of steps 2
+# and 4 run beside the parallel tests of step 1, and step 3 beside those
+# of step 2, in the background at the lowest priority (nice 19), so that
+# they take only what the tests leave.  Nothing runs beside the serial
+# label, whose counts another load would shift.
 #
 # SHARDFS_TEST_QUICK=1 runs step 1 only.
 #
@@ -121,14 +119,13 @@ fuse_io_uring Y
 cmake -S "$top" -B "$top/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=ON >/dev/null
 cmake --build "$top/build" -j"$jobs"
 if [ "${SHARDFS_TEST_QUICK:-0}" != 1 ]; then
-	echo "(meanwhile, in the background: the sanitized build, the fuzzers' build and smoke run; $builds_log)"
+	echo "(meanwhile, in the background: the sanitized build and the fuzzers; $builds_log)"
 	in_background "$builds_log" sh -ec '
 		cmake -S "$1" -B "$2" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 			-DSHARDFS_SANITIZE=ON -DBUILD_TESTING=ON >/dev/null
 		cmake --build "$2" -j"$3"
 		SHARDFS_INDEX="$1/build/shardfs-index" \
-			"$1/tests/fuzz-smoke.sh" "$1/build-fuzz" "$4"' \
-		sh "$top" "$asan" "$jobs" "${SHARDFS_FUZZ_SECONDS:-30}"
+			"$1/tests/fuzz-smoke.sh" --build-only "$1/build-fuzz"' sh "$top" "$asan" "$jobs"
 fi
 ctest_in_two_phases "$top/build" wait_for_builds
 [ "${SHARDFS_TEST_QUICK:-0}" = 1 ] && exit 0
@@ -158,4 +155,6 @@ if [ -n "$(ls -A "$reports")" ]; then
 	exit 1
 fi
 
-echo "fuzz smoke: ok (step 1's background; $builds_log)"
+echo "== fuzz smoke"
+SHARDFS_INDEX="$top/build/shardfs-index" \
+	"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
