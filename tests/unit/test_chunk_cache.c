@@ -28,6 +28,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
 #include <cmocka.h>
 
 #include "shardfs/chunk_cache.h"
@@ -874,7 +879,10 @@ static void test_readers_woken_by_their_bytes(void **state)
 	for (unsigned i = 0; i < TRICKLE_READERS; i++) {
 		pthread_join(r[i].thread, NULL);
 		assert_int_equal(r[i].result, 64);
-		assert_true(r[i].switches <= 3 * (i + 2));
+		/* valgrind runs one thread at a time and switches them
+		 * itself: its count says nothing of the cache's wake-ups */
+		if (!RUNNING_ON_VALGRIND)
+			assert_true(r[i].switches <= 3 * (i + 2));
 	}
 	assert_int_equal(fetch_calls(), 1);
 	chunk_cache_forget(&ow);
