@@ -28,6 +28,7 @@ The package is always removed at the end (`apt-get remove`), so that its
 /usr/bin/shardfs never shadows the build tree's binary for other tests,
 and /etc/fstab is always restored.  Root only: it installs packages.
 """
+import contextlib
 import errno
 import os
 import re
@@ -168,10 +169,9 @@ def test_package_contents_and_dependencies(package, tmp_path):
     root = tmp_path / "unpacked"
     run_ok(["dpkg-deb", "-x", str(deb), str(root)])
     depends = depends_names(control_fields(deb)["Depends"])
-    linked = set()
-    for program in built_programs(build):
-        for lib_path in shared_libraries(root / PREFIX.lstrip("/") / "bin" / program):
-            linked.add(package_of(lib_path))
+    libraries = {path for program in built_programs(build)
+                 for path in shared_libraries(root / PREFIX.lstrip("/") / "bin" / program)}
+    linked = packages_of(libraries)
     # libc6 always; nothing that no program links (libarchive13 was)
     assert depends - NON_LIBRARY_DEPENDS == linked | {"libc6"}, (
         "Depends %s, the programs link %s" % (sorted(depends), sorted(linked)))
@@ -255,20 +255,51 @@ def shared_libraries(binary):
             if m.group(1) in needed]
 
 
-def package_of(path):
-    """The Debian package owning PATH (dpkg -S), trying the /usr/lib and
-    /lib spellings of a merged-/usr system."""
-    candidates = [path, os.path.realpath(path)]
-    candidates += [c[len("/usr"):] if c.startswith("/usr/") else "/usr" + c
-                   for c in list(candidates)]
-    for c in candidates:
-        r = lib.run_cmd(["dpkg", "-S", c])
-        if r.returncode == 0:
-            return r.stdout.split(":")[0].strip()
-    raise AssertionError("no package owns %s" % path)
+def packages_of(paths):
+    """The Debian packages owning PATHS, each tried under its /usr/lib and
+    /lib spellings of a merged-/usr system.  One dpkg -S for all of them:
+    each call reads dpkg's whole file database (0.3 s here)."""
+    spellings = {}
+    for path in paths:
+        candidates = {path, os.path.realpath(path)}
+        candidates |= {c[len("/usr"):] if c.startswith("/usr/") else "/usr" + c
+                       for c in list(candidates)}
+        spellings[path] = candidates
+    r = lib.run_cmd(["dpkg", "-S", *sorted(set().union(*spellings.values()))])
+    owner = {}
+    for line in r.stdout.splitlines():
+        package, _, path = line.partition(": ")
+        owner[path.strip()] = package.split(":")[0].strip()
+    packages = set()
+    for path, candidates in spellings.items():
+        found = [owner[c] for c in candidates if c in owner]
+        assert found, "no package owns %s" % path
+        packages.add(found[0])
+    return packages
 
 
 # --------------------------------------------------------------- installed
+
+MANDB_AUTO_UPDATE = "/var/lib/man-db/auto-update"
+
+
+@contextlib.contextmanager
+def mandb_index_kept():
+    """man-db's trigger does not rebuild its index of every manual page on
+    the host while the package is installed and removed (20 s of the 30
+    that apt-get took here): its debconf answer auto-update, cached as
+    MANDB_AUTO_UPDATE, is moved aside as Debian's build chroots have it,
+    and always put back."""
+    aside = MANDB_AUTO_UPDATE + ".shardfs-test"
+    moved = os.path.exists(MANDB_AUTO_UPDATE)
+    if moved:
+        os.rename(MANDB_AUTO_UPDATE, aside)
+    try:
+        yield
+    finally:
+        if moved:
+            os.rename(aside, MANDB_AUTO_UPDATE)
+
 
 @pytest.fixture(scope="module")
 def installed(package):
@@ -280,17 +311,18 @@ def installed(package):
     if shadows:
         pytest.fail("%s would shadow the package's /usr/bin/shardfs for "
                     "mount.fuse3" % shadows, pytrace=False)
-    try:
-        run_ok(["apt-get", "install", "-y", "--no-install-recommends",
-                str(deb)], env=apt_env(), timeout=600)
-        yield
-    finally:
-        lib.run_cmd(["apt-get", "remove", "-y", "shardfs"], env=apt_env(),
-                    timeout=600)
-        assert not os.path.exists(PREFIX + "/bin/shardfs"), \
-            "apt-get remove left /usr/bin/shardfs behind"
-        assert not os.path.exists(PYTHON_DIR), \
-            "apt-get remove left %s behind (prerm's py3clean?)" % PYTHON_DIR
+    with mandb_index_kept():
+        try:
+            run_ok(["apt-get", "install", "-y", "--no-install-recommends",
+                    str(deb)], env=apt_env(), timeout=600)
+            yield
+        finally:
+            lib.run_cmd(["apt-get", "remove", "-y", "shardfs"], env=apt_env(),
+                        timeout=600)
+    assert not os.path.exists(PREFIX + "/bin/shardfs"), \
+        "apt-get remove left /usr/bin/shardfs behind"
+    assert not os.path.exists(PYTHON_DIR), \
+        "apt-get remove left %s behind (prerm's py3clean?)" % PYTHON_DIR
 
 
 @pytest.fixture
