@@ -28,6 +28,15 @@
 # they take only what the tests leave.  Nothing runs beside the serial
 # label, whose counts another load would shift.
 #
+# The run is bound by CPU: in a CI run of 840 s (2026-12-05) the 2 CPUs
+# were 84 % busy, about 1,400 CPU-s, and 13 % waiting for the disk in
+# step 1.  The parts, each measured apart with a cpuacct cgroup while
+# other work loaded the machine (so high by a fifth or so): the builds 78
+# (release), 64 (sanitized), 54 (fuzzers) and test_package's own 45;
+# valgrind about 80; the fuzz smoke about 80; the release tests about
+# 900; the sanitized ones about 450 (from their stage's time and load).
+# A shorter run takes work out; more parallelism would not make it one.
+#
 # SHARDFS_TEST_QUICK=1 runs step 1 only.
 #
 # Requests reach the daemon over io_uring when the kernel offers it (the
