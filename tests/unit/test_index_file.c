@@ -1297,11 +1297,17 @@ static uint32_t *order_at(struct fx *f, uint64_t i)
 
 /*
  * ORDER must name one entry per file; which entries and in what order
- * only guide push-ahead: such a lie loads.
+ * only guide push-ahead, which takes from a shard's range only that
+ * shard's files: such a lie loads, and push-ahead set up over it stays
+ * within its arrays.
  */
 static void test_lie_order(void **state)
 {
 	struct fx *f = *state;
+	struct pushahead p;
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512] = "";
 	uint64_t last;
 
 	reset(f);
@@ -1319,6 +1325,13 @@ static void test_lie_order(void **state)
 	swap(order_at(f, 1), order_at(f, last - 1), sizeof(uint32_t));
 	fixup(f);
 	expect_loads(f);
+	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(pushahead_init(&p, &idx, &f->env.fs.set, 1 << 20, NULL, NULL), 0);
+	assert_int_equal(p.bound, 1 << 20);
+	for (uint32_t s = 0; s < f->env.fs.set.nr; s++)
+		assert_true(p.shard_end[s] <= f->env.fs.set.shards[s].size);
+	pushahead_release(&p);
+	shard_index_release(&idx);
 }
 
 int main(void)
