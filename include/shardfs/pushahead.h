@@ -263,7 +263,9 @@ struct pushahead {
 /*
  * Set @p up over @idx and @set (built and open; they outlive @p) with
  * @bound bytes, reading members through @fetch(@fetch_arg, ...); a bound
- * of 0 leaves it off, allocating nothing.  Returns 0 or -ENOMEM.
+ * of 0 leaves it off, allocating nothing, and so does an index whose
+ * order[] does not hold its files (logged: shard_index_order_starts()
+ * counts differently).  Returns 0 or -ENOMEM.
  */
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,

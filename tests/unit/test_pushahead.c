@@ -633,6 +633,23 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 	assert_true(atomic_load(&e->fs.push.policy.spans_off));
 }
 
+/* An index whose order[] does not hold its files leaves push-ahead off. */
+static void test_order_that_disagrees_leaves_it_off(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_index idx;
+	struct pushahead p;
+
+	build_shard(e, false);
+	idx = e->fs.idx;
+	idx.nr_order--;
+	assert_int_equal(pushahead_init(&p, &idx, &e->fs.set, 1 << 20, fetch, &e->fs), 0);
+	assert_int_equal(p.bound, 0);
+	assert_null(p.bits[PUSHAHEAD_HELD]);
+	pushahead_read(&p, (uint32_t)(ino_of(e, 0) - 1), 0, MEMBER_SIZE, 3);
+	pushahead_release(&p);
+}
+
 /* The worker reads through shardfs_fetch: checked as a READ is. */
 static void test_changed_shard_is_never_pushed_from(void **state)
 {
@@ -670,6 +687,7 @@ int main(void)
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
+		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
