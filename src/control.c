@@ -129,14 +129,15 @@ static void render_stats_push(const struct control_source *src,
 	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
 		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
-		   "\"listings\": %llu, \"listed\": %llu, \"spans\": %llu, "
+		   "\"probes\": %llu, \"listings\": %llu, \"listed\": %llu, \"spans\": %llu, "
 		   "\"ahead\": %llu, \"ahead_max\": %llu, "
 		   "\"window_fetched\": %llu, \"span_fetched\": %llu, "
 		   "\"passes\": %llu, \"pass_bytes\": %llu, \"density\": %.4f},\n",
 		   (unsigned long long)src->opt->pushahead, counter(&p->bytes),
 		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
-		   counter(&p->unknown), counter(&p->listings), counter(&p->listed),
+		   counter(&p->unknown), counter(&p->probes), counter(&p->listings),
+		   counter(&p->listed),
 		   counter(&p->spans), counter(&p->ahead), counter(&p->ahead_max),
 		   counter(&p->window_fetched), counter(&p->span_fetched),
 		   counter(&p->passes), counter(&p->pass_bytes), push_density(p));
@@ -247,6 +248,9 @@ static void render_metrics_push(const struct control_source *src,
 		  "Stored files the kernel sent a READ for all the same.", &p->read_anyway },
 		{ "pushahead_refused_total", "counter", "Stores the kernel refused.",
 		  &p->refused },
+		{ "pushahead_probes_total", "counter",
+		  "Times the kernel was asked whether it holds a file's inode.",
+		  &p->probes },
 		{ "pushahead_listings_total", "counter",
 		  "Directories listed through the mount so that the kernel holds "
 		  "the files to push.", &p->listings },

@@ -6,6 +6,11 @@
  * children: no hash table is kept after the build, which is what keeps the
  * index at 64 bytes per entry plus names.  Even in a directory of a
  * million entries that is 20 comparisons of short names.
+ *
+ * order[] (index.h) is filled by a count of each shard's files, their
+ * entries dealt to the shards' ranges in entry order, and a sort of each
+ * range by data offset that only runs where the range is out of order:
+ * samples listed in the order their shard holds them need none.
  */
 #include <assert.h>
 #include <errno.h>
@@ -111,9 +116,88 @@ double shard_index_bytes_per_entry(const struct shard_index *idx)
 			 idx->names_len +
 			 idx->nr_sparse * sizeof(*idx->sparse) +
 			 idx->nr_extents * sizeof(*idx->extents) +
-			 idx->nr_hardlinks * sizeof(*idx->hardlinks);
+			 idx->nr_hardlinks * sizeof(*idx->hardlinks) +
+			 idx->nr_order * sizeof(*idx->order);
 
 	return idx->nr_inodes ? (double)bytes / idx->nr_inodes : 0;
+}
+
+uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
+				  uint32_t nr_shards, uint32_t *starts)
+{
+	uint64_t at = 0;
+
+	memset(starts, 0, ((size_t)nr_shards + 1) * sizeof(*starts));
+	for (uint32_t e = 0; e < n; e++)
+		if (shard_index_orderable(&inodes[e], nr_shards))
+			starts[inodes[e].shard]++;
+	for (uint32_t s = 0; s <= nr_shards; s++) {
+		uint32_t count = starts[s];
+
+		starts[s] = (uint32_t)at;
+		at += count;
+	}
+	return at;
+}
+
+/* (data offset, entry) of two entries of one shard, for qsort_r(). */
+static int by_data(const void *a, const void *b, void *arg)
+{
+	const struct shard_inode *inodes = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (inodes[x].data != inodes[y].data)
+		return inodes[x].data < inodes[y].data ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* Whether @n entries at @o are in by_data() order already. */
+static bool in_data_order(const struct shard_inode *inodes, const uint32_t *o,
+			  uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++)
+		if (inodes[o[i - 1]].data > inodes[o[i]].data)
+			return false;
+	return true;
+}
+
+int shard_index_order_fill(const struct shard_inode *inodes, uint32_t n,
+			   uint32_t nr_shards, const uint32_t *starts,
+			   uint32_t *order)
+{
+	uint32_t *next = malloc(((size_t)nr_shards + 1) * sizeof(*next));
+
+	if (!next)
+		return -ENOMEM;
+	memcpy(next, starts, ((size_t)nr_shards + 1) * sizeof(*next));
+	for (uint32_t e = 0; e < n; e++)	/* by entry within each shard */
+		if (shard_index_orderable(&inodes[e], nr_shards))
+			order[next[inodes[e].shard]++] = e;
+	for (uint32_t s = 0; s < nr_shards; s++) {
+		uint32_t *o = order + starts[s], len = starts[s + 1] - starts[s];
+
+		assert(next[s] == starts[s + 1]);
+		if (!in_data_order(inodes, o, len))
+			qsort_r(o, len, sizeof(*o), by_data, (void *)inodes);
+	}
+	free(next);
+	return 0;
+}
+
+int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards)
+{
+	uint32_t *starts = malloc(((size_t)nr_shards + 1) * sizeof(*starts));
+	int rc = starts ? 0 : -ENOMEM;
+
+	if (!rc)
+		idx->nr_order = shard_index_order_starts(idx->inodes, idx->nr_inodes,
+							 nr_shards, starts);
+	if (!rc && !(idx->order = malloc((idx->nr_order + 1) * sizeof(*idx->order))))
+		rc = -ENOMEM;
+	rc = rc ?: shard_index_order_fill(idx->inodes, idx->nr_inodes, nr_shards,
+					  starts, idx->order);
+	free(starts);
+	return rc;
 }
 
 void shard_index_release(struct shard_index *idx)
@@ -128,5 +212,6 @@ void shard_index_release(struct shard_index *idx)
 	free(idx->sparse);
 	free(idx->extents);
 	free(idx->hardlinks);
+	free(idx->order);
 	*idx = (struct shard_index){ 0 };
 }

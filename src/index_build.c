@@ -1601,6 +1601,7 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 	rc = rc ?: check_labels(&b);
 	rc = rc ?: pad_numeric_classes(&b);
 	rc = rc ?: layout(&b, idx);
+	rc = rc ?: shard_index_order_build(idx, set->nr);
 	if (rc == -E2BIG)
 		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
 	idx->counts = b.counts;

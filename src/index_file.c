@@ -301,6 +301,7 @@ int index_file_writer_place(struct index_file_writer *w,
 	if (rc)
 		return rc;
 	memcpy(own, len, sizeof(own));
+	own[INDEX_SEC_ORDER] = 0;	/* known at the seal: writer_order() */
 	own[INDEX_SEC_SHARDS] = w->set->nr * sizeof(*w->recs);
 	own[INDEX_SEC_SHARD_NAMES] = w->names_len;
 	own[INDEX_SEC_SEEK_SHARDS] = w->set->nr * sizeof(*w->ss.recs);
@@ -361,6 +362,49 @@ static int section_hash(struct index_file_writer *w, enum index_section s, char 
 	return rc;
 }
 
+/*
+ * The ORDER section, the last of the file, computed from the INODES
+ * section as written (index.h: shard_index_order_fill(), whichever build
+ * wrote the entries).  The file is read and written through a mapping, so
+ * that the build holds its pages as page cache, not per member in its own
+ * memory; the file grows by at most 4 bytes per entry and the seal cuts
+ * it to what the section takes.
+ */
+static int writer_order(struct index_file_writer *w)
+{
+	struct index_section_entry *o = &w->h.sections[INDEX_SEC_ORDER];
+	const struct index_section_entry *in = &w->h.sections[INDEX_SEC_INODES];
+	uint32_t n = (uint32_t)(in->length / sizeof(struct shard_inode));
+	uint32_t *starts = malloc(((size_t)w->set->nr + 1) * sizeof(*starts));
+	size_t len = o->offset + (uint64_t)n * sizeof(uint32_t);
+	char *map = MAP_FAILED;
+	int rc = starts ? 0 : -ENOMEM;
+
+	assert(o->offset >= in->offset + in->length && !o->length);
+	if (!rc && ftruncate(w->fd, (off_t)len))
+		rc = -errno;
+	if (!rc && (map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			       w->fd, 0)) == MAP_FAILED)
+		rc = -errno;
+	if (!rc) {
+		const struct shard_inode *inodes = (const void *)(map + in->offset);
+		uint64_t nr = shard_index_order_starts(inodes, n, w->set->nr, starts);
+
+		o->length = nr * sizeof(uint32_t);
+		rc = shard_index_order_fill(inodes, n, w->set->nr, starts,
+					    (uint32_t *)(map + o->offset));
+	}
+	if (!rc) {
+		o->xxh3 = XXH3_64bits(map + o->offset, o->length);
+		w->hashed[INDEX_SEC_ORDER] = true;
+		w->h.file_size = section_align(o->offset + o->length);
+	}
+	if (map != MAP_FAILED)
+		munmap(map, len);
+	free(starts);
+	return rc;
+}
+
 /* The shard and seek sections, every checksum, then the header. */
 static int writer_seal(struct index_file_writer *w)
 {
@@ -384,6 +428,7 @@ static int writer_seal(struct index_file_writer *w)
 			rc = index_file_writer_put(w, s, 0, image, w->h.sections[s].length);
 		free(image);
 	}
+	rc = rc ?: writer_order(w);
 	if (!rc && ftruncate(w->fd, (off_t)w->h.file_size))
 		rc = -errno;
 	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
@@ -664,20 +709,39 @@ static bool hardlinks_ok(const struct shard_index *idx)
 	return linked == idx->nr_hardlinks;
 }
 
+/*
+ * ORDER holds as many entries as there are @files, each an entry of the
+ * index.  Which ones and in what order only guides push-ahead, which
+ * takes from a shard's range only the files of that shard (pushahead.c):
+ * checking it would cost a random read of an entry per file.
+ */
+static bool order_ok(const struct shard_index *idx, uint64_t files)
+{
+	uint32_t worst = 0;
+
+	if (idx->nr_order != files)
+		return false;
+	for (uint64_t i = 0; i < idx->nr_order; i++)	/* no branch: vectorised */
+		worst = idx->order[i] > worst ? idx->order[i] : worst;
+	return !idx->nr_order || worst < idx->nr_inodes;
+}
+
 /* Every bound a request relies on, checked once. */
 static int check_structure(const struct shard_index *idx,
 			   const struct index_file_shards *sh, uint64_t base,
 			   char *msg, size_t msg_len)
 {
-	uint64_t next_child = 1;
+	uint64_t next_child = 1, files = 0;
 
 	if (!S_ISDIR(idx->inodes[0].mode))
 		return log_format(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
 			    (unsigned long long)base);
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
+	for (uint32_t e = 0; e < idx->nr_inodes; e++) {
 		if (!entry_ok(idx, e, sh, &next_child))
 			return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
 				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
+		files += shard_index_orderable(&idx->inodes[e], sh->nr);
+	}
 	if (next_child != idx->nr_inodes)
 		return log_format(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
 			    (unsigned long long)base,
@@ -685,7 +749,9 @@ static int check_structure(const struct shard_index *idx,
 	if (!hardlinks_ok(idx))
 		return log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
 			    INDEX_SEC_HARDLINKS);
-	return 0;
+	return order_ok(idx, files) ? 0 :
+	       log_format(msg, msg_len, -EINVAL, "section %d: not one entry per file",
+			  INDEX_SEC_ORDER);
 }
 
 /* Point @idx and @sh into the mapping, per the section table. */
@@ -705,6 +771,8 @@ static void point_into(const struct index_file_header *h, const char *bytes,
 	idx->nr_extents = s[INDEX_SEC_EXTENTS].length / sizeof(*idx->extents);
 	idx->hardlinks = (struct shard_hardlink *)(map + s[INDEX_SEC_HARDLINKS].offset);
 	idx->nr_hardlinks = s[INDEX_SEC_HARDLINKS].length / sizeof(*idx->hardlinks);
+	idx->order = (uint32_t *)(map + s[INDEX_SEC_ORDER].offset);
+	idx->nr_order = s[INDEX_SEC_ORDER].length / sizeof(*idx->order);
 	counts_from_file(&idx->counts, &h->counts);
 	sh->shards = (const struct index_file_shard *)(map + s[INDEX_SEC_SHARDS].offset);
 	sh->nr = h->nr_shards;

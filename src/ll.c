@@ -19,8 +19,9 @@
  *
  * Push-ahead (pushahead.h) stores only into inodes the kernel holds, so
  * every reference the kernel takes (a LOOKUP reply, each READDIRPLUS
- * entry) is counted before the reply goes out, and every FORGET drops
- * what it names.
+ * entry) is reported before the reply goes out, and every FORGET too; a
+ * store of no bytes (push_store) asks the kernel where push-ahead has
+ * seen no reference.
  *
  * Read buffers are per thread, allocated on a thread's first read and
  * freed when it ends (a ring thread reads into its reply buffer, see

@@ -10,6 +10,15 @@
  * apart from the request threads so that no reply waits for a push; the
  * request path only moves a window and, when it grew, queues its stream
  * on a lock-free list (one compare-and-swap) and posts a semaphore.
+ *
+ * Memory (issue 30): the members of a shard in offset order are the
+ * index's order[], served from the index file like the rest of it; per
+ * entry, push-ahead keeps six bit arrays (enum pushahead_bit) and a byte
+ * (pass_of[]), each calloc'ed and touched only where its event happens.
+ * It sorted its own order[] at mount (4 bytes per file) and counted the
+ * kernel's references in 4 bytes per entry before: 8 bytes per member of
+ * private memory after a remount and a walk, now the held bits' 1/8
+ * (docs/benchmarks-scale.md).
  */
 #include <assert.h>
 #include <errno.h>
@@ -24,24 +33,6 @@
 #include "shardfs/seek_table.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
-
-/*
- * In refs[]: a member's bytes were stored; a member's directory was
- * listed from it on, or a directory was queued for listing (once until
- * the kernel forgets the entry); a directory had a LOOKUP in it; a
- * member's span was pushed (push_span); a member was READ at random
- * (want_span); the rest counts references.
- */
-#define PUSHAHEAD_STORED 0x80000000u
-#define PUSHAHEAD_LISTED 0x40000000u
-#define PUSHAHEAD_SEEN 0x20000000u
-#define PUSHAHEAD_SPANNED 0x10000000u
-#define PUSHAHEAD_TOUCHED 0x08000000u
-#define PUSHAHEAD_FLAGS (PUSHAHEAD_STORED | PUSHAHEAD_LISTED | PUSHAHEAD_SEEN | \
-			 PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
-#define PUSHAHEAD_REFS (PUSHAHEAD_TOUCHED - 1)
-/* Kept when the kernel forgets an entry: they speak of its data. */
-#define PUSHAHEAD_KEPT (PUSHAHEAD_STORED | PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)
 
 /* In spans_wanted[], beside the entry + 1. */
 #define SPAN_DROPPED 0x80000000u
@@ -59,43 +50,81 @@ static const struct shard_inode *entry_inode(const struct pushahead *p,
 	return &p->idx->inodes[e];
 }
 
+/* Bit @b of entry @e. */
+static bool bit_test(const struct pushahead *p, enum pushahead_bit b, uint32_t e)
+{
+	return atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) &
+	       (1ull << (e % 64));
+}
+
+/* Set bit @b of entry @e; returns whether it was set before. */
+static bool bit_set(struct pushahead *p, enum pushahead_bit b, uint32_t e)
+{
+	unsigned long long m = 1ull << (e % 64);
+
+	/* a load first: a bit set already writes nothing shared */
+	return (atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) & m) ||
+	       (atomic_fetch_or_explicit(&p->bits[b][e / 64], m,
+					 memory_order_relaxed) & m);
+}
+
+/* Clear bit @b of entry @e; returns whether it was set. */
+static bool bit_clear(struct pushahead *p, enum pushahead_bit b, uint32_t e)
+{
+	unsigned long long m = 1ull << (e % 64);
+
+	return (atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) & m) &&
+	       (atomic_fetch_and_explicit(&p->bits[b][e / 64], ~m,
+					  memory_order_relaxed) & m);
+}
+
 /* Members worth pushing: plain data of a file's first name, not too big. */
-static bool pushable(const struct shard_inode *in, uint64_t window)
+static bool pushable(const struct pushahead *p, const struct shard_inode *in)
 {
-	return S_ISREG(in->mode) && in->size && in->size <= window / 2 &&
-	       !(in->flags & (SHARD_INODE_SPARSE | SHARD_INODE_LINKED));
+	return shard_index_orderable(in, p->set->nr) && in->size <= p->window / 2;
 }
 
-static int by_shard_offset(const void *a, const void *b, void *arg)
+/*
+ * The member at @i of order[] when push-ahead pushes it as one of
+ * @shard's, else NULL: a file too big for a window (order[] holds every
+ * file), or, in an index file that lies, another shard's (the load checks
+ * only that order[] names entries: index_file.c).
+ */
+static const struct shard_inode *member_at(const struct pushahead *p,
+					   uint32_t shard, uint32_t i)
 {
-	const struct shard_index *idx = arg;
-	const struct shard_inode *x = &idx->inodes[*(const uint32_t *)a];
-	const struct shard_inode *y = &idx->inodes[*(const uint32_t *)b];
+	const struct shard_inode *in = entry_inode(p, p->order[i]);
 
-	if (x->shard != y->shard)
-		return x->shard < y->shard ? -1 : 1;
-	return x->data < y->data ? -1 : x->data > y->data;
+	return in->shard == shard && pushable(p, in) ? in : NULL;
 }
 
-/* order[]: the pushable entries sorted by shard, then by data offset. */
+/*
+ * Where each shard's files start in idx->order, and where its last
+ * pushable member ends.  The count is the one the order was made with
+ * (shard_index_order_starts()); -EINVAL when the two disagree.
+ */
 static int build_order(struct pushahead *p)
 {
 	const struct shard_index *idx = p->idx;
-	uint32_t n = 0, nr = p->set->nr;
+	uint32_t nr = p->set->nr;
 
+	p->order = idx->order;
 	p->order_start = calloc((size_t)nr + 1, sizeof(*p->order_start));
-	p->order = malloc(((size_t)idx->nr_inodes + 1) * sizeof(*p->order));
-	if (!p->order_start || !p->order)
+	p->shard_end = calloc((size_t)nr + 1, sizeof(*p->shard_end));
+	if (!p->order_start || !p->shard_end)
 		return -ENOMEM;
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		if (pushable(&idx->inodes[e], p->window))
-			p->order[n++] = e;
-	qsort_r(p->order, n, sizeof(*p->order), by_shard_offset, (void *)idx);
-	for (uint32_t i = 0, s = 0; s <= nr; s++) {
-		while (i < n && idx->inodes[p->order[i]].shard < s)
-			i++;
-		p->order_start[s] = i;
-	}
+	if (shard_index_order_starts(idx->inodes, idx->nr_inodes, nr,
+				     p->order_start) != idx->nr_order)
+		return -EINVAL;
+	for (uint32_t s = 0; s < nr; s++)
+		for (uint32_t i = p->order_start[s + 1]; i > p->order_start[s]; i--) {
+			const struct shard_inode *in = member_at(p, s, i - 1);
+
+			if (in) {
+				p->shard_end[s] = in->data + in->size;
+				break;
+			}
+		}
 	return 0;
 }
 
@@ -137,14 +166,14 @@ static int build_pieces(struct pushahead *p)
 	p->piece_bytes = calloc(n + 1, sizeof(*p->piece_bytes));
 	if (!p->pieces || !p->piece_bytes)
 		return -ENOMEM;
-	for (uint32_t s = 0; s < set->nr; s++)
-		for (uint32_t i = p->order_start[s];
-		     plain_shard(set, s) && i < p->order_start[s + 1]; i++) {
-			const struct shard_inode *in = entry_inode(p, p->order[i]);
+	for (uint32_t e = 0; e < p->idx->nr_inodes; e++) {	/* in file order */
+		const struct shard_inode *in = entry_inode(p, e);
 
+		if (pushable(p, in) && plain_shard(set, in->shard)) {
 			p->piece_bytes[piece_of(p, in)] += (uint32_t)in->size;
 			p->counters.set_bytes += in->size;
 		}
+	}
 	atomic_init(&p->pass, 1);
 	return 0;
 }
@@ -153,19 +182,28 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,
 		   pushahead_fetch_fn fetch, void *fetch_arg)
 {
+	int rc = 0;
+
 	*p = (struct pushahead){ .idx = idx, .set = set, .bound = bound,
 				 .fetch = fetch, .fetch_arg = fetch_arg };
 	if (!bound)
 		return 0;
 	p->window = bound < SHARDFS_PUSHAHEAD_WINDOW ? bound : SHARDFS_PUSHAHEAD_WINDOW;
 	/* calloc'ed arrays are touched only where used: RSS follows use */
-	p->refs = calloc((size_t)idx->nr_inodes + 1, sizeof(*p->refs));
+	for (int b = 0; b < PUSHAHEAD_NR_BITS && !rc; b++)
+		if (!(p->bits[b] = calloc((size_t)idx->nr_inodes / 64 + 1,
+					  sizeof(*p->bits[b]))))
+			rc = -ENOMEM;
 	p->streams = calloc(set->nr ? set->nr : 1, sizeof(*p->streams));
-	if (!p->refs || !p->streams || build_order(p) || build_pieces(p)) {
+	rc = rc ?: p->streams ? 0 : -ENOMEM;
+	rc = rc ?: build_order(p);
+	rc = rc ?: build_pieces(p);
+	if (rc == -EINVAL)
+		log_warn("push-ahead: the index's order of the files disagrees "
+			 "with its entries; it stays off");
+	if (rc)
 		pushahead_release(p);
-		return -ENOMEM;
-	}
-	return 0;
+	return rc == -EINVAL ? 0 : rc;
 }
 
 void pushahead_release(struct pushahead *p)
@@ -173,9 +211,12 @@ void pushahead_release(struct pushahead *p)
 	if (p->running)
 		sem_destroy(&p->wake);
 	p->running = false;
-	free(p->order);
 	free(p->order_start);
-	free(p->refs);
+	free(p->shard_end);
+	for (int b = 0; b < PUSHAHEAD_NR_BITS; b++) {
+		free(p->bits[b]);
+		p->bits[b] = NULL;
+	}
 	free(p->streams);
 	free(p->buf);
 	free(p->pass_of);
@@ -185,8 +226,9 @@ void pushahead_release(struct pushahead *p)
 	p->pass_of = NULL;
 	p->pieces = NULL;
 	p->piece_bytes = p->piece_start = NULL;
-	p->order = p->order_start = NULL;
-	p->refs = NULL;
+	p->order = NULL;
+	p->order_start = NULL;
+	p->shard_end = NULL;
 	p->streams = NULL;
 	p->buf = NULL;
 	p->bound = 0;
@@ -208,72 +250,46 @@ static uint32_t order_at(const struct pushahead *p, uint32_t shard, uint64_t off
 	return lo;
 }
 
-/* End of the last pushable member of @shard (0: none). */
-static uint64_t shard_end(const struct pushahead *p, uint32_t shard)
-{
-	const struct shard_inode *in;
-
-	if (p->order_start[shard] == p->order_start[shard + 1])
-		return 0;
-	in = entry_inode(p, p->order[p->order_start[shard + 1] - 1]);
-	return in->data + in->size;
-}
-
 void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n)
 {
-	if (p->refs && ino && ino <= p->idx->nr_inodes)
-		atomic_fetch_add_explicit(&p->refs[ino - 1], (unsigned)n,
-					  memory_order_relaxed);
+	if (p->bits[0] && n && ino && ino <= p->idx->nr_inodes)
+		bit_set(p, PUSHAHEAD_HELD, (uint32_t)(ino - 1));
 }
 
+/*
+ * A FORGET says the kernel dropped the inode (it sends one when it evicts
+ * it, with every reference it held; echo 3 > drop_caches between epochs):
+ * a listing may bring it back, so it may be tried again.  The rarer
+ * FORGET of a reference whose reply failed clears the held bit too early,
+ * which costs a probe (known()).
+ */
 void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 {
-	atomic_uint *r;
-	unsigned cur, next;
+	uint32_t e = (uint32_t)(ino - 1);
 
-	if (!p->refs || !ino || ino > p->idx->nr_inodes)
+	if (!p->bits[0] || !n || !ino || ino > p->idx->nr_inodes)
 		return;
-	r = &p->refs[ino - 1];
-	cur = atomic_load_explicit(r, memory_order_relaxed);
-	/*
-	 * Never below zero: a reference taken before we counted is forgotten.
-	 * At zero the kernel has dropped the inode (echo 3 > drop_caches
-	 * between epochs): a listing may bring it back, so it may be tried
-	 * again.
-	 */
-	do
-		next = (cur & PUSHAHEAD_REFS) > n ?
-		       (cur & PUSHAHEAD_FLAGS) | ((cur & PUSHAHEAD_REFS) - n) :
-		       cur & PUSHAHEAD_KEPT;
-	while (!atomic_compare_exchange_weak_explicit(r, &cur, next,
-						      memory_order_relaxed,
-						      memory_order_relaxed));
+	bit_clear(p, PUSHAHEAD_HELD, e);
+	bit_clear(p, PUSHAHEAD_LISTED, e);
+	bit_clear(p, PUSHAHEAD_SEEN, e);
 }
 
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 {
-	unsigned expected = 0, was;
+	unsigned expected = 0;
 	uint32_t d = (uint32_t)(dir_ino - 1);
 
 	if (!p->lister || !dir_ino || dir_ino > p->idx->nr_inodes ||
 	    p->idx->inodes[d].size > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
 		return;
-	/* a load first: LOOKUPs in a listed directory write nothing shared */
-	if (atomic_load_explicit(&p->refs[d], memory_order_relaxed) &
-	    PUSHAHEAD_LISTED)
-		return;
-	was = atomic_fetch_or_explicit(&p->refs[d], PUSHAHEAD_SEEN,
-				       memory_order_relaxed);
-	if (!(was & PUSHAHEAD_SEEN) || (was & PUSHAHEAD_LISTED))
-		return;
-	was = atomic_fetch_or_explicit(&p->refs[d], PUSHAHEAD_LISTED,
-				       memory_order_relaxed);
-	if (was & PUSHAHEAD_LISTED)
+	/* bit_set() loads first: LOOKUPs in a listed directory write
+	 * nothing shared */
+	if (bit_test(p, PUSHAHEAD_LISTED, d) || !bit_set(p, PUSHAHEAD_SEEN, d) ||
+	    bit_set(p, PUSHAHEAD_LISTED, d))
 		return;
 	/* one directory at a time: a later LOOKUP in this one tries again */
 	if (!atomic_compare_exchange_strong(&p->dir_wanted, &expected, d + 1)) {
-		atomic_fetch_and_explicit(&p->refs[d], ~PUSHAHEAD_LISTED,
-					  memory_order_relaxed);
+		bit_clear(p, PUSHAHEAD_LISTED, d);
 		return;
 	}
 	sem_post(&p->wake);
@@ -282,8 +298,7 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 /* Clear the stored mark of entry @e; true when it was set. */
 static bool take_stored(struct pushahead *p, uint32_t e)
 {
-	return atomic_fetch_and_explicit(&p->refs[e], ~PUSHAHEAD_STORED,
-					 memory_order_relaxed) & PUSHAHEAD_STORED;
+	return bit_clear(p, PUSHAHEAD_STORED, e);
 }
 
 /* Count the stored members of @shard in [@from, @to) as @what; unmark them. */
@@ -413,7 +428,7 @@ static bool extend_window(struct pushahead *p, uint32_t shard, uint64_t pos)
 	struct pushahead_stream *s = &p->streams[shard];
 	uint64_t to = atomic_load_explicit(&s->to, memory_order_relaxed);
 	uint64_t window = policy_of(p, shard).window;
-	uint64_t got, want = pos + window, last = shard_end(p, shard);
+	uint64_t got, want = pos + window, last = p->shard_end[shard];
 	uint32_t trip;
 
 	if (to && to >= want - window / 2)
@@ -614,9 +629,8 @@ static void want_span(struct pushahead *p, uint32_t e)
 
 	if (!policy_of(p, entry_inode(p, e)->shard).spans)
 		return;
-	dropped = atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_TOUCHED,
-					   memory_order_relaxed) &
-		  PUSHAHEAD_SPANNED ? SPAN_DROPPED : 0;
+	bit_set(p, PUSHAHEAD_TOUCHED, e);
+	dropped = bit_test(p, PUSHAHEAD_SPANNED, e) ? SPAN_DROPPED : 0;
 	post_span(p, (e + 1) | dropped);
 }
 
@@ -678,7 +692,7 @@ static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 		}
 		off += n;
 	}
-	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_STORED, memory_order_relaxed);
+	bit_set(p, PUSHAHEAD_STORED, e);
 	atomic_store_explicit(&p->pass_of[e], (unsigned char)
 			      (atomic_load(&p->pass) | PASS_PUSHED), memory_order_relaxed);
 	relaxed_add(&p->counters.files, 1);
@@ -698,6 +712,19 @@ static bool list_from(struct pushahead *p, uint32_t e)
 	return true;
 }
 
+/* Whether the kernel holds entry @e's inode: its held bit, else a probe
+ * (a store of no bytes), whose yes sets the bit. */
+static bool held(struct pushahead *p, uint32_t e)
+{
+	if (bit_test(p, PUSHAHEAD_HELD, e))
+		return true;
+	relaxed_add(&p->counters.probes, 1);
+	if (p->store(p->store_arg, (uint64_t)e + 1, 0, NULL, 0))
+		return false;
+	bit_set(p, PUSHAHEAD_HELD, e);
+	return true;
+}
+
 /*
  * Whether the kernel holds member @e's inode, after having its directory
  * listed from @e on if it did not (once per member: a listing that left
@@ -705,16 +732,11 @@ static bool list_from(struct pushahead *p, uint32_t e)
  */
 static bool known(struct pushahead *p, uint32_t e)
 {
-	unsigned r = atomic_load_explicit(&p->refs[e], memory_order_relaxed);
-
-	if (r & PUSHAHEAD_REFS)
+	if (held(p, e))
 		return true;
-	if (!p->lister || (r & PUSHAHEAD_LISTED))
+	if (!p->lister || bit_set(p, PUSHAHEAD_LISTED, e))
 		return false;
-	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_LISTED, memory_order_relaxed);
-	return list_from(p, e) &&
-	       (atomic_load_explicit(&p->refs[e], memory_order_relaxed) &
-		PUSHAHEAD_REFS);
+	return list_from(p, e) && held(p, e);
 }
 
 /* List the directory pushahead_lookup_in() asked for, if any. */
@@ -738,9 +760,8 @@ static uint64_t members_end(const struct pushahead *p, uint32_t shard,
 	uint32_t i = order_at(p, shard, end);
 	const struct shard_inode *in;
 
-	if (i == p->order_start[shard])
+	if (i == p->order_start[shard] || !(in = member_at(p, shard, i - 1)))
 		return end;
-	in = entry_inode(p, p->order[i - 1]);
 	return in->data + in->size > end ? in->data + in->size : end;
 }
 
@@ -804,6 +825,12 @@ static bool spans_wasted(struct pushahead *p)
 	return true;
 }
 
+/* Whether member @m was READ at random or pushed with its span. */
+static bool spanned(const struct pushahead *p, uint32_t m)
+{
+	return bit_test(p, PUSHAHEAD_SPANNED, m) || bit_test(p, PUSHAHEAD_TOUCHED, m);
+}
+
 /* Whether a member of [@start, @end) of @shard other than @e was READ at
  * random or pushed with its span. */
 static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
@@ -811,29 +838,27 @@ static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 {
 	for (uint32_t i = order_at(p, shard, start); i < p->order_start[shard + 1] &&
 	     entry_inode(p, p->order[i])->data < end; i++)
-		if (p->order[i] != e &&
-		    (atomic_load_explicit(&p->refs[p->order[i]], memory_order_relaxed) &
-		     (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED)))
+		if (p->order[i] != e && member_at(p, shard, i) && spanned(p, p->order[i]))
 			return true;
 	return false;
 }
 
 /*
- * Whether member @m, with refs[] word @r, is left out of a span push for
+ * Whether member @m is left out of a span push for
  * a READ of entry @e: @e itself (the READ holds its pages), and one the
  * kernel was given or READ before: of a plain shard's piece, in pass
  * @pass; of a compressed shard's span (@pass 0), ever, unless @dropped
  * (then the kernel dropped them).
  */
 static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
-		       unsigned r, unsigned pass, bool dropped)
+		       unsigned pass, bool dropped)
 {
 	if (m == e)
 		return true;
 	if (pass)
 		return (atomic_load_explicit(&p->pass_of[m], memory_order_relaxed) &
 			PIECE_PASS_MAX) == pass;
-	return !dropped && (r & (PUSHAHEAD_SPANNED | PUSHAHEAD_TOUCHED));
+	return !dropped && spanned(p, m);
 }
 
 /*
@@ -856,12 +881,13 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 	for (uint32_t i = order_at(p, in->shard, start);
 	     got == end - start && i < last; i++) {
 		uint32_t m = p->order[i];
-		const struct shard_inode *mi = entry_inode(p, m);
-		unsigned r = atomic_load_explicit(&p->refs[m], memory_order_relaxed);
+		const struct shard_inode *mi = member_at(p, in->shard, i);
 
+		if (!mi)
+			continue;
 		if (mi->data + mi->size > end)
 			break;
-		if (span_skips(p, e, m, r, pass, dropped))
+		if (span_skips(p, e, m, pass, dropped))
 			continue;
 		if (!known(p, m)) {	/* the kernel forgot it: listed once */
 			relaxed_add(&p->counters.unknown, 1);
@@ -875,8 +901,7 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 			break;
 		pushed += mi->size;
 		if (!pass)
-			atomic_fetch_or_explicit(&p->refs[m], PUSHAHEAD_SPANNED,
-						 memory_order_relaxed);
+			bit_set(p, PUSHAHEAD_SPANNED, m);
 	}
 	if (atomic_load(&p->counters.files) != files)
 		relaxed_add(&p->counters.spans, 1);
@@ -904,7 +929,7 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 	    !span_touched(p, in->shard, e, start, end))
 		return;
 	p->policy.spans_on = true;
-	atomic_fetch_or_explicit(&p->refs[e], PUSHAHEAD_SPANNED, memory_order_relaxed);
+	bit_set(p, PUSHAHEAD_SPANNED, e);
 	push_range(p, e, start, end, 0, dropped);
 }
 
@@ -998,8 +1023,12 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 	i = order_at(p, shard, s->done);
 	while (i < last) {
 		uint32_t e = p->order[i];
-		const struct shard_inode *in = entry_inode(p, e);
+		const struct shard_inode *in = member_at(p, shard, i);
 
+		if (!in) {	/* too big to push */
+			i++;
+			continue;
+		}
 		if (in->data + in->size > to ||
 		    atomic_load_explicit(&s->gen, memory_order_relaxed) != gen)
 			return;

@@ -15,6 +15,10 @@
  *   extents[]  runs of sparse files, sorted by logical offset per file.
  *   hardlinks[] for every later name of a hard-link group, the group's
  *              first entry, sorted by entry.
+ *   order[]    the entries of the files whose data lie in a shard
+ *              (shard_index_orderable()), sorted by shard, then data
+ *              offset, then entry: a shard's members in the order a
+ *              reader of the shard meets them (push-ahead walks it).
  *
  * Entry i is FUSE inode i + 1; the root is entry 0 (FUSE_ROOT_ID).  The
  * build is deterministic, so the same shard set gets the same inode
@@ -30,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "shardfs/layout.h"
@@ -128,6 +133,8 @@ struct shard_index {
 	uint64_t nr_extents;		/* entries in extents */
 	struct shard_hardlink *hardlinks; /* later names of hard-link groups */
 	uint64_t nr_hardlinks;		/* entries in hardlinks */
+	uint32_t *order;		/* files by (shard, data, entry) */
+	uint64_t nr_order;		/* entries in order */
 	struct shard_index_counts counts; /* totals from the build */
 	struct index_map *map;		/* the index file the arrays point
 					 * into (index_map.h); NULL when they
@@ -194,6 +201,40 @@ struct index_file_writer;
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,
 			      struct shard_index_counts *counts, uint32_t *nr_entries);
+
+/*
+ * Whether file entry @in of a set of @nr_shards shards is in order[]: a
+ * regular file, not empty, whose bytes lie in its shard as one run (not
+ * sparse, not a later name of a hard link).
+ */
+static inline bool shard_index_orderable(const struct shard_inode *in,
+					 uint32_t nr_shards)
+{
+	return S_ISREG(in->mode) && in->size && in->shard < nr_shards &&
+	       !(in->flags & (SHARD_INODE_SPARSE | SHARD_INODE_LINKED));
+}
+
+/*
+ * Count the orderable entries of @inodes (@n of them) per shard into
+ * @starts (@nr_shards + 1 of them): starts[s] is where shard s begins in
+ * order[], starts[nr_shards] their total, which is returned.
+ */
+uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
+				  uint32_t nr_shards, uint32_t *starts);
+
+/*
+ * Fill @order (starts[@nr_shards] entries; @starts from
+ * shard_index_order_starts()) with the orderable entries of @inodes by
+ * shard, data offset and entry.  Deterministic: the index file's ORDER
+ * section is this, whichever build wrote it.  0 or -ENOMEM.
+ */
+int shard_index_order_fill(const struct shard_inode *inodes, uint32_t n,
+			   uint32_t nr_shards, const uint32_t *starts,
+			   uint32_t *order);
+
+/* Set idx->order of an index built in memory (@nr_shards shards).  0 or
+ * -ENOMEM. */
+int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards);
 
 /* Free or unmap the arrays; @idx is empty afterwards. */
 void shard_index_release(struct shard_index *idx);

@@ -6,7 +6,7 @@
  * A file is, in native byte order (the header's byte_order field tells a
  * file from another byte order apart, and such a file is refused):
  *
- *   struct index_file_header     376 bytes at offset 0: magic, version,
+ *   struct index_file_header     400 bytes at offset 0: magic, version,
  *                                sizes, counts, the section table, and
  *                                an xxh3 of the header itself (computed
  *                                with header_xxh3 zero)
@@ -24,11 +24,21 @@
  *   INDEX_SEC_SEEK_SHARDS  struct index_file_seek, one per shard (version 2)
  *   INDEX_SEC_SEEK_POINTS  struct seek_point (seek_table.h)
  *   INDEX_SEC_SEEK_WINDOWS deflated 32 KiB windows, a byte pool
+ *   INDEX_SEC_ORDER        uint32_t entry numbers: the files whose data lie
+ *                          in a shard (shard_index_orderable(), index.h),
+ *                          sorted by shard, data offset, entry (version 3)
  *
  * The SEEK sections hold the seek tables of compressed shards, so that
  * remounting a compressed set decodes nothing: a shard's record points at
  * its run of points and its run of windows, and names its encoding
  * (nr 0 and no encoding for a plain tar).
+ *
+ * The ORDER section is what push-ahead walks a shard by (pushahead.h): it
+ * is computed from the INODES section as the file is sealed
+ * (shard_index_order_fill(), index.h), so that a mount serves it from the
+ * file's pages instead of sorting the members into private memory (4
+ * bytes per member, docs/benchmarks-scale.md).  It comes last in the file
+ * because its length is known only then.
  *
  * The arrays are those of struct shard_index byte for byte, so the
  * static assertions below pin every size the format depends on: a struct
@@ -47,8 +57,9 @@
 #include "shardfs/seek_table.h"
 
 #define INDEX_FILE_MAGIC "SHARDIDX"
-/* Moves with every change of the bytes below (2: the SEEK sections). */
-#define INDEX_FILE_VERSION 2
+/* Moves with every change of the bytes below (2: the SEEK sections; 3: the
+ * ORDER section).  A file of another version is refused and rebuilt. */
+#define INDEX_FILE_VERSION 3
 /* Written as is: read back equal only in the same byte order. */
 #define INDEX_BYTE_ORDER 0x01020304u
 /* Sections start on a multiple of this many bytes. */
@@ -65,6 +76,7 @@ enum index_section {
 	INDEX_SEC_SEEK_SHARDS,	/* struct index_file_seek[] */
 	INDEX_SEC_SEEK_POINTS,	/* struct seek_point[] */
 	INDEX_SEC_SEEK_WINDOWS,	/* deflated windows, a byte pool */
+	INDEX_SEC_ORDER,	/* uint32_t[]: files by shard and offset */
 	INDEX_NR_SECTIONS
 };
 
@@ -150,6 +162,8 @@ static inline size_t index_section_record(enum index_section s)
 		return sizeof(struct index_file_seek);
 	case INDEX_SEC_SEEK_POINTS:
 		return sizeof(struct seek_point);
+	case INDEX_SEC_ORDER:
+		return sizeof(uint32_t);
 	default:
 		return 1;
 	}
@@ -160,7 +174,7 @@ static inline const char *index_section_name(enum index_section s)
 {
 	static const char *const names[INDEX_NR_SECTIONS] = {
 		"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
-		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
+		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER",
 	};
 
 	return s < INDEX_NR_SECTIONS ? names[s] : "?";
@@ -177,6 +191,6 @@ _Static_assert(offsetof(struct index_file_header, counts) == 40, "counts at 40")
 _Static_assert(offsetof(struct index_file_header, sections) == 128, "sections at 128");
 _Static_assert(sizeof(struct index_file_seek) == 56, "index_file_seek: 56 bytes");
 _Static_assert(sizeof(struct seek_point) == 32, "seek_point: 32 bytes");
-_Static_assert(sizeof(struct index_file_header) == 376, "header: 376 bytes");
+_Static_assert(sizeof(struct index_file_header) == 400, "header: 400 bytes");
 
 #endif

@@ -108,6 +108,9 @@ struct pushahead_counters {
 	atomic_ullong refused;		/* stores the kernel refused */
 	atomic_ullong unknown;		/* members skipped: inode not held
 					 * by the kernel */
+	atomic_ullong probes;		/* times the kernel was asked whether
+					 * it holds an inode (a store of no
+					 * bytes: pushahead.h) */
 	atomic_ullong listings;		/* directories listed through the
 					 * mount so that the kernel holds
 					 * the members (prelist.h) */

@@ -61,12 +61,21 @@
  *
  * Only inodes the kernel holds can be stored into, so the FUSE glue
  * reports every reference the kernel takes (LOOKUP, READDIRPLUS) and drops
- * (FORGET).  For a member with none the worker asks the glue, once (once
+ * (FORGET), which push-ahead keeps as one bit per entry (held: set by a
+ * reference, cleared by a FORGET); where the bit is clear, the worker asks
+ * the kernel (a store of no bytes) before it reads the member.  For a
+ * member the kernel lacks the worker asks the glue, once (once
  * more after the kernel forgot it), to have the kernel list its directory
  * from it on (the lister callback: prelist.h), which a reader that never
  * lists needs; a member still unknown after that is skipped.  The bytes
  * pushed are read and checked like a READ's (the fetch callback:
  * shardfs_fetch, fs.h): a shard that changed size is never pushed from.
+ *
+ * Memory: what push-ahead walks a shard by is the index's order[] (index.h:
+ * the index file's ORDER section, served from its pages), and what it
+ * keeps per entry is bits (struct pushahead's bits[]) and a byte (pass_of),
+ * touched where used: after a remount and a walk of every directory, the
+ * held bits alone, 1/8 byte per entry (docs/benchmarks-scale.md).
  *
  * Thread-safety: pushahead_read(), _lookup() and _forget() may be called
  * from any number of threads; they take no global lock and allocate
@@ -129,7 +138,9 @@
 /*
  * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
  * Returns 0 or -errno (the kernel does not have the inode, the mount is
- * going away).
+ * going away).  With @len 0 it stores nothing and says whether the
+ * kernel holds the inode: 0, or -ENOENT (a probe: FUSE_NOTIFY_STORE of no
+ * bytes looks the inode up and does nothing else).
  */
 typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
 				  const void *buf, size_t len);
@@ -182,6 +193,26 @@ struct pushahead_stream {
 				 * pushed last (a READ past it overtook) */
 };
 
+/*
+ * What push-ahead knows of an entry, one bit each, in arrays of one bit
+ * per entry (bits[] below): the pages of an array are touched only where
+ * its event happened.
+ */
+enum pushahead_bit {
+	PUSHAHEAD_HELD,		/* the kernel took a reference (LOOKUP,
+				 * READDIRPLUS, or a probe said so) and
+				 * forgot none since */
+	PUSHAHEAD_LISTED,	/* member: its directory was listed from it
+				 * on; directory: queued for listing (once
+				 * until the kernel forgets the entry) */
+	PUSHAHEAD_SEEN,		/* directory: a LOOKUP in it */
+	PUSHAHEAD_STORED,	/* member: its bytes were stored, and no READ
+				 * or window settled it since */
+	PUSHAHEAD_SPANNED,	/* compressed member: its span was pushed */
+	PUSHAHEAD_TOUCHED,	/* compressed member: READ at random */
+	PUSHAHEAD_NR_BITS
+};
+
 struct pushahead {
 	const struct shard_index *idx;	/* the members */
 	const struct shard_set *set;	/* their shards */
@@ -189,11 +220,13 @@ struct pushahead {
 	void *fetch_arg;		/* passed to fetch */
 	uint64_t bound;			/* -o pushahead= (0: off) */
 	uint64_t window;		/* per-stream window: min(bound, WINDOW) */
-	uint32_t *order;		/* pushable entries by (shard, offset) */
+	const uint32_t *order;		/* idx->order: files by (shard,
+					 * offset), those too big to push
+					 * among them (pushable()) */
 	uint32_t *order_start;		/* per shard: its first in order; nr + 1 */
-	atomic_uint *refs;		/* per entry: kernel references, and
-					 * flags (pushed, listed, looked up
-					 * in: pushahead.c) */
+	uint64_t *shard_end;		/* per shard: end of its last pushable
+					 * member (0: none) */
+	atomic_ullong *bits[PUSHAHEAD_NR_BITS]; /* one bit per entry each */
 	struct pushahead_stream *streams; /* one per shard */
 	struct pushahead_counters counters; /* activity */
 	pushahead_store_fn store;	/* the FUSE glue's store */
@@ -230,7 +263,9 @@ struct pushahead {
 /*
  * Set @p up over @idx and @set (built and open; they outlive @p) with
  * @bound bytes, reading members through @fetch(@fetch_arg, ...); a bound
- * of 0 leaves it off, allocating nothing.  Returns 0 or -ENOMEM.
+ * of 0 leaves it off, allocating nothing, and so does an index whose
+ * order[] does not hold its files (logged: shard_index_order_starts()
+ * counts differently).  Returns 0 or -ENOMEM.
  */
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,

@@ -8,7 +8,9 @@
  * lookups or paths could leave the arrays.  Each input is loaded twice:
  * as given (exercising the header and checksum checks) and resealed with
  * correct checksums (exercising the structural checks behind them).
- * Whatever loads is then walked the way requests would walk it.
+ * Whatever loads is then walked the way requests would walk it, and
+ * push-ahead is set up over it (its per-shard starts and ends come from
+ * the ORDER section and the entries it names).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -68,6 +70,13 @@ static void load_and_walk(void)
 	if (index_file_load(path, &fs.idx, &sh, msg, sizeof(msg)))
 		return;
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
+	for (uint64_t i = 0; i < fs.idx.nr_order; i++)
+		FUZZ_CHECK(fs.idx.order[i] < fs.idx.nr_inodes, "order[%llu]", (ull)i);
+	/* shards not opened (no source: none is plain), as many as it names */
+	fs.set.shards = calloc(sh.nr ? sh.nr : 1, sizeof(*fs.set.shards));
+	FUZZ_CHECK(fs.set.shards, "out of memory");
+	fs.set.nr = sh.nr;
+	fs.opt.pushahead = SHARDFS_PUSHAHEAD_DEFAULT;
 	FUZZ_CHECK(!shardfs_init_built(&fs), "shardfs_init_built: out of memory");
 	walk(&fs);
 	shardfs_release(&fs);

@@ -66,7 +66,8 @@ def test_a_changed_shard_never_serves_pushed_bytes_of_the_new_file(tmp_path, how
         lib.drop_caches(1)
         for i, name in enumerate(names):
             if i == len(names) // 4:
-                assert lib.read_stats(mnt)["pushahead"]["files"] > 0
+                push = lib.read_stats(mnt)["pushahead"]
+                assert push["files"] > 0, push
                 change(shard, how)
             data, err = lib.read_member(os.path.join(mnt, name))
             if err is None:

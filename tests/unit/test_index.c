@@ -23,6 +23,33 @@
 #include "shardfs/log.h"
 #include "shardfs/path.h"
 
+/* (shard, data offset, entry) of order[] entries @x < @y. */
+static bool order_before(const struct shard_index *idx, uint32_t x, uint32_t y)
+{
+	const struct shard_inode *a = &idx->inodes[x], *b = &idx->inodes[y];
+
+	if (a->shard != b->shard)
+		return a->shard < b->shard;
+	return a->data != b->data ? a->data < b->data : x < y;
+}
+
+/* order[] holds every file with data in a shard once, in (shard, data
+ * offset, entry) order: strictly increasing, and as many as there are. */
+static void check_order(const struct shard_index *idx)
+{
+	uint64_t files = 0;
+
+	for (uint32_t e = 0; e < idx->nr_inodes; e++)
+		files += shard_index_orderable(&idx->inodes[e], UINT32_MAX);
+	assert_int_equal(idx->nr_order, files);
+	for (uint64_t i = 0; i < idx->nr_order; i++) {
+		assert_true(idx->order[i] < idx->nr_inodes);
+		assert_true(shard_index_orderable(&idx->inodes[idx->order[i]], UINT32_MAX));
+		if (i)
+			assert_true(order_before(idx, idx->order[i - 1], idx->order[i]));
+	}
+}
+
 /* Check the layout invariants of index.h over every directory. */
 static void check_tree(const struct shard_index *idx)
 {
@@ -46,6 +73,7 @@ static void check_tree(const struct shard_index *idx)
 		}
 		assert_int_equal(dir->nlink, 2 + subdirs);
 	}
+	check_order(idx);
 }
 
 /* Expect directory @path to list exactly @names, each found by lookup. */
@@ -684,6 +712,38 @@ static void test_bad_header_mid_set_names_its_shard_and_offset(void **state)
 	shard_set_release(&set);
 }
 
+/*
+ * shard_index_order_fill() on entries made by hand: every kind the order
+ * leaves out, shards interleaved, offsets out of entry order, a tie.
+ */
+static void test_order_of_hand_made_entries(void **state)
+{
+	enum { FILE_MODE = S_IFREG | 0644 };
+	const struct shard_inode in[] = {
+		{ .mode = S_IFDIR | 0755, .size = 9, .data = 1 },
+		{ .mode = FILE_MODE, .shard = 1, .data = 5000, .size = 10 },	/* 1 */
+		{ .mode = FILE_MODE, .shard = 0, .data = 3000, .size = 10 },	/* 2 */
+		{ .mode = FILE_MODE, .shard = 1, .data = 512, .size = 10 },	/* 3 */
+		{ .mode = FILE_MODE, .shard = 0, .data = 512, .size = 0 },	/* empty */
+		{ .mode = FILE_MODE, .shard = 0, .data = 0, .size = 7,
+		  .flags = SHARD_INODE_SPARSE },				/* sparse */
+		{ .mode = FILE_MODE, .shard = 0, .data = 3000, .size = 10,
+		  .flags = SHARD_INODE_LINKED },				/* later name */
+		{ .mode = S_IFLNK | 0777, .shard = 0, .data = 0, .size = 3 },	/* symlink */
+		{ .mode = FILE_MODE, .shard = 0, .data = 1024, .size = 10 },	/* 8 */
+		{ .mode = FILE_MODE, .shard = 0, .data = 3000, .size = 10 },	/* 9: tie */
+		{ .mode = FILE_MODE, .shard = 2, .data = 512, .size = 10 },	/* past the set */
+	};
+	const uint32_t want[] = { 8, 2, 9, 3, 1 }, want_starts[] = { 0, 3, 5 };
+	uint32_t starts[3], order[5];
+
+	(void)state;
+	assert_int_equal(shard_index_order_starts(in, 11, 2, starts), 5);
+	assert_memory_equal(starts, want_starts, sizeof(want_starts));
+	assert_int_equal(shard_index_order_fill(in, 11, 2, starts, order), 0);
+	assert_memory_equal(order, want, sizeof(want));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -704,6 +764,7 @@ int main(void)
 		TB_ENV_TEST(test_bad_shard_fails_or_is_skipped),
 		TB_ENV_TEST(test_build_is_the_same_with_any_thread_count),
 		TB_ENV_TEST(test_bad_header_mid_set_names_its_shard_and_offset),
+		cmocka_unit_test(test_order_of_hand_made_entries),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -525,6 +525,11 @@ static void test_round_trip(void **state)
 	expect_same_bytes(idx.hardlinks, built->hardlinks,
 			  built->nr_hardlinks * sizeof(*built->hardlinks), "hardlinks");
 	expect_same_bytes(&idx.counts, &built->counts, sizeof(idx.counts), "counts");
+	/* ORDER, computed from the entries as the file was sealed */
+	assert_true(built->nr_order >= 3);
+	assert_int_equal(idx.nr_order, built->nr_order);
+	expect_same_bytes(idx.order, built->order, built->nr_order * sizeof(*built->order),
+			  "order");
 
 	/* the shard table identifies the shards, relative to the index */
 	assert_int_equal(sh.nr, set->nr);
@@ -843,6 +848,7 @@ static void test_bad_magic_version_byte_order(void **state)
 	DAMAGE("magic zeroed", memset(f->buf, 0, 8));
 
 	LIE("a future version", hdr(f)->version = INDEX_FILE_VERSION + 1);
+	LIE("version 2 (no ORDER section: rebuilt, never misread)", hdr(f)->version = 2);
 	LIE("version 0", hdr(f)->version = 0);
 
 	LIE("the other byte order", hdr(f)->byte_order = __builtin_bswap32(INDEX_BYTE_ORDER));
@@ -1283,6 +1289,51 @@ static void test_lie_seek_table(void **state)
 		  hdr(f)->sections[INDEX_SEC_SEEK_SHARDS].length -= sizeof(struct index_file_seek));
 }
 
+static uint32_t *order_at(struct fx *f, uint64_t i)
+{
+	assert_true(i < count(f, INDEX_SEC_ORDER));
+	return (uint32_t *)section(f, INDEX_SEC_ORDER) + i;
+}
+
+/*
+ * ORDER must name one entry per file; which entries and in what order
+ * only guide push-ahead, which takes from a shard's range only that
+ * shard's files: such a lie loads, and push-ahead set up over it stays
+ * within its arrays.
+ */
+static void test_lie_order(void **state)
+{
+	struct fx *f = *state;
+	struct pushahead p;
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512] = "";
+	uint64_t last;
+
+	reset(f);
+	last = count(f, INDEX_SEC_ORDER) - 1;
+	LIE("ORDER names an entry past the last", *order_at(f, 0) = hdr(f)->nr_inodes);
+	LIE("ORDER names entry 2^32 - 1", *order_at(f, last) = UINT32_MAX);
+	LIE("ORDER one entry short", hdr(f)->sections[INDEX_SEC_ORDER].length -= 4);
+	LIE("ORDER empty", hdr(f)->sections[INDEX_SEC_ORDER].length = 0);
+	LIE("one file more than ORDER holds (a symlink made a file)",
+	    inode(f, entry(f, "link"))->mode = S_IFREG | 0644);
+
+	reset(f);
+	*order_at(f, 0) = 0;		/* the root */
+	*order_at(f, last) = entry(f, "dir");
+	swap(order_at(f, 1), order_at(f, last - 1), sizeof(uint32_t));
+	fixup(f);
+	expect_loads(f);
+	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(pushahead_init(&p, &idx, &f->env.fs.set, 1 << 20, NULL, NULL), 0);
+	assert_int_equal(p.bound, 1 << 20);
+	for (uint32_t s = 0; s < f->env.fs.set.nr; s++)
+		assert_true(p.shard_end[s] <= f->env.fs.set.shards[s].size);
+	pushahead_release(&p);
+	shard_index_release(&idx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1316,6 +1367,7 @@ int main(void)
 		FX_TEST(test_lie_hardlinks),
 		FX_TEST(test_lie_shard_table),
 		FX_TEST(test_lie_seek_table),
+		FX_TEST(test_lie_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, free_gz_shard);

@@ -38,6 +38,7 @@ struct fake_kernel {
 	atomic_uint bad;		/* stores whose bytes were wrong */
 	atomic_uchar stored[MEMBERS + 8]; /* per inode: stored at least once */
 	atomic_uchar listed_from[MEMBERS]; /* per member: listings from it */
+	atomic_int held[MEMBERS + 8];	/* per inode: references taken */
 	bool list_fails;		/* the listing makes nothing known */
 };
 
@@ -60,12 +61,33 @@ static int member_of(struct shardfs *fs, uint32_t e)
 	return i;
 }
 
+/* The kernel takes @n references to @ino, and the glue counts them. */
+static void kernel_lookup(struct shardfs *fs, uint64_t ino, int n)
+{
+	if (ino < MEMBERS + 8)
+		atomic_fetch_add(&kernel.held[ino], n);
+	pushahead_lookup(&fs->push, ino, (uint64_t)n);
+}
+
+/* The kernel drops @n references to @ino (FORGET). */
+static void kernel_forget(struct shardfs *fs, uint64_t ino, int n)
+{
+	if (ino < MEMBERS + 8)
+		atomic_fetch_sub(&kernel.held[ino], n);
+	pushahead_forget(&fs->push, ino, (uint64_t)n);
+}
+
+/* A store of no bytes is a probe: whether the kernel holds the inode. */
 static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 		      size_t len)
 {
 	struct fake_kernel *k = arg;
 	char want[MEMBER_SIZE + 1];
-	int i = member_of(k->fs, (uint32_t)(ino - 1));
+	int i;
+
+	if (!len)
+		return ino < MEMBERS + 8 && atomic_load(&k->held[ino]) > 0 ? 0 : -ENOENT;
+	i = member_of(k->fs, (uint32_t)(ino - 1));
 
 	member_content(i, want);
 	if (off != 0 || len != MEMBER_SIZE || memcmp(buf, want, len))
@@ -88,7 +110,7 @@ static ssize_t fake_list(void *arg, uint32_t e)
 		return -ETIMEDOUT;
 	for (i = from; i < MEMBERS && i < from + FAKE_LISTED; i++) {
 		snprintf(name, sizeof(name), "m%02d", i);
-		pushahead_lookup(&k->fs->push, tb_ino(k->fs, name), 1);
+		kernel_lookup(k->fs, tb_ino(k->fs, name), 1);
 	}
 	return i - from;
 }
@@ -227,8 +249,8 @@ static void test_forward_reader_gets_the_next_members(void **state)
 
 	setup(e, 1 << 20);
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 2);
-	pushahead_forget(&e->fs.push, ino_of(e, 20), 2);	/* dropped */
+		kernel_lookup(&e->fs, ino_of(e, i), 2);
+	kernel_forget(&e->fs, ino_of(e, 20), 2);	/* dropped */
 	/* the third forward read in a row opens the window */
 	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
 		read_member(e, i);
@@ -248,6 +270,39 @@ static void test_forward_reader_gets_the_next_members(void **state)
 	assert_int_equal(atomic_load(&c->read_anyway), 1);
 }
 
+/*
+ * Push-ahead keeps one bit per entry of what the kernel holds; where it
+ * saw no reference (here: every one but the reader's, as if their FORGET
+ * had come for a reply that failed while the kernel kept the inode), it
+ * asks the kernel with a store of no bytes, and pushes what it holds.
+ */
+static void test_members_without_a_seen_reference_are_probed(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+	int stored = 0;
+
+	setup(e, 1 << 20);
+	for (int i = 0; i < MEMBERS; i++) {
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
+		if (i >= SHARDFS_READAHEAD_STREAK && i != 30)
+			pushahead_forget(&e->fs.push, ino_of(e, i), 1);
+	}
+	kernel_forget(&e->fs, ino_of(e, 30), 1);	/* really gone */
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
+		read_member(e, i);
+	settle(e);
+	for (int i = SHARDFS_READAHEAD_STREAK; i < MEMBERS; i++)
+		stored += atomic_load(&kernel.stored[ino_of(e, i)]);
+	assert_false(atomic_load(&kernel.stored[ino_of(e, 30)]));
+	/* all after the reader but the one the kernel lacks and the trip */
+	assert_int_equal(stored, MEMBERS - SHARDFS_READAHEAD_STREAK - 2);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_int_equal(atomic_load(&c->unknown), 1);
+	/* a probe for every member pushed, one for member 30; none twice */
+	assert_int_equal(atomic_load(&c->probes), stored + 1);
+}
+
 /* A reader that never listed: the members ahead are listed, then pushed. */
 static void test_unknown_members_are_listed_then_pushed(void **state)
 {
@@ -257,7 +312,7 @@ static void test_unknown_members_are_listed_then_pushed(void **state)
 
 	setup_listing(e, 1 << 20, fake_list);
 	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++) {
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);	/* its LOOKUP */
+		kernel_lookup(&e->fs, ino_of(e, i), 1);	/* its LOOKUP */
 		read_member(e, i);
 	}
 	settle(e);
@@ -279,10 +334,10 @@ static void test_unknown_members_are_listed_then_pushed(void **state)
 	from = SHARDFS_READAHEAD_STREAK + FAKE_LISTED;
 	assert_int_equal(atomic_load(&kernel.listed_from[from]), 1);
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_forget(&e->fs.push, ino_of(e, i), 1);
+		kernel_forget(&e->fs, ino_of(e, i), 1);
 	read_member(e, 0);
 	for (int i = from - SHARDFS_READAHEAD_STREAK; i < from; i++) {
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
 		read_member(e, i);
 	}
 	settle(e);
@@ -306,7 +361,7 @@ static void test_second_lookup_in_a_directory_lists_it(void **state)
 	assert_int_equal(atomic_load(&kernel.listed_from[0]), 1);
 	assert_int_equal(atomic_load(&e->fs.push.counters.listed), FAKE_LISTED);
 	/* the kernel drops the directory: two LOOKUPs list it again */
-	pushahead_forget(&e->fs.push, root, 1);
+	kernel_forget(&e->fs, root, 1);
 	pushahead_lookup_in(&e->fs.push, root);
 	pushahead_lookup_in(&e->fs.push, root);
 	settle(e);
@@ -343,7 +398,7 @@ static void test_bound_holds(void **state)
 
 	setup(e, 4 * MEMBER_SIZE + 1000);
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
 	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
 		read_member(e, i);
 	settle(e);
@@ -369,7 +424,7 @@ static void check_span_pushes(struct tb_env *e)
 
 	for (int i = 0; i < MEMBERS; i++)	/* all but m40 */
 		if (i != 40)
-			pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+			kernel_lookup(&e->fs, ino_of(e, i), 1);
 	/* one READ at random in a span pushes nothing; the second has the
 	 * others pushed */
 	read_at_random(e, 20);
@@ -384,7 +439,7 @@ static void check_span_pushes(struct tb_env *e)
 	assert_false(atomic_load(&kernel.stored[ino_of(e, 10)]));
 	assert_false(atomic_load(&kernel.stored[ino_of(e, 40)]));
 	/* a READ of a member that missed the push: the rest was pushed */
-	pushahead_lookup(&e->fs.push, ino_of(e, 40), 1);
+	kernel_lookup(&e->fs, ino_of(e, 40), 1);
 	read_at_random(e, 40);
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - 3);
@@ -425,7 +480,7 @@ static void setup_piece(struct tb_env *e)
 	assert_int_equal(e->fs.push.counters.set_bytes, PIECE_BYTES);
 	e->fs.push.counters.set_bytes = SET_PIECES * PIECE_BYTES;
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
 }
 
 /* READ members @from, @from + @step, ... below @to at random. */
@@ -550,7 +605,7 @@ static void test_cheap_reads_push_no_region(void **state)
 	setup(e, 1 << 20);
 	pushahead_cheap_reads(&e->fs.push);
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
 	for (int i = 30; i > 0; i -= 10)
 		read_at_random(e, i);
 	settle(e);
@@ -566,7 +621,7 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 
 	setup_gzip(e);
 	for (int i = 0; i < MEMBERS; i++)
-		pushahead_lookup(&e->fs.push, ino_of(e, i), 1);
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
 	atomic_store(&c->files, SHARDFS_PUSHAHEAD_SPAN_PROBE);
 	atomic_store(&c->read_anyway, SHARDFS_PUSHAHEAD_SPAN_PROBE / 4 + 1);
 	read_at_random(e, 20);
@@ -576,6 +631,23 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 	assert_int_equal(atomic_load(&kernel.stores), 0);
 	assert_int_equal(atomic_load(&c->spans), 0);
 	assert_true(atomic_load(&e->fs.push.policy.spans_off));
+}
+
+/* An index whose order[] does not hold its files leaves push-ahead off. */
+static void test_order_that_disagrees_leaves_it_off(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_index idx;
+	struct pushahead p;
+
+	build_shard(e, false);
+	idx = e->fs.idx;
+	idx.nr_order--;
+	assert_int_equal(pushahead_init(&p, &idx, &e->fs.set, 1 << 20, fetch, &e->fs), 0);
+	assert_int_equal(p.bound, 0);
+	assert_null(p.bits[PUSHAHEAD_HELD]);
+	pushahead_read(&p, (uint32_t)(ino_of(e, 0) - 1), 0, MEMBER_SIZE, 3);
+	pushahead_release(&p);
 }
 
 /* The worker reads through shardfs_fetch: checked as a READ is. */
@@ -609,11 +681,13 @@ int main(void)
 		TB_ENV_TEST(test_cheap_reads_push_no_region),
 		TB_ENV_TEST(test_span_pushes_stop_when_they_are_wasted),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
+		TB_ENV_TEST(test_members_without_a_seen_reference_are_probed),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
+		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
