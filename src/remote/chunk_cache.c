@@ -33,11 +33,14 @@
  * (backpressure) and prefetching stops: memory never grows past
  * cache_mem.
  *
- * Fetches run in fetch_threads threads, reads that missed first; at most
- * prefetch_threads of them fetch ahead at a time, so that a miss never
- * waits behind a window of prefetches.  What a fetch is (a ranged GET,
- * after a look in the disk cache) is the caller's: the cache calls the
- * callbacks of its configuration (shardfs/chunk_cache.h).
+ * A read that jumped fetches its range in its own thread, woken by the
+ * transfer's end (fetch_for_reader()); other fetches run in
+ * fetch_threads threads, reads that missed first; at most fetch_threads
+ * fetches for readers run at once, in their threads or the workers', and
+ * at most prefetch_threads workers fetch ahead at a time, so that a miss
+ * never waits behind a window of prefetches.  What a fetch is (a ranged
+ * GET, after a look in the disk cache) is the caller's: the cache calls
+ * the callbacks of its configuration (shardfs/chunk_cache.h).
  *
  * A reader moving forward through a shard gets chunks fetched ahead of it
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
@@ -176,6 +179,9 @@ struct chunk_cache {
 	struct ring demand;	/* chunks a reader waits for: first */
 	struct ring ahead;	/* chunks fetched ahead of readers */
 	unsigned busy_ahead;	/* workers fetching ahead now */
+	unsigned fetching;	/* fetches for readers running now, in a
+				 * reader's thread or a worker's: at most
+				 * cfg.fetch_threads (fetch_for_reader()) */
 	pthread_t *workers;	/* fetch threads, cfg.fetch_threads */
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
@@ -661,19 +667,36 @@ static void wait_for_bytes(struct chunk_cache *cc, struct chunk *c, size_t need)
 
 static void start_workers(struct chunk_cache *cc);
 
-/* Have a worker fetch loading chunk @c for a reader, ahead of any
- * prefetch (lock held); without workers, fetch it here. */
+/*
+ * Fetch loading run @c for a reader (lock held).  A range (a read that
+ * jumped) is fetched in the reader's own thread while fewer than
+ * cfg.fetch_threads fetches for readers run: the reader sleeps in the
+ * transfer and the HTTP event thread wakes it when the transfer settles.
+ * Queued for a fetch thread, a sample went FUSE worker -> fetch thread
+ * -> event thread -> fetch thread -> reader (docs/remote.md: 7-10
+ * context switches of the daemon a sample).  A stream's whole chunks go
+ * to a fetch thread, ahead of any prefetch, so that its reader copies
+ * its first bytes as they arrive; so do ranges past the limit, which
+ * wants just past them may join while they wait (coalesced).  Without
+ * workers (before the daemon's fork), everything is fetched here.
+ */
 static void fetch_for_reader(struct chunk_cache *cc, struct chunk *c)
 {
 	start_workers(cc);
-	if (cc->nworkers) {
+	if (cc->nworkers && (!c->ranged || cc->fetching >= cc->cfg.fetch_threads)) {
 		ring_push(cc, &cc->demand, c);
 		pthread_cond_signal(&cc->work);
 		return;
 	}
+	cc->fetching++;
 	pthread_mutex_unlock(&cc->lock);
 	fetch(cc, c);
 	pthread_mutex_lock(&cc->lock);
+	cc->fetching--;
+	if (cc->demand.len)	/* one queued past the limit may start */
+		pthread_cond_signal(&cc->work);
+	if (cc->stopping && !cc->fetching)
+		pthread_cond_broadcast(&cc->changed);	/* stop_workers() */
 }
 
 /*
@@ -919,12 +942,19 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	return (ssize_t)done;
 }
 
+/* May a worker take a fetch a reader waits for (lock held)?  While
+ * fewer than cfg.fetch_threads run, in readers' threads or workers'. */
+static bool demand_to_do(struct chunk_cache *cc)
+{
+	return cc->demand.len && cc->fetching < cc->cfg.fetch_threads;
+}
+
 /* Is there a chunk a worker may take (lock held)?  Reads that missed
  * first; fetches ahead only while fewer than cfg.prefetch_threads run,
  * so that a miss never waits behind a window of prefetches. */
 static bool work_to_do(struct chunk_cache *cc)
 {
-	return cc->demand.len || (cc->ahead.len && cc->busy_ahead < cc->cfg.prefetch_threads);
+	return demand_to_do(cc) || (cc->ahead.len && cc->busy_ahead < cc->cfg.prefetch_threads);
 }
 
 static void *fetch_worker(void *arg)
@@ -940,9 +970,10 @@ static void *fetch_worker(void *arg)
 			pthread_cond_wait(&cc->work, &cc->lock);
 		if (cc->stopping)
 			break;
-		ahead = !cc->demand.len;
+		ahead = !demand_to_do(cc);
 		c = ring_pop(cc, ahead ? &cc->ahead : &cc->demand);
 		cc->busy_ahead += ahead;
+		cc->fetching += !ahead;
 		pthread_mutex_unlock(&cc->lock);
 		fetch(cc, c);
 		if (ahead)
@@ -950,6 +981,7 @@ static void *fetch_worker(void *arg)
 						  memory_order_relaxed);
 		pthread_mutex_lock(&cc->lock);
 		cc->busy_ahead -= ahead;
+		cc->fetching -= !ahead;	/* this thread looks for more next */
 		if (ahead && cc->ahead.len)
 			pthread_cond_signal(&cc->work);
 	}
@@ -1148,8 +1180,9 @@ static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow)
  * that vanished is not safe to use: before a fork whose child runs on
  * (the daemon's, after the index build may have prefetched), the owner
  * calls chunk_cache_fork_prepare() and the workers finish their fetch and
- * exit; after it, chunk_cache_fork_done() starts new ones if fetches are
- * still queued (readers may be waiting for them).
+ * exit, as do the fetches readers run in their own threads; after it,
+ * chunk_cache_fork_done() starts new ones if fetches are still queued
+ * (readers may be waiting for them).
  */
 static void stop_workers(struct chunk_cache *cc)
 {
@@ -1161,6 +1194,8 @@ static void stop_workers(struct chunk_cache *cc)
 		for (unsigned i = 0; i < cc->nworkers; i++)
 			pthread_join(cc->workers[i], NULL);
 	pthread_mutex_lock(&cc->lock);
+	while (cc->fetching)	/* readers fetching in their own threads */
+		pthread_cond_wait(&cc->changed, &cc->lock);
 	cc->nworkers = 0;
 	cc->stopping = false;
 	pthread_mutex_unlock(&cc->lock);

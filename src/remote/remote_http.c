@@ -9,9 +9,10 @@
  *
  * Every transfer runs on one curl multi handle, driven by one event
  * thread (curl_multi_poll; curl_multi_wakeup when a transfer is
- * submitted).  A caller fills a struct transfer on its own stack, submits
- * it and sleeps on the transfer's condition variable until the event
- * thread reports it done: no allocation per transfer beyond libcurl's
+ * submitted).  A caller (a FUSE worker fetching the range of a read
+ * that jumped, a fetch thread, the mount's probe) fills a struct
+ * transfer on its own stack, submits it and sleeps on the transfer's
+ * condition variable until the event thread reports it done: no allocation per transfer beyond libcurl's
  * header list, and no thread blocked in the network per request.  The
  * multi handle owns the connections, so every request of every thread
  * draws on one keep-alive pool of at most HTTP_HOST_CONNECTIONS per host,
@@ -68,8 +69,10 @@
 
 /* Idle easy handles kept (the connections are the multi handle's). */
 #define HTTP_POOL_MAX 64
-/* Connections per host, and idle ones kept: above the fetch threads, so
- * that an HTTP/1.1 server never makes a chunk wait for a connection; an
+/* Connections per host, and idle ones kept: above the fetches the chunk
+ * cache runs at once (REMOTE_FETCH_THREADS for readers, in their own
+ * threads or fetch threads, and REMOTE_PREFETCH_THREADS ahead), so that
+ * an HTTP/1.1 server never makes a chunk wait for a connection; an
  * HTTP/2 server gets one. */
 #define HTTP_HOST_CONNECTIONS (REMOTE_FETCH_THREADS + 8)
 /* Longest sleep of the event thread with nothing to do (ms): libcurl's

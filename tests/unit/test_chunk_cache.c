@@ -5,8 +5,9 @@
  * eviction in a small cache, readers waiting while every slot is busy,
  * a failed fetch giving -EIO and being fetched again, prefetch windows,
  * forgetting an owner, and two caches side by side; and the ranges of
- * reads that jumped: only their bytes (or their WILLREAD's) fetched,
- * adjacent wants coalesced into one fetch, a forward stream still given
+ * reads that jumped: only their bytes (or their WILLREAD's) fetched, in
+ * the reader's own thread, adjacent wants coalesced into one fetch while
+ * it waits for a fetch thread, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
  * ranges kept and found again through load/store, and readers growing
  * ranges at once; the fetch threads stopped before a fork and started
@@ -62,6 +63,7 @@ static struct {
 	unsigned pieces;	/* chunks they filled, in all */
 	uint64_t last_off;	/* first byte of the latest fetch */
 	uint64_t last_len;	/* its bytes */
+	pthread_t last_thread;	/* the thread that made it */
 	uint64_t fail_off;	/* a fetch of this byte fails (UINT64_MAX:
 				 * none) */
 	size_t step;		/* bytes delivered at a time (0: a piece
@@ -132,6 +134,7 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 	fake.pieces += n;
 	fake.last_off = off;
 	fake.last_len = len;
+	fake.last_thread = pthread_self();
 	while (fake.gate_closed)
 		pthread_cond_wait(&fake.opened, &fake.lock);
 	fail = off <= fake.fail_off && fake.fail_off < off + len;
@@ -154,6 +157,17 @@ static unsigned fetch_calls(void)
 	n = fake.calls;
 	pthread_mutex_unlock(&fake.lock);
 	return n;
+}
+
+/* Did the thread @t make the latest fetch? */
+static bool fetched_by(pthread_t t)
+{
+	bool same;
+
+	pthread_mutex_lock(&fake.lock);
+	same = pthread_equal(fake.last_thread, t);
+	pthread_mutex_unlock(&fake.lock);
+	return same;
 }
 
 /* Let the fetcher deliver @n more steps (0: none until told; UINT_MAX:
@@ -282,6 +296,28 @@ static void reader_start_at(struct reader *r, struct chunk_owner *ow, uint64_t o
 static void reader_start(struct reader *r, struct chunk_owner *ow, uint64_t chunk)
 {
 	reader_start_at(r, ow, chunk * CHUNK, CHUNK);
+}
+
+/* A WILLREAD in a thread (it fetches there, and may wait at the gate). */
+struct hinter {
+	struct chunk_owner *ow;	/* what is announced */
+	uint64_t off;		/* first byte */
+	uint64_t len;		/* bytes */
+	pthread_t thread;	/* running it */
+};
+
+static void *hinter_run(void *arg)
+{
+	struct hinter *h = arg;
+
+	chunk_cache_willread(h->ow, h->off, h->len);
+	return NULL;
+}
+
+static void hinter_start(struct hinter *h, struct chunk_owner *ow, uint64_t off, uint64_t len)
+{
+	*h = (struct hinter){ .ow = ow, .off = off, .len = len };
+	assert_int_equal(pthread_create(&h->thread, NULL, hinter_run, h), 0);
 }
 
 static void test_read_served(void **state)
@@ -578,13 +614,45 @@ static void test_willread_fetches_the_sample_once(void **state)
 	chunk_cache_forget(&ow);
 }
 
+static void test_jumped_read_fetches_in_its_thread(void **state)
+{
+	struct object o = { 25 };
+	struct chunk_owner ow;
+	struct reader r;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a read that jumped fetches its range itself: no fetch thread
+	 * between its reader and the transfer */
+	reader_start_at(&r, &ow, 3 * CHUNK + 5, 100);
+	pthread_join(r.thread, NULL);
+	assert_int_equal(r.result, 100);
+	assert_int_equal(fetch_calls(), 1);
+	assert_true(fetched_by(r.thread));
+	/* so does a WILLREAD, before it returns */
+	chunk_cache_willread(&ow, FAR, 300);
+	assert_int_equal(fetch_calls(), 2);
+	assert_true(fetched_by(pthread_self()));
+	assert_int_equal(read_check(&ow, FAR, 300), 300);
+	assert_int_equal(fetch_calls(), 2);
+	/* a stream's whole chunk goes to a fetch thread, whose reader
+	 * copies its first bytes as they arrive */
+	chunk_cache_scan(&ow, true);
+	assert_int_equal(read_check(&ow, 2 * FAR, 10), 10);
+	assert_int_equal(fetch_calls(), 3);
+	assert_false(fetched_by(pthread_self()));
+	chunk_cache_forget(&ow);
+}
+
 static void test_adjacent_wants_coalesce(void **state)
 {
 	struct object o = { 12 };
 	struct chunk_owner ow;
 	struct reader r[3];
 
-	cache_init(8, 1);	/* one fetch thread: the others queue */
+	/* one fetch for readers at a time: the first reader's, in its own
+	 * thread; the others queue for the fetch thread */
+	cache_init(8, 1);
 	owner_init(&ow, &o, BIG);
 	gate(true);
 	reader_start_at(&r[0], &ow, CHUNK + 10, 100);
@@ -632,6 +700,7 @@ static void test_ranges_read_are_evicted_first(void **state)
 {
 	struct object o = { 14 };
 	struct chunk_owner ow;
+	struct hinter h[4];
 
 	cache_init(4, 4);	/* a thread per slot */
 	owner_init(&ow, &o, BIG);
@@ -643,15 +712,17 @@ static void test_ranges_read_are_evicted_first(void **state)
 	WAIT_FOR(fetch_calls() == 5);
 	assert_int_equal(read_check(&ow, 3 * FAR, 10), 10);
 	assert_int_equal(fetch_calls(), 5);
-	/* a range being fetched is not taken by a hint */
+	/* a range being fetched is not taken by a hint (each hint fetches
+	 * in its own thread, held at the gate) */
 	gate(true);
 	for (uint64_t c = 0; c < 4; c++)
-		chunk_cache_willread(&ow, 2 * FAR + c * CHUNK, 10);
+		hinter_start(&h[c], &ow, 2 * FAR + c * CHUNK, 10);
 	WAIT_FOR(fetch_calls() == 9);
 	chunk_cache_willread(&ow, 2 * FAR + 4 * CHUNK, 10);
-	sleep_ms(SETTLE_MS);
 	assert_int_equal(fetch_calls(), 9);
 	gate(false);
+	for (unsigned i = 0; i < 4; i++)
+		pthread_join(h[i].thread, NULL);
 	chunk_cache_forget(&ow);
 }
 
@@ -925,11 +996,12 @@ static void test_fork_stops_and_restarts_the_fetch_threads(void **state)
 	struct preparer p = { 0 };
 	struct reader r[2];
 
-	cache_init(8, 1);	/* one fetch thread: the second read queues */
+	/* one fetch for readers at a time: the second read queues */
+	cache_init(8, 1);
 	owner_init(&ow, &o, BIG);
 	gate(true);
 	reader_start_at(&r[0], &ow, 10, 100);
-	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
+	WAIT_FOR(fetch_calls() == 1);	/* the reader fetches */
 	reader_start_at(&r[1], &ow, FAR + 10, 100);
 	sleep_ms(SETTLE_MS);		/* queued behind it */
 	assert_int_equal(pthread_create(&p.thread, NULL, preparer_run, &p), 0);
@@ -971,6 +1043,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_two_caches, cache_release),
 		cmocka_unit_test_teardown(test_jumped_read_fetches_its_range, cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_the_sample_once, cache_release),
+		cmocka_unit_test_teardown(test_jumped_read_fetches_in_its_thread, cache_release),
 		cmocka_unit_test_teardown(test_adjacent_wants_coalesce, cache_release),
 		cmocka_unit_test_teardown(test_forward_stream_gets_whole_chunks, cache_release),
 		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
