@@ -108,7 +108,8 @@
 #define CHUNK_JUMP (1u << 20)
 /* Wanted bytes at most this far past a slot's range (or a fetch not yet
  * started) are fetched with it: one GET instead of two, for a few
- * bytes of tar headers and padding between them. */
+ * bytes of tar headers and padding between them (not for a read that
+ * jumped when ranges are kept on disk: gap()). */
 #define CHUNK_COALESCE_GAP (16u << 10)
 /* A stream that read in the last this many ms holds its share of the
  * slots (active_streams()). */
@@ -731,6 +732,21 @@ static void start_fetch(struct chunk_cache *cc, struct chunk *c, const struct wa
 }
 
 /*
+ * Bytes past the end of a slot's range that a want of @w may lie and
+ * still be fetched with it.  None for a read that jumped when ranges are
+ * kept on disk (cfg.load): fetched with the range, the bytes between (a
+ * tar header) are stored only inside that one fetch, and a later epoch
+ * that asks the two samples apart, or bridges two it stored apart, finds
+ * no copy of them (a 2nd epoch of 1,000 samples made 1 GET of 109 KB,
+ * docs/remote.md).  Each want then fetches and stores just its bytes,
+ * and the same wants find them in any order.
+ */
+static size_t gap(const struct chunk_cache *cc, const struct want *w)
+{
+	return w->ranged && cc->cfg.load ? 0 : CHUNK_COALESCE_GAP;
+}
+
+/*
  * Chunk @c holds no [@in, @need) of its bytes, which @w wants: have it
  * fetch them with @refs more references (the reader's), lock held.  A
  * fetch of it not yet started takes them if they lie just past its end
@@ -742,7 +758,7 @@ static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, 
 		 size_t need, unsigned refs)
 {
 	struct chunk_cache_counters *k = cc->cfg.counters;
-	bool after = c->lo <= in && in <= c->hi + CHUNK_COALESCE_GAP;
+	bool after = c->lo <= in && in <= c->hi + gap(cc, w);
 	size_t hi = want_hi(cc, c, w);
 
 	assert(hi >= need);

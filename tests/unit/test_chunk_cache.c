@@ -9,7 +9,8 @@
  * the reader's own thread, adjacent wants coalesced into one fetch while
  * it waits for a fetch thread, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
- * ranges kept and found again through load/store, and readers growing
+ * ranges kept and found again through load/store (samples wanted apart
+ * in one epoch found apart in the next, never bridged), and readers growing
  * ranges at once; the fetch threads stopped before a fork and started
  * again after it; readers waiting for bytes of a fetch that trickles in
  * woken by their bytes (not by every piece), also when it fails half way.
@@ -644,28 +645,44 @@ static void test_jumped_read_fetches_in_its_thread(void **state)
 	chunk_cache_forget(&ow);
 }
 
-static void test_adjacent_wants_coalesce(void **state)
+/*
+ * With one fetch for readers allowed at a time (a cache of one fetch
+ * thread), a read far from the others holds it at the gate; then
+ * [@a, @a + @alen) is wanted (queued) and [@b, @b + @blen) after it,
+ * joining it (@join: waited for) or not; the gate opens and every read
+ * returns its bytes.
+ */
+static void wants_behind_a_fetch(struct chunk_owner *ow, uint64_t a, size_t alen,
+				 uint64_t b, size_t blen, bool join)
 {
-	struct object o = { 12 };
-	struct chunk_owner ow;
+	unsigned calls = fetch_calls();
 	struct reader r[3];
 
-	/* one fetch for readers at a time: the first reader's, in its own
-	 * thread; the others queue for the fetch thread */
-	cache_init(8, 1);
-	owner_init(&ow, &o, BIG);
 	gate(true);
-	reader_start_at(&r[0], &ow, CHUNK + 10, 100);
-	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
-	reader_start_at(&r[1], &ow, FAR + 100, 100);
-	sleep_ms(SETTLE_MS);		/* queued behind it */
-	reader_start_at(&r[2], &ow, FAR + 250, 150);
-	WAIT_FOR(count(&counters.coalesced) == 1);
+	reader_start_at(&r[0], ow, 3 * FAR, 10);
+	WAIT_FOR(fetch_calls() == calls + 1);	/* the reader fetches */
+	reader_start_at(&r[1], ow, a, alen);
+	sleep_ms(SETTLE_MS);			/* queued behind it */
+	reader_start_at(&r[2], ow, b, blen);
+	if (join)
+		WAIT_FOR(count(&counters.coalesced) == 1);
+	else
+		sleep_ms(SETTLE_MS);
 	gate(false);
 	for (unsigned i = 0; i < 3; i++) {
 		pthread_join(r[i].thread, NULL);
 		assert_int_equal(r[i].result, (ssize_t)r[i].len);
 	}
+}
+
+static void test_adjacent_wants_coalesce(void **state)
+{
+	struct object o = { 12 };
+	struct chunk_owner ow;
+
+	cache_init(8, 1);
+	owner_init(&ow, &o, BIG);
+	wants_behind_a_fetch(&ow, FAR + 100, 100, FAR + 250, 150, true);
 	/* one fetch for the two wants and the bytes between them */
 	assert_int_equal(fetch_calls(), 2);
 	assert_last_fetch(FAR + 100, 300);
@@ -751,12 +768,19 @@ static void test_failed_extension(void **state)
 	chunk_cache_forget(&ow);
 }
 
-/* A local copy of ranges (as cache_dir keeps them): one slot, under
- * fake.lock. */
+/* Ranges the local copy keeps, the oldest replaced. */
+#define DISK_RANGES 4
+
+/* A local copy of ranges (as cache_dir keeps them, found by their exact
+ * offset and length), under fake.lock. */
 static struct {
-	uint64_t off;		/* first byte kept */
-	size_t len;		/* bytes kept (0: none) */
-	char buf[CHUNK];	/* the bytes */
+	struct {
+		uint64_t off;	/* first byte kept */
+		size_t len;	/* bytes kept (0: none) */
+		char buf[CHUNK]; /* the bytes */
+	} range[DISK_RANGES];
+	unsigned stores;	/* store() calls: the latest is in range
+				 * [(stores - 1) % DISK_RANGES] */
 	unsigned loads;		/* load() served */
 } disk;
 
@@ -765,52 +789,73 @@ static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&fake.lock);
-	if (disk.len && off == disk.off && len == disk.len) {
-		memcpy(buf, disk.buf, len);
-		disk.loads++;
-		rc = 0;
-	}
+	for (unsigned i = 0; i < DISK_RANGES && rc; i++)
+		if (disk.range[i].len && off == disk.range[i].off && len == disk.range[i].len) {
+			memcpy(buf, disk.range[i].buf, len);
+			disk.loads++;
+			rc = 0;
+		}
 	pthread_mutex_unlock(&fake.lock);
 	return rc;
 }
 
 static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
 {
+	unsigned i;
+
 	pthread_mutex_lock(&fake.lock);
-	disk.off = off;
-	disk.len = len;
-	memcpy(disk.buf, buf, len);
+	i = disk.stores++ % DISK_RANGES;
+	disk.range[i].off = off;
+	disk.range[i].len = len;
+	memcpy(disk.range[i].buf, buf, len);
 	pthread_mutex_unlock(&fake.lock);
 }
 
-/* The range kept: its first byte, or UINT64_MAX when it is not @len
- * bytes long. */
+/* The range stored last: its first byte, or UINT64_MAX when it is not
+ * @len bytes long (or none is). */
 static uint64_t disk_kept(size_t len)
 {
-	uint64_t off;
+	uint64_t off = UINT64_MAX;
 
 	pthread_mutex_lock(&fake.lock);
-	off = disk.len == len ? disk.off : UINT64_MAX;
+	if (disk.stores && disk.range[(disk.stores - 1) % DISK_RANGES].len == len)
+		off = disk.range[(disk.stores - 1) % DISK_RANGES].off;
 	pthread_mutex_unlock(&fake.lock);
 	return off;
+}
+
+/* load() calls served so far. */
+static unsigned disk_loads(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fake.lock);
+	n = disk.loads;
+	pthread_mutex_unlock(&fake.lock);
+	return n;
+}
+
+/* A cache of 8 chunks with @threads fetch threads, keeping ranges in
+ * the (emptied) local copy. */
+static void disk_cache_init(unsigned threads)
+{
+	cache_init(8, threads);
+	chunk_cache_release(cache);
+	memset(&disk, 0, sizeof(disk));
+	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
+				 .chunk_size = CHUNK, .mem = 8 * CHUNK,
+				 .fetch_threads = threads, .prefetch_threads = 1,
+				 .fetch = fake_fetch, .load = fake_load, .store = fake_store,
+				 .counters = &counters }),
+			 0);
 }
 
 static void test_ranges_stored_and_loaded(void **state)
 {
 	struct object o = { 16 };
 	struct chunk_owner ow;
-	unsigned loads;
 
-	counters = (struct chunk_cache_counters){ 0 };
-	disk.len = disk.loads = 0;
-	fake.calls = 0;
-	fake.fail_off = UINT64_MAX;
-	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
-				 .chunk_size = CHUNK, .mem = 8 * CHUNK,
-				 .fetch_threads = 2, .prefetch_threads = 1,
-				 .fetch = fake_fetch, .load = fake_load, .store = fake_store,
-				 .counters = &counters }),
-			 0);
+	disk_cache_init(2);
 	owner_init(&ow, &o, 8 * CHUNK);
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
@@ -821,10 +866,7 @@ static void test_ranges_stored_and_loaded(void **state)
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
 	assert_int_equal(fetch_calls(), 1);
-	pthread_mutex_lock(&fake.lock);
-	loads = disk.loads;
-	pthread_mutex_unlock(&fake.lock);
-	assert_int_equal(loads, 1);
+	assert_int_equal(disk_loads(), 1);
 	/* a chunk a stream kept whole serves a range of it, and then the
 	 * rest of the chunk, from memory */
 	chunk_cache_forget(&ow);
@@ -836,6 +878,58 @@ static void test_ranges_stored_and_loaded(void **state)
 	assert_int_equal(read_check(&ow, 6 * CHUNK + 100, 10), 10);
 	assert_int_equal(read_check(&ow, 6 * CHUNK + 2000, 10), 10);
 	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+/* The samples of test_stored_samples_asked_apart: a tar header's
+ * worth of bytes between them. */
+#define SAMPLE_A (FAR + 100)
+#define SAMPLE_B (FAR + 1124)
+#define SAMPLE_LEN 512
+
+static void test_stored_samples_asked_apart(void **state)
+{
+	struct object o = { 26 };
+	struct chunk_owner ow;
+	unsigned calls;
+
+	/* one fetch for readers at a time (the others queue), ranges kept */
+	disk_cache_init(1);
+	owner_init(&ow, &o, BIG);
+	/* the 1st epoch reads two samples of one chunk apart (A's memory
+	 * gone before B, as in a cache smaller than the set): each fetched
+	 * and stored as it was wanted */
+	chunk_cache_willread(&ow, SAMPLE_A, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_A, SAMPLE_LEN), SAMPLE_LEN);
+	chunk_cache_forget(&ow);
+	assert_int_equal(read_check(&ow, 0, 10), 10);	/* a jump between */
+	chunk_cache_willread(&ow, SAMPLE_B, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(disk_kept(SAMPLE_LEN), SAMPLE_B);
+	calls = fetch_calls();
+	/* the 2nd: B right after A, whose range is still in memory; it
+	 * takes the slot over rather than fetch from A's end (the header
+	 * between them was never stored) */
+	chunk_cache_forget(&ow);
+	chunk_cache_willread(&ow, SAMPLE_A, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_A, SAMPLE_LEN), SAMPLE_LEN);
+	chunk_cache_willread(&ow, SAMPLE_B, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(fetch_calls(), calls);
+	/* the 3rd: A and B wanted while A waits for a fetch: B does not
+	 * join A's fetch (whose bytes would span the header), each is
+	 * loaded apart; only the read holding the one fetch slot goes out */
+	chunk_cache_forget(&ow);
+	wants_behind_a_fetch(&ow, SAMPLE_A, SAMPLE_LEN, SAMPLE_B, SAMPLE_LEN, false);
+	assert_int_equal(fetch_calls(), calls + 1);
+	assert_int_equal(count(&counters.coalesced), 0);
+	/* without a local copy, the same wants join: one fetch for both */
+	chunk_cache_release(cache);
+	cache_init(8, 1);
+	owner_init(&ow, &o, BIG);
+	wants_behind_a_fetch(&ow, SAMPLE_A, SAMPLE_LEN, SAMPLE_B, SAMPLE_LEN, true);
+	assert_int_equal(fetch_calls(), 2);
+	assert_last_fetch(SAMPLE_A, SAMPLE_B + SAMPLE_LEN - SAMPLE_A);
 	chunk_cache_forget(&ow);
 }
 
@@ -1049,6 +1143,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
+		cmocka_unit_test_teardown(test_stored_samples_asked_apart, cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
 		cmocka_unit_test_teardown(test_readers_woken_by_their_bytes, cache_release),
 		cmocka_unit_test_teardown(test_readers_of_a_fetch_failing_half_way,
