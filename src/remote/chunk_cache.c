@@ -747,12 +747,25 @@ static size_t gap(const struct chunk_cache *cc, const struct want *w)
 }
 
 /*
+ * Is ready chunk @c waiting for the read it was fetched for?  Nobody has
+ * copied from it since, and for less than CHUNK_IDLE_MS.  A WILLREAD
+ * fetches in its caller's thread and holds no reference once done: a
+ * want elsewhere in the chunk, taking the slot over before the read came,
+ * made that read fetch its bytes again (1.02 GETs a sample, 2 threads).
+ */
+static bool unread(const struct chunk *c)
+{
+	return !c->consumed && monotonic_ms() - c->used_ms < CHUNK_IDLE_MS;
+}
+
+/*
  * Chunk @c holds no [@in, @need) of its bytes, which @w wants: have it
  * fetch them with @refs more references (the reader's), lock held.  A
  * fetch of it not yet started takes them if they lie just past its end
  * (coalesced: one GET); a ready chunk holding the bytes just before them
- * fetches from its end on; one nobody reads takes @w's range instead.
- * False: it cannot now (loading, failed, or read elsewhere).
+ * fetches from its end on; one nobody reads, nor waits to read, takes
+ * @w's range instead.  False: it cannot now (loading, failed, or read
+ * elsewhere).
  */
 static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, size_t in,
 		 size_t need, unsigned refs)
@@ -768,7 +781,7 @@ static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, 
 		atomic_fetch_add_explicit(&k->coalesced, 1, memory_order_relaxed);
 		return true;
 	}
-	if (c->state != CHUNK_READY || (!after && c->refs))
+	if (c->state != CHUNK_READY || (!after && (c->refs || unread(c))))
 		return false;
 	lru_remove(c);
 	if (after) {

@@ -6,7 +6,8 @@
  * a failed fetch giving -EIO and being fetched again, prefetch windows,
  * forgetting an owner, and two caches side by side; and the ranges of
  * reads that jumped: only their bytes (or their WILLREAD's) fetched, in
- * the reader's own thread, adjacent wants coalesced into one fetch while
+ * the reader's own thread (a WILLREAD's kept for its read), adjacent
+ * wants coalesced into one fetch while
  * it waits for a fetch thread, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
  * ranges kept and found again through load/store (samples wanted apart
@@ -675,6 +676,33 @@ static void wants_behind_a_fetch(struct chunk_owner *ow, uint64_t a, size_t alen
 	}
 }
 
+static void test_willread_bytes_wait_for_their_read(void **state)
+{
+	struct object o = { 27 };
+	struct chunk_owner ow;
+	struct reader r;
+
+	/* the cache gives the read CHUNK_IDLE_MS (100 ms) to come: more
+	 * than valgrind may take between two calls */
+	if (RUNNING_ON_VALGRIND)
+		skip();
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a sample fetched for a WILLREAD, its read not come yet: a want
+	 * before it in its chunk waits rather than take the slot over */
+	chunk_cache_willread(&ow, 2 * FAR + 2000, 200);
+	assert_int_equal(fetch_calls(), 1);
+	reader_start_at(&r, &ow, 2 * FAR + 100, 100);
+	sleep_ms(SETTLE_MS / 5);
+	assert_int_equal(fetch_calls(), 1);
+	assert_int_equal(read_check(&ow, 2 * FAR + 2000, 200), 200);
+	/* read: the slot is the other want's; the sample was fetched once */
+	pthread_join(r.thread, NULL);
+	assert_int_equal(r.result, 100);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
 static void test_adjacent_wants_coalesce(void **state)
 {
 	struct object o = { 12 };
@@ -1138,6 +1166,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_jumped_read_fetches_its_range, cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_the_sample_once, cache_release),
 		cmocka_unit_test_teardown(test_jumped_read_fetches_in_its_thread, cache_release),
+		cmocka_unit_test_teardown(test_willread_bytes_wait_for_their_read, cache_release),
 		cmocka_unit_test_teardown(test_adjacent_wants_coalesce, cache_release),
 		cmocka_unit_test_teardown(test_forward_stream_gets_whole_chunks, cache_release),
 		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
