@@ -31,9 +31,9 @@
  *   child runs on (a daemon's), the owner calls chunk_cache_fork_prepare()
  *   (the fetch threads finish their fetch and exit) and, after it,
  *   chunk_cache_fork_done() in the process that goes on (threads start
- *   again for what is queued).  A fetcher with threads of its own
- *   (remote_http.c's event thread) is stopped after the cache's and
- *   started before them: remote.c's remote_fork_prepare() says the order.
+ *   again for what is queued).  A fetcher that must be idle across the
+ *   fork (remote_http.c's engine) is stopped after the cache and
+ *   started before it: remote.c's remote_fork_prepare() says the order.
  *
  * Thread-safety: after chunk_cache_init(), every function but
  * chunk_cache_release() and the fork calls (one thread, the forking one)

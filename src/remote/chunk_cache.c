@@ -672,9 +672,9 @@ static void start_workers(struct chunk_cache *cc);
  * Fetch loading run @c for a reader (lock held).  A range (a read that
  * jumped) is fetched in the reader's own thread while fewer than
  * cfg.fetch_threads fetches for readers run: the reader sleeps in the
- * transfer and the HTTP event thread wakes it when the transfer settles.
+ * transfer (remote_http.c: in its poll, when no other transfer runs).
  * Queued for a fetch thread, a sample went FUSE worker -> fetch thread
- * -> event thread -> fetch thread -> reader (docs/remote.md: 7-10
+ * -> curl's event thread -> fetch thread -> reader (docs/remote.md: 7-10
  * context switches of the daemon a sample).  A stream's whole chunks go
  * to a fetch thread, ahead of any prefetch, so that its reader copies
  * its first bytes as they arrive; so do ranges past the limit, which

@@ -151,14 +151,76 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 	return done;
 }
 
-static unsigned fetch_calls(void)
+/* Ranges the local copy keeps, the oldest replaced. */
+#define DISK_RANGES 4
+
+/* A local copy of ranges (as cache_dir keeps them, found by their exact
+ * offset and length), under fake.lock. */
+static struct {
+	struct {
+		uint64_t off;	/* first byte kept */
+		size_t len;	/* bytes kept (0: none) */
+		char buf[CHUNK]; /* the bytes */
+	} range[DISK_RANGES];
+	unsigned stores;	/* store() calls: the latest is in range
+				 * [(stores - 1) % DISK_RANGES] */
+	unsigned loads;		/* load() served */
+} disk;
+
+static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&fake.lock);
+	for (unsigned i = 0; i < DISK_RANGES && rc; i++)
+		if (disk.range[i].len && off == disk.range[i].off && len == disk.range[i].len) {
+			memcpy(buf, disk.range[i].buf, len);
+			disk.loads++;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&fake.lock);
+	return rc;
+}
+
+static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&fake.lock);
+	i = disk.stores++ % DISK_RANGES;
+	disk.range[i].off = off;
+	disk.range[i].len = len;
+	memcpy(disk.range[i].buf, buf, len);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* The range stored last: its first byte, or UINT64_MAX when it is not
+ * @len bytes long (or none is). */
+static uint64_t disk_kept(size_t len)
+{
+	uint64_t off = UINT64_MAX;
+
+	pthread_mutex_lock(&fake.lock);
+	if (disk.stores && disk.range[(disk.stores - 1) % DISK_RANGES].len == len)
+		off = disk.range[(disk.stores - 1) % DISK_RANGES].off;
+	pthread_mutex_unlock(&fake.lock);
+	return off;
+}
+
+/* A count of the fakes, read under fake.lock. */
+static unsigned locked(const unsigned *count)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&fake.lock);
-	n = fake.calls;
+	n = *count;
 	pthread_mutex_unlock(&fake.lock);
 	return n;
+}
+
+static unsigned fetch_calls(void)
+{
+	return locked(&fake.calls);
 }
 
 /* Did the thread @t make the latest fetch? */
@@ -204,8 +266,9 @@ static void sleep_ms(unsigned ms)
 		assert_true(cond);                                      \
 	} while (0)
 
-/* A cache of @chunks chunks, @threads fetch threads (one may prefetch). */
-static void cache_init(unsigned chunks, unsigned threads)
+/* A cache of @chunks chunks, @threads fetch threads (one may prefetch),
+ * keeping ranges in the local copy (emptied) if @kept. */
+static void cache_init_kept(unsigned chunks, unsigned threads, bool kept)
 {
 	fake.gate_closed = false;
 	fake.calls = fake.pieces = 0;
@@ -214,11 +277,20 @@ static void cache_init(unsigned chunks, unsigned threads)
 	fake.permits = UINT_MAX;
 	fake.fail_at = UINT64_MAX;
 	counters = (struct chunk_cache_counters){ 0 };
+	if (kept)
+		memset(&disk, 0, sizeof(disk));
 	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
 				 .chunk_size = CHUNK, .mem = (uint64_t)chunks * CHUNK,
 				 .fetch_threads = threads, .prefetch_threads = 1,
-				 .fetch = fake_fetch, .counters = &counters }),
+				 .fetch = fake_fetch, .load = kept ? fake_load : NULL,
+				 .store = kept ? fake_store : NULL, .counters = &counters }),
 			 0);
+}
+
+/* A cache of @chunks chunks, @threads fetch threads, no local copy. */
+static void cache_init(unsigned chunks, unsigned threads)
+{
+	cache_init_kept(chunks, threads, false);
 }
 
 /* @ow reads @o: a reader at random until it reads forward. */
@@ -796,94 +868,12 @@ static void test_failed_extension(void **state)
 	chunk_cache_forget(&ow);
 }
 
-/* Ranges the local copy keeps, the oldest replaced. */
-#define DISK_RANGES 4
-
-/* A local copy of ranges (as cache_dir keeps them, found by their exact
- * offset and length), under fake.lock. */
-static struct {
-	struct {
-		uint64_t off;	/* first byte kept */
-		size_t len;	/* bytes kept (0: none) */
-		char buf[CHUNK]; /* the bytes */
-	} range[DISK_RANGES];
-	unsigned stores;	/* store() calls: the latest is in range
-				 * [(stores - 1) % DISK_RANGES] */
-	unsigned loads;		/* load() served */
-} disk;
-
-static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
-{
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&fake.lock);
-	for (unsigned i = 0; i < DISK_RANGES && rc; i++)
-		if (disk.range[i].len && off == disk.range[i].off && len == disk.range[i].len) {
-			memcpy(buf, disk.range[i].buf, len);
-			disk.loads++;
-			rc = 0;
-		}
-	pthread_mutex_unlock(&fake.lock);
-	return rc;
-}
-
-static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
-{
-	unsigned i;
-
-	pthread_mutex_lock(&fake.lock);
-	i = disk.stores++ % DISK_RANGES;
-	disk.range[i].off = off;
-	disk.range[i].len = len;
-	memcpy(disk.range[i].buf, buf, len);
-	pthread_mutex_unlock(&fake.lock);
-}
-
-/* The range stored last: its first byte, or UINT64_MAX when it is not
- * @len bytes long (or none is). */
-static uint64_t disk_kept(size_t len)
-{
-	uint64_t off = UINT64_MAX;
-
-	pthread_mutex_lock(&fake.lock);
-	if (disk.stores && disk.range[(disk.stores - 1) % DISK_RANGES].len == len)
-		off = disk.range[(disk.stores - 1) % DISK_RANGES].off;
-	pthread_mutex_unlock(&fake.lock);
-	return off;
-}
-
-/* load() calls served so far. */
-static unsigned disk_loads(void)
-{
-	unsigned n;
-
-	pthread_mutex_lock(&fake.lock);
-	n = disk.loads;
-	pthread_mutex_unlock(&fake.lock);
-	return n;
-}
-
-/* A cache of 8 chunks with @threads fetch threads, keeping ranges in
- * the (emptied) local copy. */
-static void disk_cache_init(unsigned threads)
-{
-	cache_init(8, threads);
-	chunk_cache_release(cache);
-	memset(&disk, 0, sizeof(disk));
-	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
-				 .chunk_size = CHUNK, .mem = 8 * CHUNK,
-				 .fetch_threads = threads, .prefetch_threads = 1,
-				 .fetch = fake_fetch, .load = fake_load, .store = fake_store,
-				 .counters = &counters }),
-			 0);
-}
-
 static void test_ranges_stored_and_loaded(void **state)
 {
 	struct object o = { 16 };
 	struct chunk_owner ow;
 
-	disk_cache_init(2);
+	cache_init_kept(8, 2, true);
 	owner_init(&ow, &o, 8 * CHUNK);
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
@@ -894,7 +884,7 @@ static void test_ranges_stored_and_loaded(void **state)
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
 	assert_int_equal(fetch_calls(), 1);
-	assert_int_equal(disk_loads(), 1);
+	assert_int_equal(locked(&disk.loads), 1);
 	/* a chunk a stream kept whole serves a range of it, and then the
 	 * rest of the chunk, from memory */
 	chunk_cache_forget(&ow);
@@ -922,7 +912,7 @@ static void test_stored_samples_asked_apart(void **state)
 	unsigned calls;
 
 	/* one fetch for readers at a time (the others queue), ranges kept */
-	disk_cache_init(1);
+	cache_init_kept(8, 1, true);
 	owner_init(&ow, &o, BIG);
 	/* the 1st epoch reads two samples of one chunk apart (A's memory
 	 * gone before B, as in a cache smaller than the set): each fetched
