@@ -1129,7 +1129,12 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		    is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) +
 			      (step > 0)));
 	pthread_mutex_lock(&cc->lock);
-	/* a hint: no waiting for a slot, the read that follows does that */
+	/* a hint: no waiting for a slot, the read that follows does that.
+	 * Each chunk the range lies in gets its part now (a run takes the
+	 * absent ones after it), until one cannot: a part left to the read
+	 * was fetched as the read's own bytes when another thread's WILLREAD
+	 * of the shard came between, and a later epoch asking the sample's
+	 * part missed on disk (1 GET of 40-67 KB in 1,000 samples) */
 	for (uint64_t i = off / cs; i * cs < end; i++) {
 		size_t in = off > i * cs ? (size_t)(off - i * cs) : 0;
 		size_t need = (size_t)((end < (i + 1) * cs ? end : (i + 1) * cs) - i * cs);
@@ -1137,13 +1142,15 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		if ((c = find(cc, ow, i)) && c->lo <= in && need <= c->hi)
 			continue;
 		if (c) {
-			grow(cc, c, &w, in, need, 0);
-		} else if ((c = take_slot(cc, ow, i, false))) {
-			set_range(cc, c, &w);
-			c->missed = true;
-			start_fetch(cc, c, &w);
+			if (!grow(cc, c, &w, in, need, 0))
+				break;
+			continue;
 		}
-		break;
+		if (!(c = take_slot(cc, ow, i, false)))
+			break;
+		set_range(cc, c, &w);
+		c->missed = true;
+		start_fetch(cc, c, &w);
 	}
 	pthread_mutex_unlock(&cc->lock);
 }

@@ -951,6 +951,29 @@ static void test_stored_samples_asked_apart(void **state)
 	chunk_cache_forget(&ow);
 }
 
+static void test_willread_fetches_each_chunk_of_its_sample(void **state)
+{
+	struct object o = { 28 };
+	struct chunk_owner ow;
+	uint64_t boundary = FAR + 11 * CHUNK;
+
+	cache_init_kept(8, 2, true);
+	owner_init(&ow, &o, BIG);
+	/* chunk 11 holds another sample, read */
+	chunk_cache_willread(&ow, boundary + 2000, 500);
+	assert_int_equal(read_check(&ow, boundary + 2000, 500), 500);
+	/* a sample across the boundary of chunks 10 and 11: its WILLREAD
+	 * fetches both parts, the second into chunk 11's slot, each as a
+	 * part of the sample (as a later epoch asks it), and the reads
+	 * fetch nothing */
+	chunk_cache_willread(&ow, boundary - 300, 600);
+	assert_int_equal(fetch_calls(), 3);
+	assert_int_equal(disk_kept(300), boundary);
+	assert_int_equal(read_check(&ow, boundary - 300, 600), 600);
+	assert_int_equal(fetch_calls(), 3);
+	chunk_cache_forget(&ow);
+}
+
 /* Reads in a row through one area of an owner, each growing the range
  * its slot holds. */
 struct stepper {
@@ -1163,6 +1186,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
 		cmocka_unit_test_teardown(test_stored_samples_asked_apart, cache_release),
+		cmocka_unit_test_teardown(test_willread_fetches_each_chunk_of_its_sample,
+					  cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
 		cmocka_unit_test_teardown(test_readers_woken_by_their_bytes, cache_release),
 		cmocka_unit_test_teardown(test_readers_of_a_fetch_failing_half_way,
