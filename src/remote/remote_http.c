@@ -21,13 +21,13 @@
  * thread of its own driving the handle (the event thread, to 8321204),
  * each GET of a read that jumped cost two more context switches and
  * hand-offs (docs/remote.md).  No allocation per transfer beyond
- * libcurl's header list.  The multi handle owns the connections, so every request of every thread
- * draws on one keep-alive pool of at most HTTP_HOST_CONNECTIONS per host,
- * and an HTTPS server that offers HTTP/2 gets one connection carrying
- * every request as a stream (CURLPIPE_MULTIPLEX; new requests wait for
- * that connection rather than open another, CURLOPT_PIPEWAIT).  Easy
- * handles are pooled only to save their setup; they hold no connection.
- * TLS peers are always verified.
+ * libcurl's header list.  The multi handle owns the connections, so every
+ * request of every thread draws on one keep-alive pool of at most
+ * HTTP_HOST_CONNECTIONS per host, and an HTTPS server that offers HTTP/2
+ * gets one connection carrying every request as a stream
+ * (CURLPIPE_MULTIPLEX; new requests wait for that connection rather than
+ * open another, CURLOPT_PIPEWAIT).  Easy handles are pooled only to save
+ * their setup; they hold no connection. TLS peers are always verified.
  *
  * The body callbacks run in the driving thread, whichever transfer's
  * they are: they copy into that transfer's buffer and never block (a

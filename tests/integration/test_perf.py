@@ -325,6 +325,27 @@ def shuffled_digests(root, readers, seed):
         return dict(pool.map(one, paths))
 
 
+def cache_dir_mount(names, url, tmp_path, cache_env):
+    """(options with a cache_dir, 1 MiB chunks through 4 slots; the mount
+    point), once a first mount has built and cached the index: a 1st
+    epoch then stores only what its reader fetched, not the build's
+    whole chunks."""
+    cache = tmp_path / "chunks"
+    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
+    mnt = tmp_path / "mnt"
+    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
+        pass
+    return opts, mnt
+
+
+def shuffled_epoch(names, url, mnt, opts, cache_env, ref, seed):
+    """The remote counters of a mount whose files 4 threads read in a
+    shuffled order (SEED), every byte checked."""
+    with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+        assert shuffled_digests(mnt, 4, seed) == digests(ref)
+        return remote_stats(mnt)
+
+
 def test_disk_cache_serves_other_ranges_than_it_stored(site, url, tmp_path, cache_env):
     """Issue 29: a 2nd epoch with cache_dir fetches nothing, even when it
     asks other ranges than the 1st stored.  The 1st epoch reads each
@@ -332,19 +353,11 @@ def test_disk_cache_serves_other_ranges_than_it_stored(site, url, tmp_path, cach
     then whole chunks; the 2nd reads at random with 4 threads: samples,
     parts of those ranges and chunks, some joined into one fetch."""
     www, names, ref = site
-    cache = tmp_path / "chunks"
-    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
-    mnt = tmp_path / "mnt"
-    # the index built and cached first: the 1st epoch stores only what
-    # its reader fetched, not the build's whole chunks
-    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
-        pass
+    opts, mnt = cache_dir_mount(names, url, tmp_path, cache_env)
     with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
         assert digests(mnt) == digests(ref)
     for seed in (1, 2):
-        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
-            assert shuffled_digests(mnt, 4, seed) == digests(ref)
-            st = remote_stats(mnt)
+        st = shuffled_epoch(names, url, mnt, opts, cache_env, ref, seed)
         assert st["requests"] - st["retries"] == len(names), st
         assert st["disk_hits"] > 0 and st["disk_corrupt"] == 0, st
 
@@ -360,15 +373,9 @@ def test_disk_cache_serves_a_shuffled_epoch_after_a_shuffled_one(site, url, tmp_
     (files of one shard read forward by chance, a few KiB apart), which
     the 1st epoch did not store whole (docs/remote.md)."""
     www, names, ref = site
-    cache = tmp_path / "chunks"
-    opts = ("-o", "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=64M" % cache)
-    mnt = tmp_path / "mnt"
-    with lib.mounted(spec(url, names), mnt, "-o", "chunk_size=1M", env=cache_env):
-        pass
-    for seed in (3, 4):
-        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
-            assert shuffled_digests(mnt, 4, seed) == digests(ref)
-            st = remote_stats(mnt)
+    opts, mnt = cache_dir_mount(names, url, tmp_path, cache_env)
+    shuffled_epoch(names, url, mnt, opts, cache_env, ref, 3)
+    st = shuffled_epoch(names, url, mnt, opts, cache_env, ref, 4)
     assert st["fetched"]["random_fetches"] == 0, st
     assert st["fetched"]["random_bytes"] == 0 and st["disk_corrupt"] == 0, st
 
