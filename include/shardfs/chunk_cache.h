@@ -31,15 +31,17 @@
  *   child runs on (a daemon's), the owner calls chunk_cache_fork_prepare()
  *   (the fetch threads finish their fetch and exit) and, after it,
  *   chunk_cache_fork_done() in the process that goes on (threads start
- *   again for what is queued).  A fetcher with threads of its own
- *   (remote_http.c's event thread) is stopped after the cache's and
- *   started before them: remote.c's remote_fork_prepare() says the order.
+ *   again for what is queued).  A fetcher that must be idle across the
+ *   fork (remote_http.c's engine) is stopped after the cache and
+ *   started before it: remote.c's remote_fork_prepare() says the order.
  *
  * Thread-safety: after chunk_cache_init(), every function but
  * chunk_cache_release() and the fork calls (one thread, the forking one)
- * may be called from any thread.  The callbacks run
- * in the fetch threads (or the reader's, before the threads started) with
- * no lock of the cache held.
+ * may be called from any thread.  The callbacks run with no lock of the
+ * cache held, in a fetch thread or in a reader's: chunk_cache_read() and
+ * chunk_cache_willread() fetch a range for a read that jumped in the
+ * calling thread (and anything before the fetch threads started), so
+ * their callers hold no lock the callbacks take.
  */
 #ifndef SHARDFS_CHUNK_CACHE_H
 #define SHARDFS_CHUNK_CACHE_H
@@ -86,7 +88,9 @@ struct chunk_cache_counters {
 struct chunk_cache_config {
 	uint64_t chunk_size;	/* bytes per chunk, > 0 */
 	uint64_t mem;		/* bytes of chunk buffers */
-	unsigned fetch_threads;	/* threads running fetch(), > 0 */
+	unsigned fetch_threads;	/* threads running fetch(), and fetches
+				 * for readers at once (in those threads
+				 * or the readers'), > 0 */
 	unsigned prefetch_threads; /* of those, at most this many fetch
 				 * ahead at once (the others stay free for
 				 * reads that miss), > 0 */
@@ -181,7 +185,10 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len);
 
 /* [@off, @off + @len) is being read (one file or one sample, in several
  * reads): fetch what is missing of it with one GET, as a read's miss:
- * whole chunks for a stream, else just those bytes. */
+ * whole chunks for a stream (queued for a fetch thread), else just those
+ * bytes, fetched in the calling thread before this returns (queued
+ * instead while fetch_threads fetches for readers run).  Never waits
+ * for a slot: with none free, the read that follows fetches. */
 void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len);
 
 /* @ow is read from start to end (@on) or no longer (!@on) by one

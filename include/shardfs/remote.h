@@ -33,8 +33,8 @@
  * Secrets are kept in memory only: never logged, never shown in
  * /.shardfs/, never passed to a child.
  *
- * fork(2): the threads of a remote (fetch threads, the HTTP event
- * thread) do not survive one.  Whoever forks a process that goes on
+ * fork(2): the threads of a remote (its fetch threads) do not survive
+ * one, nor may a transfer be in flight across it.  Whoever forks a process that goes on
  * serving (the daemon's fuse_daemonize()) calls remote_fork_prepare()
  * before and remote_fork_done() after it; no pthread_atfork handler is
  * involved, and a child that only execs (fusermount3) needs neither.
@@ -78,8 +78,8 @@ void remote_release(struct remote *remote);
 
 /*
  * Before a fork(2) whose child goes on using @remote: wait for the
- * fetches and transfers running and stop their threads, the chunk
- * cache's (which make requests) before the HTTP engine's.  The calling
+ * fetches running and stop the chunk cache's fetch threads (which make
+ * requests), then wait for the HTTP engine's transfers.  The calling
  * thread then holds the engine until remote_fork_done(), which it calls
  * after the fork in the process that goes on (@child: the new one, else
  * the same, whether it forked or not): the engine first, then fetch

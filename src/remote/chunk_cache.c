@@ -33,11 +33,14 @@
  * (backpressure) and prefetching stops: memory never grows past
  * cache_mem.
  *
- * Fetches run in fetch_threads threads, reads that missed first; at most
- * prefetch_threads of them fetch ahead at a time, so that a miss never
- * waits behind a window of prefetches.  What a fetch is (a ranged GET,
- * after a look in the disk cache) is the caller's: the cache calls the
- * callbacks of its configuration (shardfs/chunk_cache.h).
+ * A read that jumped fetches its range in its own thread, woken by the
+ * transfer's end (fetch_for_reader()); other fetches run in
+ * fetch_threads threads, reads that missed first; at most fetch_threads
+ * fetches for readers run at once, in their threads or the workers', and
+ * at most prefetch_threads workers fetch ahead at a time, so that a miss
+ * never waits behind a window of prefetches.  What a fetch is (a ranged
+ * GET, after a look in the disk cache) is the caller's: the cache calls
+ * the callbacks of its configuration (shardfs/chunk_cache.h).
  *
  * A reader moving forward through a shard gets chunks fetched ahead of it
  * by a few threads: fs.c's readahead calls advise(WILLNEED) as the reader
@@ -105,7 +108,8 @@
 #define CHUNK_JUMP (1u << 20)
 /* Wanted bytes at most this far past a slot's range (or a fetch not yet
  * started) are fetched with it: one GET instead of two, for a few
- * bytes of tar headers and padding between them. */
+ * bytes of tar headers and padding between them (not for a read that
+ * jumped when ranges are kept on disk: gap()). */
 #define CHUNK_COALESCE_GAP (16u << 10)
 /* A stream that read in the last this many ms holds its share of the
  * slots (active_streams()). */
@@ -176,6 +180,9 @@ struct chunk_cache {
 	struct ring demand;	/* chunks a reader waits for: first */
 	struct ring ahead;	/* chunks fetched ahead of readers */
 	unsigned busy_ahead;	/* workers fetching ahead now */
+	unsigned fetching;	/* fetches for readers running now, in a
+				 * reader's thread or a worker's: at most
+				 * cfg.fetch_threads (fetch_for_reader()) */
 	pthread_t *workers;	/* fetch threads, cfg.fetch_threads */
 	unsigned nworkers;	/* started */
 	pid_t workers_pid;	/* process that started them (fork) */
@@ -661,19 +668,36 @@ static void wait_for_bytes(struct chunk_cache *cc, struct chunk *c, size_t need)
 
 static void start_workers(struct chunk_cache *cc);
 
-/* Have a worker fetch loading chunk @c for a reader, ahead of any
- * prefetch (lock held); without workers, fetch it here. */
+/*
+ * Fetch loading run @c for a reader (lock held).  A range (a read that
+ * jumped) is fetched in the reader's own thread while fewer than
+ * cfg.fetch_threads fetches for readers run: the reader sleeps in the
+ * transfer (remote_http.c: in its poll, when no other transfer runs).
+ * Queued for a fetch thread, a sample went FUSE worker -> fetch thread
+ * -> curl's event thread -> fetch thread -> reader (docs/remote.md: 7-10
+ * context switches of the daemon a sample).  A stream's whole chunks go
+ * to a fetch thread, ahead of any prefetch, so that its reader copies
+ * its first bytes as they arrive; so do ranges past the limit, which
+ * wants just past them may join while they wait (coalesced).  Without
+ * workers (before the daemon's fork), everything is fetched here.
+ */
 static void fetch_for_reader(struct chunk_cache *cc, struct chunk *c)
 {
 	start_workers(cc);
-	if (cc->nworkers) {
+	if (cc->nworkers && (!c->ranged || cc->fetching >= cc->cfg.fetch_threads)) {
 		ring_push(cc, &cc->demand, c);
 		pthread_cond_signal(&cc->work);
 		return;
 	}
+	cc->fetching++;
 	pthread_mutex_unlock(&cc->lock);
 	fetch(cc, c);
 	pthread_mutex_lock(&cc->lock);
+	cc->fetching--;
+	if (cc->demand.len)	/* one queued past the limit may start */
+		pthread_cond_signal(&cc->work);
+	if (cc->stopping && !cc->fetching)
+		pthread_cond_broadcast(&cc->changed);	/* stop_workers() */
 }
 
 /*
@@ -708,18 +732,46 @@ static void start_fetch(struct chunk_cache *cc, struct chunk *c, const struct wa
 }
 
 /*
+ * Bytes past the end of a slot's range that a want of @w may lie and
+ * still be fetched with it.  None for a read that jumped when ranges are
+ * kept on disk (cfg.load): fetched with the range, the bytes between (a
+ * tar header) are stored only inside that one fetch, and a later epoch
+ * that asks the two samples apart, or bridges two it stored apart, finds
+ * no copy of them (a 2nd epoch of 1,000 samples made 1 GET of 109 KB,
+ * docs/remote.md).  Each want then fetches and stores just its bytes,
+ * and the same wants find them in any order.
+ */
+static size_t gap(const struct chunk_cache *cc, const struct want *w)
+{
+	return w->ranged && cc->cfg.load ? 0 : CHUNK_COALESCE_GAP;
+}
+
+/*
+ * Is ready chunk @c waiting for the read it was fetched for?  Nobody has
+ * copied from it since, and for less than CHUNK_IDLE_MS.  A WILLREAD
+ * fetches in its caller's thread and holds no reference once done: a
+ * want elsewhere in the chunk, taking the slot over before the read came,
+ * made that read fetch its bytes again (1.02 GETs a sample, 2 threads).
+ */
+static bool unread(const struct chunk *c)
+{
+	return !c->consumed && monotonic_ms() - c->used_ms < CHUNK_IDLE_MS;
+}
+
+/*
  * Chunk @c holds no [@in, @need) of its bytes, which @w wants: have it
  * fetch them with @refs more references (the reader's), lock held.  A
  * fetch of it not yet started takes them if they lie just past its end
  * (coalesced: one GET); a ready chunk holding the bytes just before them
- * fetches from its end on; one nobody reads takes @w's range instead.
- * False: it cannot now (loading, failed, or read elsewhere).
+ * fetches from its end on; one nobody reads, nor waits to read, takes
+ * @w's range instead.  False: it cannot now (loading, failed, or read
+ * elsewhere).
  */
 static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, size_t in,
 		 size_t need, unsigned refs)
 {
 	struct chunk_cache_counters *k = cc->cfg.counters;
-	bool after = c->lo <= in && in <= c->hi + CHUNK_COALESCE_GAP;
+	bool after = c->lo <= in && in <= c->hi + gap(cc, w);
 	size_t hi = want_hi(cc, c, w);
 
 	assert(hi >= need);
@@ -729,7 +781,7 @@ static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, 
 		atomic_fetch_add_explicit(&k->coalesced, 1, memory_order_relaxed);
 		return true;
 	}
-	if (c->state != CHUNK_READY || (!after && c->refs))
+	if (c->state != CHUNK_READY || (!after && (c->refs || unread(c))))
 		return false;
 	lru_remove(c);
 	if (after) {
@@ -919,12 +971,19 @@ ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 	return (ssize_t)done;
 }
 
+/* May a worker take a fetch a reader waits for (lock held)?  While
+ * fewer than cfg.fetch_threads run, in readers' threads or workers'. */
+static bool demand_to_do(struct chunk_cache *cc)
+{
+	return cc->demand.len && cc->fetching < cc->cfg.fetch_threads;
+}
+
 /* Is there a chunk a worker may take (lock held)?  Reads that missed
  * first; fetches ahead only while fewer than cfg.prefetch_threads run,
  * so that a miss never waits behind a window of prefetches. */
 static bool work_to_do(struct chunk_cache *cc)
 {
-	return cc->demand.len || (cc->ahead.len && cc->busy_ahead < cc->cfg.prefetch_threads);
+	return demand_to_do(cc) || (cc->ahead.len && cc->busy_ahead < cc->cfg.prefetch_threads);
 }
 
 static void *fetch_worker(void *arg)
@@ -940,9 +999,10 @@ static void *fetch_worker(void *arg)
 			pthread_cond_wait(&cc->work, &cc->lock);
 		if (cc->stopping)
 			break;
-		ahead = !cc->demand.len;
+		ahead = !demand_to_do(cc);
 		c = ring_pop(cc, ahead ? &cc->ahead : &cc->demand);
 		cc->busy_ahead += ahead;
+		cc->fetching += !ahead;
 		pthread_mutex_unlock(&cc->lock);
 		fetch(cc, c);
 		if (ahead)
@@ -950,6 +1010,7 @@ static void *fetch_worker(void *arg)
 						  memory_order_relaxed);
 		pthread_mutex_lock(&cc->lock);
 		cc->busy_ahead -= ahead;
+		cc->fetching -= !ahead;	/* this thread looks for more next */
 		if (ahead && cc->ahead.len)
 			pthread_cond_signal(&cc->work);
 	}
@@ -1068,7 +1129,12 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		    is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) +
 			      (step > 0)));
 	pthread_mutex_lock(&cc->lock);
-	/* a hint: no waiting for a slot, the read that follows does that */
+	/* a hint: no waiting for a slot, the read that follows does that.
+	 * Each chunk the range lies in gets its part now (a run takes the
+	 * absent ones after it), until one cannot: a part left to the read
+	 * was fetched as the read's own bytes when another thread's WILLREAD
+	 * of the shard came between, and a later epoch asking the sample's
+	 * part missed on disk (1 GET of 40-67 KB in 1,000 samples) */
 	for (uint64_t i = off / cs; i * cs < end; i++) {
 		size_t in = off > i * cs ? (size_t)(off - i * cs) : 0;
 		size_t need = (size_t)((end < (i + 1) * cs ? end : (i + 1) * cs) - i * cs);
@@ -1076,13 +1142,15 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		if ((c = find(cc, ow, i)) && c->lo <= in && need <= c->hi)
 			continue;
 		if (c) {
-			grow(cc, c, &w, in, need, 0);
-		} else if ((c = take_slot(cc, ow, i, false))) {
-			set_range(cc, c, &w);
-			c->missed = true;
-			start_fetch(cc, c, &w);
+			if (!grow(cc, c, &w, in, need, 0))
+				break;
+			continue;
 		}
-		break;
+		if (!(c = take_slot(cc, ow, i, false)))
+			break;
+		set_range(cc, c, &w);
+		c->missed = true;
+		start_fetch(cc, c, &w);
 	}
 	pthread_mutex_unlock(&cc->lock);
 }
@@ -1148,8 +1216,9 @@ static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow)
  * that vanished is not safe to use: before a fork whose child runs on
  * (the daemon's, after the index build may have prefetched), the owner
  * calls chunk_cache_fork_prepare() and the workers finish their fetch and
- * exit; after it, chunk_cache_fork_done() starts new ones if fetches are
- * still queued (readers may be waiting for them).
+ * exit, as do the fetches readers run in their own threads; after it,
+ * chunk_cache_fork_done() starts new ones if fetches are still queued
+ * (readers may be waiting for them).
  */
 static void stop_workers(struct chunk_cache *cc)
 {
@@ -1161,6 +1230,8 @@ static void stop_workers(struct chunk_cache *cc)
 		for (unsigned i = 0; i < cc->nworkers; i++)
 			pthread_join(cc->workers[i], NULL);
 	pthread_mutex_lock(&cc->lock);
+	while (cc->fetching)	/* readers fetching in their own threads */
+		pthread_cond_wait(&cc->changed, &cc->lock);
 	cc->nworkers = 0;
 	cc->stopping = false;
 	pthread_mutex_unlock(&cc->lock);

@@ -184,7 +184,8 @@ void remote_fork_prepare(struct remote *r)
 {
 	if (!r)
 		return;
-	/* the fetch threads make requests: they stop before the engine */
+	/* the fetch threads make requests: they stop before the engine
+	 * waits for the last transfers */
 	chunk_cache_fork_prepare(r->chunks);
 	remote_http_fork_prepare(r->http);
 }

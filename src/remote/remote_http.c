@@ -7,26 +7,36 @@
  * headers and, after a 403, whether the keys went stale, and knows
  * nothing of S3 itself beyond reading an error body's <Code>.
  *
- * Every transfer runs on one curl multi handle, driven by one event
- * thread (curl_multi_poll; curl_multi_wakeup when a transfer is
- * submitted).  A caller fills a struct transfer on its own stack, submits
- * it and sleeps on the transfer's condition variable until the event
- * thread reports it done: no allocation per transfer beyond libcurl's
- * header list, and no thread blocked in the network per request.  The
- * multi handle owns the connections, so every request of every thread
- * draws on one keep-alive pool of at most HTTP_HOST_CONNECTIONS per host,
- * and an HTTPS server that offers HTTP/2 gets one connection carrying
- * every request as a stream (CURLPIPE_MULTIPLEX; new requests wait for
- * that connection rather than open another, CURLOPT_PIPEWAIT).  Easy
- * handles are pooled only to save their setup; they hold no connection.
- * TLS peers are always verified.
+ * Every transfer runs on one curl multi handle.  A caller (a FUSE worker
+ * fetching the range of a read that jumped, a fetch thread, the mount's
+ * probe) fills a struct transfer on its own stack and submits it; the
+ * callers take turns driving the handle (curl_multi_perform and
+ * curl_multi_poll) for every transfer in flight: the first to submit
+ * while nobody drives does it until its own transfer is done, then hands
+ * the handle to the thread of a transfer still in flight; the others
+ * sleep on their transfer's condition variable until the driver reports
+ * it done (or hands them the handle), and a transfer submitted meanwhile
+ * wakes the driver's poll (curl_multi_wakeup).  A lone transfer thus
+ * costs its caller one sleep, in the poll, and no other thread: with a
+ * thread of its own driving the handle (the event thread, to 8321204),
+ * each GET of a read that jumped cost two more context switches and
+ * hand-offs (docs/remote.md).  No allocation per transfer beyond
+ * libcurl's header list.  The multi handle owns the connections, so every
+ * request of every thread draws on one keep-alive pool of at most
+ * HTTP_HOST_CONNECTIONS per host, and an HTTPS server that offers HTTP/2
+ * gets one connection carrying every request as a stream
+ * (CURLPIPE_MULTIPLEX; new requests wait for that connection rather than
+ * open another, CURLOPT_PIPEWAIT).  Easy handles are pooled only to save
+ * their setup; they hold no connection. TLS peers are always verified.
  *
- * The body callbacks run in the event thread: they copy into the
- * caller's buffer and never block.  Threads do not survive fork(2): before
- * one whose child runs on (remote_http_fork_prepare, called by
- * remote_fork_prepare after the chunk cache stopped its fetch workers),
- * the engine waits for its transfers and stops its thread; the thread is
- * started again by the next transfer, in whichever process makes it.
+ * The body callbacks run in the driving thread, whichever transfer's
+ * they are: they copy into that transfer's buffer and never block (a
+ * chunk's progress takes the chunk cache's lock for a wake-up only;
+ * nothing holds that lock while it waits for a transfer).  The engine
+ * has no thread of its own, so fork(2) needs only that no transfer be in
+ * flight: before one whose child runs on (remote_http_fork_prepare,
+ * called by remote_fork_prepare after the chunk cache stopped its fetch
+ * workers), the engine waits for its transfers and holds new ones back.
  * Each engine (struct remote_http) is one handle of one struct remote.
  *
  * One request is retried, with exponential backoff and jitter, for
@@ -68,12 +78,14 @@
 
 /* Idle easy handles kept (the connections are the multi handle's). */
 #define HTTP_POOL_MAX 64
-/* Connections per host, and idle ones kept: above the fetch threads, so
- * that an HTTP/1.1 server never makes a chunk wait for a connection; an
+/* Connections per host, and idle ones kept: above the fetches the chunk
+ * cache runs at once (REMOTE_FETCH_THREADS for readers, in their own
+ * threads or fetch threads, and REMOTE_PREFETCH_THREADS ahead), so that
+ * an HTTP/1.1 server never makes a chunk wait for a connection; an
  * HTTP/2 server gets one. */
 #define HTTP_HOST_CONNECTIONS (REMOTE_FETCH_THREADS + 8)
-/* Longest sleep of the event thread with nothing to do (ms): libcurl's
- * own timers (low-speed check, connect timeout) wake it sooner. */
+/* Longest sleep of the driving thread in one poll (ms): libcurl's own
+ * timers (low-speed check, connect timeout) wake it sooner. */
 #define HTTP_POLL_MS 1000
 /* Bytes of an error body kept for the message (S3's <Code>). */
 #define HTTP_ERROR_BODY_MAX 1024
@@ -91,8 +103,12 @@
 /* What one request asks for and what came back. */
 struct transfer {
 	struct transfer *next;	/* in the engine's submit queue */
-	pthread_cond_t settled;	/* signalled when done is set */
-	bool done;		/* the event thread finished the attempt */
+	struct transfer *inflight_next; /* in the engine's list of
+				 * transfers submitted and not done */
+	pthread_cond_t settled;	/* signalled when done is set, or when
+				 * drives is */
+	bool done;		/* the driver finished the attempt */
+	bool drives;		/* its caller drives the multi handle */
 	CURLcode result;	/* libcurl's result of it, once done */
 	CURL *easy;		/* the handle of the attempt */
 	struct remote_object *o; /* the object */
@@ -134,20 +150,19 @@ enum outcome {
 	OUTCOME_FAIL,		/* final: the request cannot succeed */
 };
 
-/* The transfer engine: one multi handle and the thread that drives it. */
+/* The transfer engine: one multi handle, driven by its callers in turn. */
 struct remote_http {
 	pthread_mutex_t lock;	/* guards the fields below but multi */
 	pthread_cond_t idle;	/* active fell to 0, or frozen was cleared */
-	CURLM *multi;		/* used by the event thread only, but for
+	CURLM *multi;		/* used by the driving thread only, but for
 				 * curl_multi_wakeup (any thread) */
 	struct transfer *queue;	/* submitted, not yet added to multi */
 	struct transfer **queue_tail; /* where the next one is linked */
-	unsigned active;	/* submitted and not yet done */
-	bool running;		/* the event thread exists */
-	bool stopping;		/* it exits once nothing is active */
-	bool frozen;		/* a fork or release is stopping it:
-				 * submitters wait on idle */
-	pthread_t thread;	/* the event thread, when running */
+	struct transfer *inflight; /* submitted and not yet done */
+	unsigned active;	/* entries of inflight */
+	bool driven;		/* the caller of one of them drives multi */
+	bool frozen;		/* a fork or release waits for the
+				 * transfers: submitters wait on idle */
 	CURL *pool[HTTP_POOL_MAX]; /* idle easy handles */
 	unsigned pool_nr;	/* entries of pool */
 };
@@ -177,11 +192,16 @@ static void handle_put(struct remote_http *eng, CURL *h)
 		curl_easy_cleanup(h);
 }
 
-/* The event thread reports @t done with @result. */
+/* The driver reports @t done with @result. */
 static void transfer_settle(struct remote_http *eng, struct transfer *t,
 			    CURLcode result)
 {
+	struct transfer **p = &eng->inflight;
+
 	pthread_mutex_lock(&eng->lock);
+	while (*p != t)
+		p = &(*p)->inflight_next;
+	*p = t->inflight_next;
 	t->result = result;
 	t->done = true;
 	pthread_cond_signal(&t->settled);	/* before @t may vanish */
@@ -190,7 +210,7 @@ static void transfer_settle(struct remote_http *eng, struct transfer *t,
 	pthread_mutex_unlock(&eng->lock);
 }
 
-/* Hand the submitted transfers to libcurl (event thread, lock held). */
+/* Hand the submitted transfers to libcurl (the driver, lock held). */
 static void engine_admit(struct remote_http *eng)
 {
 	while (eng->queue) {
@@ -208,7 +228,7 @@ static void engine_admit(struct remote_http *eng)
 	}
 }
 
-/* Report the transfers libcurl finished (event thread, lock not held). */
+/* Report the transfers libcurl finished (the driver, lock not held). */
 static void engine_reap(struct remote_http *eng)
 {
 	CURLMsg *m;
@@ -228,72 +248,79 @@ static void engine_reap(struct remote_http *eng)
 	}
 }
 
-static void *engine_main(void *arg)
+/*
+ * Drive the multi handle for every transfer in flight until @t (the
+ * caller's) is done, then hand it to the caller of one still in flight
+ * (lock held on entry and return, not while libcurl runs).
+ */
+static void engine_drive(struct remote_http *eng, struct transfer *t)
 {
-	struct remote_http *eng = arg;
 	int running;
 
-	pthread_mutex_lock(&eng->lock);
-	while (!eng->stopping || eng->active) {
+	for (;;) {
 		engine_admit(eng);
 		pthread_mutex_unlock(&eng->lock);
 		curl_multi_perform(eng->multi, &running);
 		engine_reap(eng);
+		pthread_mutex_lock(&eng->lock);
+		if (t->done)
+			break;
+		pthread_mutex_unlock(&eng->lock);
 		curl_multi_poll(eng->multi, NULL, 0, HTTP_POLL_MS, NULL);
 		pthread_mutex_lock(&eng->lock);
 	}
-	pthread_mutex_unlock(&eng->lock);
-	return NULL;
+	t->drives = false;
+	eng->driven = eng->inflight != NULL;
+	if (eng->inflight) {
+		eng->inflight->drives = true;
+		pthread_cond_signal(&eng->inflight->settled);
+	}
 }
 
 /*
- * Run one attempt of @t on easy handle @h (options set) and wait for it.
- * Returns libcurl's result; the event thread has removed @h from the
- * multi handle by then, so the caller may query and reuse it.
+ * Run one attempt of @t on easy handle @h (options set) and wait for it,
+ * driving the multi handle while nobody else does.  Returns libcurl's
+ * result; the driver has removed @h from the multi handle by then, so the
+ * caller may query and reuse it.
  */
 static CURLcode engine_run(struct remote_http *eng, struct transfer *t, CURL *h)
 {
 	pthread_mutex_lock(&eng->lock);
 	while (eng->frozen)
 		pthread_cond_wait(&eng->idle, &eng->lock);
-	if (!eng->running && pthread_create(&eng->thread, NULL, engine_main, eng)) {
-		pthread_mutex_unlock(&eng->lock);
-		return CURLE_FAILED_INIT;
-	}
-	eng->running = true;
 	t->easy = h;
 	t->done = false;
 	t->next = NULL;
 	*eng->queue_tail = t;
 	eng->queue_tail = &t->next;
+	t->inflight_next = eng->inflight;
+	eng->inflight = t;
 	eng->active++;
-	curl_multi_wakeup(eng->multi);
-	while (!t->done)
-		pthread_cond_wait(&t->settled, &eng->lock);
+	t->drives = !eng->driven;
+	if (eng->driven)
+		curl_multi_wakeup(eng->multi);	/* its driver admits it */
+	eng->driven = true;
+	while (!t->done) {
+		if (t->drives)
+			engine_drive(eng, t);
+		else
+			pthread_cond_wait(&t->settled, &eng->lock);
+	}
 	pthread_mutex_unlock(&eng->lock);
 	return t->result;
 }
 
-/* Wait for the transfers in flight and stop the event thread (lock held
- * on entry and return; submitters wait until frozen is cleared). */
+/* Wait for the transfers in flight (lock held on entry and return;
+ * submitters wait until frozen is cleared). */
 static void engine_stop(struct remote_http *eng)
 {
 	eng->frozen = true;
 	while (eng->active)
 		pthread_cond_wait(&eng->idle, &eng->lock);
-	if (!eng->running)
-		return;
-	eng->stopping = true;
-	pthread_mutex_unlock(&eng->lock);
-	curl_multi_wakeup(eng->multi);
-	pthread_join(eng->thread, NULL);
-	pthread_mutex_lock(&eng->lock);
-	eng->running = false;
-	eng->stopping = false;
 }
 
-/* Before fork(2): no transfer in flight, no event thread; the lock is
- * held across the fork so that both processes inherit it consistent. */
+/* Before fork(2): no transfer in flight; the lock is held across the
+ * fork so that both processes inherit it consistent. */
 void remote_http_fork_prepare(struct remote_http *eng)
 {
 	pthread_mutex_lock(&eng->lock);

@@ -55,8 +55,9 @@ int remote_http_get_body(struct remote_object *o, const char *query,
 			 size_t msg_len);
 
 /*
- * The transfer engine (one curl multi handle and its event thread, see
- * remote_http.c), one per struct remote (its http), which the calls above
+ * The transfer engine (one curl multi handle, driven by the threads
+ * waiting for its transfers in turn, see remote_http.c), one per struct
+ * remote (its http), which the calls above
  * reach through the object's remote.  Those calls may be made from any
  * thread once remote_http_init succeeded, and block until their transfer
  * is done.  remote_http_release waits for the transfers in flight; NULL:
@@ -66,12 +67,11 @@ int remote_http_init(struct remote_http **engp);
 void remote_http_release(struct remote_http *eng);
 
 /*
- * Before a fork(2) whose child runs on: wait for the transfers in flight,
- * stop the event thread and hold the engine's lock across the fork (the
- * calling thread must make no request until remote_http_fork_done).
- * After it, in the process that goes on (@child: the new one; else the
- * same, whether it forked or not): release the lock.  The next transfer
- * starts the thread again.
+ * Before a fork(2) whose child runs on: wait for the transfers in flight
+ * and hold the engine's lock across the fork (the calling thread must
+ * make no request until remote_http_fork_done).  After it, in the
+ * process that goes on (@child: the new one; else the same, whether it
+ * forked or not): release the lock.
  */
 void remote_http_fork_prepare(struct remote_http *eng);
 void remote_http_fork_done(struct remote_http *eng, bool child);

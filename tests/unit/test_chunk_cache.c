@@ -5,10 +5,13 @@
  * eviction in a small cache, readers waiting while every slot is busy,
  * a failed fetch giving -EIO and being fetched again, prefetch windows,
  * forgetting an owner, and two caches side by side; and the ranges of
- * reads that jumped: only their bytes (or their WILLREAD's) fetched,
- * adjacent wants coalesced into one fetch, a forward stream still given
+ * reads that jumped: only their bytes (or their WILLREAD's) fetched, in
+ * the reader's own thread (a WILLREAD's kept for its read), adjacent
+ * wants coalesced into one fetch while
+ * it waits for a fetch thread, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
- * ranges kept and found again through load/store, and readers growing
+ * ranges kept and found again through load/store (samples wanted apart
+ * in one epoch found apart in the next, never bridged), and readers growing
  * ranges at once; the fetch threads stopped before a fork and started
  * again after it; readers waiting for bytes of a fetch that trickles in
  * woken by their bytes (not by every piece), also when it fails half way.
@@ -62,6 +65,7 @@ static struct {
 	unsigned pieces;	/* chunks they filled, in all */
 	uint64_t last_off;	/* first byte of the latest fetch */
 	uint64_t last_len;	/* its bytes */
+	pthread_t last_thread;	/* the thread that made it */
 	uint64_t fail_off;	/* a fetch of this byte fails (UINT64_MAX:
 				 * none) */
 	size_t step;		/* bytes delivered at a time (0: a piece
@@ -132,6 +136,7 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 	fake.pieces += n;
 	fake.last_off = off;
 	fake.last_len = len;
+	fake.last_thread = pthread_self();
 	while (fake.gate_closed)
 		pthread_cond_wait(&fake.opened, &fake.lock);
 	fail = off <= fake.fail_off && fake.fail_off < off + len;
@@ -146,14 +151,87 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 	return done;
 }
 
-static unsigned fetch_calls(void)
+/* Ranges the local copy keeps, the oldest replaced. */
+#define DISK_RANGES 4
+
+/* A local copy of ranges (as cache_dir keeps them, found by their exact
+ * offset and length), under fake.lock. */
+static struct {
+	struct {
+		uint64_t off;	/* first byte kept */
+		size_t len;	/* bytes kept (0: none) */
+		char buf[CHUNK]; /* the bytes */
+	} range[DISK_RANGES];
+	unsigned stores;	/* store() calls: the latest is in range
+				 * [(stores - 1) % DISK_RANGES] */
+	unsigned loads;		/* load() served */
+} disk;
+
+static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&fake.lock);
+	for (unsigned i = 0; i < DISK_RANGES && rc; i++)
+		if (disk.range[i].len && off == disk.range[i].off && len == disk.range[i].len) {
+			memcpy(buf, disk.range[i].buf, len);
+			disk.loads++;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&fake.lock);
+	return rc;
+}
+
+static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&fake.lock);
+	i = disk.stores++ % DISK_RANGES;
+	disk.range[i].off = off;
+	disk.range[i].len = len;
+	memcpy(disk.range[i].buf, buf, len);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* The range stored last: its first byte, or UINT64_MAX when it is not
+ * @len bytes long (or none is). */
+static uint64_t disk_kept(size_t len)
+{
+	uint64_t off = UINT64_MAX;
+
+	pthread_mutex_lock(&fake.lock);
+	if (disk.stores && disk.range[(disk.stores - 1) % DISK_RANGES].len == len)
+		off = disk.range[(disk.stores - 1) % DISK_RANGES].off;
+	pthread_mutex_unlock(&fake.lock);
+	return off;
+}
+
+/* A count of the fakes, read under fake.lock. */
+static unsigned locked(const unsigned *count)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&fake.lock);
-	n = fake.calls;
+	n = *count;
 	pthread_mutex_unlock(&fake.lock);
 	return n;
+}
+
+static unsigned fetch_calls(void)
+{
+	return locked(&fake.calls);
+}
+
+/* Did the thread @t make the latest fetch? */
+static bool fetched_by(pthread_t t)
+{
+	bool same;
+
+	pthread_mutex_lock(&fake.lock);
+	same = pthread_equal(fake.last_thread, t);
+	pthread_mutex_unlock(&fake.lock);
+	return same;
 }
 
 /* Let the fetcher deliver @n more steps (0: none until told; UINT_MAX:
@@ -188,8 +266,9 @@ static void sleep_ms(unsigned ms)
 		assert_true(cond);                                      \
 	} while (0)
 
-/* A cache of @chunks chunks, @threads fetch threads (one may prefetch). */
-static void cache_init(unsigned chunks, unsigned threads)
+/* A cache of @chunks chunks, @threads fetch threads (one may prefetch),
+ * keeping ranges in the local copy (emptied) if @kept. */
+static void cache_init_kept(unsigned chunks, unsigned threads, bool kept)
 {
 	fake.gate_closed = false;
 	fake.calls = fake.pieces = 0;
@@ -198,11 +277,20 @@ static void cache_init(unsigned chunks, unsigned threads)
 	fake.permits = UINT_MAX;
 	fake.fail_at = UINT64_MAX;
 	counters = (struct chunk_cache_counters){ 0 };
+	if (kept)
+		memset(&disk, 0, sizeof(disk));
 	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
 				 .chunk_size = CHUNK, .mem = (uint64_t)chunks * CHUNK,
 				 .fetch_threads = threads, .prefetch_threads = 1,
-				 .fetch = fake_fetch, .counters = &counters }),
+				 .fetch = fake_fetch, .load = kept ? fake_load : NULL,
+				 .store = kept ? fake_store : NULL, .counters = &counters }),
 			 0);
+}
+
+/* A cache of @chunks chunks, @threads fetch threads, no local copy. */
+static void cache_init(unsigned chunks, unsigned threads)
+{
+	cache_init_kept(chunks, threads, false);
 }
 
 /* @ow reads @o: a reader at random until it reads forward. */
@@ -282,6 +370,28 @@ static void reader_start_at(struct reader *r, struct chunk_owner *ow, uint64_t o
 static void reader_start(struct reader *r, struct chunk_owner *ow, uint64_t chunk)
 {
 	reader_start_at(r, ow, chunk * CHUNK, CHUNK);
+}
+
+/* A WILLREAD in a thread (it fetches there, and may wait at the gate). */
+struct hinter {
+	struct chunk_owner *ow;	/* what is announced */
+	uint64_t off;		/* first byte */
+	uint64_t len;		/* bytes */
+	pthread_t thread;	/* running it */
+};
+
+static void *hinter_run(void *arg)
+{
+	struct hinter *h = arg;
+
+	chunk_cache_willread(h->ow, h->off, h->len);
+	return NULL;
+}
+
+static void hinter_start(struct hinter *h, struct chunk_owner *ow, uint64_t off, uint64_t len)
+{
+	*h = (struct hinter){ .ow = ow, .off = off, .len = len };
+	assert_int_equal(pthread_create(&h->thread, NULL, hinter_run, h), 0);
 }
 
 static void test_read_served(void **state)
@@ -578,26 +688,101 @@ static void test_willread_fetches_the_sample_once(void **state)
 	chunk_cache_forget(&ow);
 }
 
-static void test_adjacent_wants_coalesce(void **state)
+static void test_jumped_read_fetches_in_its_thread(void **state)
 {
-	struct object o = { 12 };
+	struct object o = { 25 };
 	struct chunk_owner ow;
+	struct reader r;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a read that jumped fetches its range itself: no fetch thread
+	 * between its reader and the transfer */
+	reader_start_at(&r, &ow, 3 * CHUNK + 5, 100);
+	pthread_join(r.thread, NULL);
+	assert_int_equal(r.result, 100);
+	assert_int_equal(fetch_calls(), 1);
+	assert_true(fetched_by(r.thread));
+	/* so does a WILLREAD, before it returns */
+	chunk_cache_willread(&ow, FAR, 300);
+	assert_int_equal(fetch_calls(), 2);
+	assert_true(fetched_by(pthread_self()));
+	assert_int_equal(read_check(&ow, FAR, 300), 300);
+	assert_int_equal(fetch_calls(), 2);
+	/* a stream's whole chunk goes to a fetch thread, whose reader
+	 * copies its first bytes as they arrive */
+	chunk_cache_scan(&ow, true);
+	assert_int_equal(read_check(&ow, 2 * FAR, 10), 10);
+	assert_int_equal(fetch_calls(), 3);
+	assert_false(fetched_by(pthread_self()));
+	chunk_cache_forget(&ow);
+}
+
+/*
+ * With one fetch for readers allowed at a time (a cache of one fetch
+ * thread), a read far from the others holds it at the gate; then
+ * [@a, @a + @alen) is wanted (queued) and [@b, @b + @blen) after it,
+ * joining it (@join: waited for) or not; the gate opens and every read
+ * returns its bytes.
+ */
+static void wants_behind_a_fetch(struct chunk_owner *ow, uint64_t a, size_t alen,
+				 uint64_t b, size_t blen, bool join)
+{
+	unsigned calls = fetch_calls();
 	struct reader r[3];
 
-	cache_init(8, 1);	/* one fetch thread: the others queue */
-	owner_init(&ow, &o, BIG);
 	gate(true);
-	reader_start_at(&r[0], &ow, CHUNK + 10, 100);
-	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
-	reader_start_at(&r[1], &ow, FAR + 100, 100);
-	sleep_ms(SETTLE_MS);		/* queued behind it */
-	reader_start_at(&r[2], &ow, FAR + 250, 150);
-	WAIT_FOR(count(&counters.coalesced) == 1);
+	reader_start_at(&r[0], ow, 3 * FAR, 10);
+	WAIT_FOR(fetch_calls() == calls + 1);	/* the reader fetches */
+	reader_start_at(&r[1], ow, a, alen);
+	sleep_ms(SETTLE_MS);			/* queued behind it */
+	reader_start_at(&r[2], ow, b, blen);
+	if (join)
+		WAIT_FOR(count(&counters.coalesced) == 1);
+	else
+		sleep_ms(SETTLE_MS);
 	gate(false);
 	for (unsigned i = 0; i < 3; i++) {
 		pthread_join(r[i].thread, NULL);
 		assert_int_equal(r[i].result, (ssize_t)r[i].len);
 	}
+}
+
+static void test_willread_bytes_wait_for_their_read(void **state)
+{
+	struct object o = { 27 };
+	struct chunk_owner ow;
+	struct reader r;
+
+	/* the cache gives the read CHUNK_IDLE_MS (100 ms) to come: more
+	 * than valgrind may take between two calls */
+	if (RUNNING_ON_VALGRIND)
+		skip();
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	/* a sample fetched for a WILLREAD, its read not come yet: a want
+	 * before it in its chunk waits rather than take the slot over */
+	chunk_cache_willread(&ow, 2 * FAR + 2000, 200);
+	assert_int_equal(fetch_calls(), 1);
+	reader_start_at(&r, &ow, 2 * FAR + 100, 100);
+	sleep_ms(SETTLE_MS / 5);
+	assert_int_equal(fetch_calls(), 1);
+	assert_int_equal(read_check(&ow, 2 * FAR + 2000, 200), 200);
+	/* read: the slot is the other want's; the sample was fetched once */
+	pthread_join(r.thread, NULL);
+	assert_int_equal(r.result, 100);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+static void test_adjacent_wants_coalesce(void **state)
+{
+	struct object o = { 12 };
+	struct chunk_owner ow;
+
+	cache_init(8, 1);
+	owner_init(&ow, &o, BIG);
+	wants_behind_a_fetch(&ow, FAR + 100, 100, FAR + 250, 150, true);
 	/* one fetch for the two wants and the bytes between them */
 	assert_int_equal(fetch_calls(), 2);
 	assert_last_fetch(FAR + 100, 300);
@@ -632,6 +817,7 @@ static void test_ranges_read_are_evicted_first(void **state)
 {
 	struct object o = { 14 };
 	struct chunk_owner ow;
+	struct hinter h[4];
 
 	cache_init(4, 4);	/* a thread per slot */
 	owner_init(&ow, &o, BIG);
@@ -643,15 +829,17 @@ static void test_ranges_read_are_evicted_first(void **state)
 	WAIT_FOR(fetch_calls() == 5);
 	assert_int_equal(read_check(&ow, 3 * FAR, 10), 10);
 	assert_int_equal(fetch_calls(), 5);
-	/* a range being fetched is not taken by a hint */
+	/* a range being fetched is not taken by a hint (each hint fetches
+	 * in its own thread, held at the gate) */
 	gate(true);
 	for (uint64_t c = 0; c < 4; c++)
-		chunk_cache_willread(&ow, 2 * FAR + c * CHUNK, 10);
+		hinter_start(&h[c], &ow, 2 * FAR + c * CHUNK, 10);
 	WAIT_FOR(fetch_calls() == 9);
 	chunk_cache_willread(&ow, 2 * FAR + 4 * CHUNK, 10);
-	sleep_ms(SETTLE_MS);
 	assert_int_equal(fetch_calls(), 9);
 	gate(false);
+	for (unsigned i = 0; i < 4; i++)
+		pthread_join(h[i].thread, NULL);
 	chunk_cache_forget(&ow);
 }
 
@@ -680,66 +868,12 @@ static void test_failed_extension(void **state)
 	chunk_cache_forget(&ow);
 }
 
-/* A local copy of ranges (as cache_dir keeps them): one slot, under
- * fake.lock. */
-static struct {
-	uint64_t off;		/* first byte kept */
-	size_t len;		/* bytes kept (0: none) */
-	char buf[CHUNK];	/* the bytes */
-	unsigned loads;		/* load() served */
-} disk;
-
-static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
-{
-	int rc = -ENOENT;
-
-	pthread_mutex_lock(&fake.lock);
-	if (disk.len && off == disk.off && len == disk.len) {
-		memcpy(buf, disk.buf, len);
-		disk.loads++;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&fake.lock);
-	return rc;
-}
-
-static void fake_store(void *obj, uint64_t off, const void *buf, size_t len)
-{
-	pthread_mutex_lock(&fake.lock);
-	disk.off = off;
-	disk.len = len;
-	memcpy(disk.buf, buf, len);
-	pthread_mutex_unlock(&fake.lock);
-}
-
-/* The range kept: its first byte, or UINT64_MAX when it is not @len
- * bytes long. */
-static uint64_t disk_kept(size_t len)
-{
-	uint64_t off;
-
-	pthread_mutex_lock(&fake.lock);
-	off = disk.len == len ? disk.off : UINT64_MAX;
-	pthread_mutex_unlock(&fake.lock);
-	return off;
-}
-
 static void test_ranges_stored_and_loaded(void **state)
 {
 	struct object o = { 16 };
 	struct chunk_owner ow;
-	unsigned loads;
 
-	counters = (struct chunk_cache_counters){ 0 };
-	disk.len = disk.loads = 0;
-	fake.calls = 0;
-	fake.fail_off = UINT64_MAX;
-	assert_int_equal(chunk_cache_init(&cache, &(struct chunk_cache_config){
-				 .chunk_size = CHUNK, .mem = 8 * CHUNK,
-				 .fetch_threads = 2, .prefetch_threads = 1,
-				 .fetch = fake_fetch, .load = fake_load, .store = fake_store,
-				 .counters = &counters }),
-			 0);
+	cache_init_kept(8, 2, true);
 	owner_init(&ow, &o, 8 * CHUNK);
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
@@ -750,10 +884,7 @@ static void test_ranges_stored_and_loaded(void **state)
 	chunk_cache_willread(&ow, 4 * CHUNK + 64, 1000);
 	assert_int_equal(read_check(&ow, 4 * CHUNK + 64, 1000), 1000);
 	assert_int_equal(fetch_calls(), 1);
-	pthread_mutex_lock(&fake.lock);
-	loads = disk.loads;
-	pthread_mutex_unlock(&fake.lock);
-	assert_int_equal(loads, 1);
+	assert_int_equal(locked(&disk.loads), 1);
 	/* a chunk a stream kept whole serves a range of it, and then the
 	 * rest of the chunk, from memory */
 	chunk_cache_forget(&ow);
@@ -765,6 +896,81 @@ static void test_ranges_stored_and_loaded(void **state)
 	assert_int_equal(read_check(&ow, 6 * CHUNK + 100, 10), 10);
 	assert_int_equal(read_check(&ow, 6 * CHUNK + 2000, 10), 10);
 	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+/* The samples of test_stored_samples_asked_apart: a tar header's
+ * worth of bytes between them. */
+#define SAMPLE_A (FAR + 100)
+#define SAMPLE_B (FAR + 1124)
+#define SAMPLE_LEN 512
+
+static void test_stored_samples_asked_apart(void **state)
+{
+	struct object o = { 26 };
+	struct chunk_owner ow;
+	unsigned calls;
+
+	/* one fetch for readers at a time (the others queue), ranges kept */
+	cache_init_kept(8, 1, true);
+	owner_init(&ow, &o, BIG);
+	/* the 1st epoch reads two samples of one chunk apart (A's memory
+	 * gone before B, as in a cache smaller than the set): each fetched
+	 * and stored as it was wanted */
+	chunk_cache_willread(&ow, SAMPLE_A, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_A, SAMPLE_LEN), SAMPLE_LEN);
+	chunk_cache_forget(&ow);
+	assert_int_equal(read_check(&ow, 0, 10), 10);	/* a jump between */
+	chunk_cache_willread(&ow, SAMPLE_B, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(disk_kept(SAMPLE_LEN), SAMPLE_B);
+	calls = fetch_calls();
+	/* the 2nd: B right after A, whose range is still in memory; it
+	 * takes the slot over rather than fetch from A's end (the header
+	 * between them was never stored) */
+	chunk_cache_forget(&ow);
+	chunk_cache_willread(&ow, SAMPLE_A, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_A, SAMPLE_LEN), SAMPLE_LEN);
+	chunk_cache_willread(&ow, SAMPLE_B, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, SAMPLE_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(fetch_calls(), calls);
+	/* the 3rd: A and B wanted while A waits for a fetch: B does not
+	 * join A's fetch (whose bytes would span the header), each is
+	 * loaded apart; only the read holding the one fetch slot goes out */
+	chunk_cache_forget(&ow);
+	wants_behind_a_fetch(&ow, SAMPLE_A, SAMPLE_LEN, SAMPLE_B, SAMPLE_LEN, false);
+	assert_int_equal(fetch_calls(), calls + 1);
+	assert_int_equal(count(&counters.coalesced), 0);
+	/* without a local copy, the same wants join: one fetch for both */
+	chunk_cache_release(cache);
+	cache_init(8, 1);
+	owner_init(&ow, &o, BIG);
+	wants_behind_a_fetch(&ow, SAMPLE_A, SAMPLE_LEN, SAMPLE_B, SAMPLE_LEN, true);
+	assert_int_equal(fetch_calls(), 2);
+	assert_last_fetch(SAMPLE_A, SAMPLE_B + SAMPLE_LEN - SAMPLE_A);
+	chunk_cache_forget(&ow);
+}
+
+static void test_willread_fetches_each_chunk_of_its_sample(void **state)
+{
+	struct object o = { 28 };
+	struct chunk_owner ow;
+	uint64_t boundary = FAR + 11 * CHUNK;
+
+	cache_init_kept(8, 2, true);
+	owner_init(&ow, &o, BIG);
+	/* chunk 11 holds another sample, read */
+	chunk_cache_willread(&ow, boundary + 2000, 500);
+	assert_int_equal(read_check(&ow, boundary + 2000, 500), 500);
+	/* a sample across the boundary of chunks 10 and 11: its WILLREAD
+	 * fetches both parts, the second into chunk 11's slot, each as a
+	 * part of the sample (as a later epoch asks it), and the reads
+	 * fetch nothing */
+	chunk_cache_willread(&ow, boundary - 300, 600);
+	assert_int_equal(fetch_calls(), 3);
+	assert_int_equal(disk_kept(300), boundary);
+	assert_int_equal(read_check(&ow, boundary - 300, 600), 600);
+	assert_int_equal(fetch_calls(), 3);
 	chunk_cache_forget(&ow);
 }
 
@@ -925,11 +1131,12 @@ static void test_fork_stops_and_restarts_the_fetch_threads(void **state)
 	struct preparer p = { 0 };
 	struct reader r[2];
 
-	cache_init(8, 1);	/* one fetch thread: the second read queues */
+	/* one fetch for readers at a time: the second read queues */
+	cache_init(8, 1);
 	owner_init(&ow, &o, BIG);
 	gate(true);
 	reader_start_at(&r[0], &ow, 10, 100);
-	WAIT_FOR(fetch_calls() == 1);	/* the thread is busy */
+	WAIT_FOR(fetch_calls() == 1);	/* the reader fetches */
 	reader_start_at(&r[1], &ow, FAR + 10, 100);
 	sleep_ms(SETTLE_MS);		/* queued behind it */
 	assert_int_equal(pthread_create(&p.thread, NULL, preparer_run, &p), 0);
@@ -971,11 +1178,16 @@ int main(void)
 		cmocka_unit_test_teardown(test_two_caches, cache_release),
 		cmocka_unit_test_teardown(test_jumped_read_fetches_its_range, cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_the_sample_once, cache_release),
+		cmocka_unit_test_teardown(test_jumped_read_fetches_in_its_thread, cache_release),
+		cmocka_unit_test_teardown(test_willread_bytes_wait_for_their_read, cache_release),
 		cmocka_unit_test_teardown(test_adjacent_wants_coalesce, cache_release),
 		cmocka_unit_test_teardown(test_forward_stream_gets_whole_chunks, cache_release),
 		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
+		cmocka_unit_test_teardown(test_stored_samples_asked_apart, cache_release),
+		cmocka_unit_test_teardown(test_willread_fetches_each_chunk_of_its_sample,
+					  cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
 		cmocka_unit_test_teardown(test_readers_woken_by_their_bytes, cache_release),
 		cmocka_unit_test_teardown(test_readers_of_a_fetch_failing_half_way,

@@ -17,7 +17,9 @@
  * - a server that never answers gives EIO within remote_timeout x
  *   remote_attempts, not a hang;
  * - the probe takes size, ETag and Last-Modified from a 206 and refuses
- *   a server that ignores Range.
+ *   a server that ignores Range;
+ * - readers in several threads at once, taking turns at driving the
+ *   transfers, each get their own bytes.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -217,6 +219,15 @@ static bool answer_v1(struct server *s, int fd, unsigned n)
 {
 	send_range(fd, s->req[n].from, s->req[n].to, "ETag: \"v1\"\r\n", SIZE_MAX);
 	return true;
+}
+
+/* answer_v1, then the connection closed: the server serves one
+ * connection at a time, and readers at once open one each. */
+static bool answer_v1_close(struct server *s, int fd, unsigned n)
+{
+	send_range(fd, s->req[n].from, s->req[n].to, "ETag: \"v1\"\r\nConnection: close\r\n",
+		   SIZE_MAX);
+	return false;
 }
 
 static int setup(void **state)
@@ -628,6 +639,54 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/* Threads of test_concurrent_readers_take_turns_driving, and reads
+ * each makes. */
+#define READER_THREADS 4
+#define READER_READS 3
+
+/* One reader thread: READER_READS reads of 1000 bytes from its own
+ * 4 KiB blocks on. */
+struct reader {
+	struct remote_object *o; /* read from */
+	unsigned first;		/* its first block */
+	unsigned bad;		/* reads that failed or brought wrong bytes */
+	pthread_t thread;	/* running reader_run() */
+};
+
+static void *reader_run(void *arg)
+{
+	struct reader *r = arg;
+	char buf[1000];
+
+	for (unsigned i = 0; i < READER_READS; i++) {
+		uint64_t off = (uint64_t)(r->first + i) * 4096 + 7;
+
+		if (read_at(r->o, buf, sizeof(buf), off) != (ssize_t)sizeof(buf) ||
+		    memcmp(buf, object + off, sizeof(buf)))
+			r->bad++;
+	}
+	return NULL;
+}
+
+static void test_concurrent_readers_take_turns_driving(void **state)
+{
+	struct remote_object o = object_v1();
+	struct reader r[READER_THREADS];
+
+	/* the transfers of the first caller end while others are in
+	 * flight: it hands the multi handle on, and every read settles */
+	srv.handler = answer_v1_close;
+	for (unsigned i = 0; i < READER_THREADS; i++) {
+		r[i] = (struct reader){ .o = &o, .first = i * READER_READS };
+		assert_int_equal(pthread_create(&r[i].thread, NULL, reader_run, &r[i]), 0);
+	}
+	for (unsigned i = 0; i < READER_THREADS; i++) {
+		pthread_join(r[i].thread, NULL);
+		assert_int_equal(r[i].bad, 0);
+	}
+	assert_int_equal(atomic_load(&srv.nreq), READER_THREADS * READER_READS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -641,6 +700,7 @@ int main(void)
 		cmocka_unit_test_setup(test_a_body_is_digested_once_for_all_attempts, setup),
 		cmocka_unit_test_setup(test_a_silent_server_gives_eio_not_a_hang, setup),
 		cmocka_unit_test_setup(test_probe_learns_size_etag_and_date, setup),
+		cmocka_unit_test_setup(test_concurrent_readers_take_turns_driving, setup),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
