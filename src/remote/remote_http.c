@@ -705,7 +705,7 @@ static void error_code(const struct transfer *t, char *out, size_t cap)
  * Did libcurl give up on the attempt because the response's headers are
  * larger than it accepts (CURL_MAX_HTTP_HEADER, 100 KiB a line)?  It says
  * "Out of memory" (CURLE_TOO_LARGE from 8.6) once a status line came and
- * before the headers ended.  Asking again would get the same answer.
+ * before the headers ended.
  */
 static bool headers_too_large(const struct transfer *t, CURLcode cerr)
 {
@@ -714,6 +714,29 @@ static bool headers_too_large(const struct transfer *t, CURLcode cerr)
 		return true;
 #endif
 	return cerr == CURLE_OUT_OF_MEMORY && t->resp.status && !t->headers_done;
+}
+
+/*
+ * Would asking again get the same answer?  Headers too large, a
+ * certificate that does not verify or a URL libcurl cannot use fail every
+ * attempt alike: retrying them only delays the error by remote_timeout x
+ * remote_attempts (8 s for a wrong cacert).  A name that did not resolve
+ * is retried: a cluster's DNS can be briefly unavailable.
+ */
+static bool failure_is_permanent(const struct transfer *t, CURLcode cerr)
+{
+	switch (cerr) {
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_URL_MALFORMAT:
+		return true;
+	default:
+		return headers_too_large(t, cerr);
+	}
 }
 
 /*
@@ -874,7 +897,7 @@ static int run(struct transfer *t,
 		out = classify(t, cerr, why, why_len);
 		if (out == OUTCOME_FAIL && keys_stale(t))
 			out = OUTCOME_RETRY;
-		if (out == OUTCOME_RETRY && headers_too_large(t, cerr))
+		if (out == OUTCOME_RETRY && failure_is_permanent(t, cerr))
 			out = OUTCOME_FAIL;
 		if (t->got > before)
 			progress = monotonic_ms();
