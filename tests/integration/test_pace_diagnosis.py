@@ -3,7 +3,7 @@
 it in the JSON, measured during the measured steps only:
 
 - a mount made slow on purpose -- http:// shards from nginx limited to
-  50 kB/s per connection, with no readahead, no push-ahead and a chunk
+  200 kB/s per connection, with no readahead, no push-ahead and a chunk
   cache of four 64 KiB chunks, so that every few samples wait for a GET --
   is named a storage bottleneck, with the GETs and bytes the storage
   served during the steps;
@@ -73,7 +73,7 @@ def run_json(tmp_path, *args, env=None):
 def test_slow_storage_is_named(shards, tmp_path):
     work = tmp_path / "nginx"
     work.mkdir()
-    with rs.nginx(str(shards), str(work), limit_rate="50k") as url:
+    with rs.nginx(str(shards), str(work), limit_rate="200k") as url:
         spec = "%s/shard-{000000..%06d}.tar" % (url, SHARDS - 1)
         mnt = tmp_path / "mnt"
         with lib.mounted(spec, mnt, "-o", "quiet,chunk_size=64K,cache_mem=256K,"
