@@ -17,7 +17,7 @@
 #      perf suite: its counts need a worker that keeps ahead of the
 #      reader);
 #   3. valgrind memcheck over the unit tests, one program per CPU;
-#   4. a short run of each libFuzzer target (30 s, SHARDFS_FUZZ_SECONDS)
+#   4. a short run of each libFuzzer target (15 s, SHARDFS_FUZZ_SECONDS)
 #      over its seeds and the saved regression inputs, the targets side by
 #      side (long campaigns: docs/fuzzing.md).
 #
@@ -153,7 +153,7 @@ rm -rf "$reports"
 mkdir -p "$reports"
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
-export SHARDFS_STRESS_SECONDS=10
+export SHARDFS_STRESS_SECONDS=5
 ctest_in_two_phases "$asan" wait_for_valgrind \
 	-R 'unit\.|core_|layouts|reliability|access_control|index_persist|remote_http|remote_s3|perf' \
 	-E '\.pushahead_off$|perf_pushahead'
@@ -166,4 +166,4 @@ fi
 
 echo "== fuzz smoke"
 SHARDFS_INDEX="$top/build/shardfs-index" \
-	"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-30}"
+	"$top/tests/fuzz-smoke.sh" "$top/build-fuzz" "${SHARDFS_FUZZ_SECONDS:-15}"
