@@ -362,6 +362,21 @@ def test_disk_cache_serves_other_ranges_than_it_stored(site, url, tmp_path, cach
         assert st["disk_hits"] > 0 and st["disk_corrupt"] == 0, st
 
 
+def test_disk_cache_serves_a_stream_after_a_stream(site, url, tmp_path, cache_env):
+    """Issue 29: with cache_dir, a 2nd epoch in shard order after a 1st in
+    shard order (ShardAwareSampler's epochs, os.walk loaders) fetches
+    nothing: its first files and whole chunks were stored as the 1st
+    fetched them."""
+    www, names, ref = site
+    opts, mnt = cache_dir_mount(names, url, tmp_path, cache_env)
+    for _ in range(2):
+        with lib.mounted(spec(url, names), mnt, *opts, env=cache_env):
+            assert digests(mnt) == digests(ref)
+            st = remote_stats(mnt)
+    assert st["requests"] - st["retries"] == len(names), st
+    assert st["disk_hits"] > 0 and st["disk_corrupt"] == 0, st
+
+
 def test_disk_cache_serves_a_shuffled_epoch_after_a_shuffled_one(site, url, tmp_path,
                                                                   cache_env):
     """Issue 29: with cache_dir, a 2nd shuffled epoch after a shuffled 1st
