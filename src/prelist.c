@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "shardfs/prelist.h"
+#include "shardfs/util.h"
 
 /* Bytes of directory records asked for per getdents64 call. */
 #define PRELIST_DENTS_BUF (32 * 1024)
@@ -233,14 +234,11 @@ static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 ssize_t prelist_list(struct prelist *pl, const char *dir, uint64_t dir_ino,
 		     uint64_t pos)
 {
-	struct timespec until;
+	/* the condition variable waits on CLOCK_MONOTONIC (prelist_start()) */
+	struct timespec until = deadline_after_ms(CLOCK_MONOTONIC, PRELIST_WAIT_MS);
 	ssize_t rc;
 	uint64_t seq;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += PRELIST_WAIT_MS * 1000000L;
-	until.tv_sec += until.tv_nsec / 1000000000L;
-	until.tv_nsec %= 1000000000L;
 	pthread_mutex_lock(&pl->lock);
 	rc = post(pl, dir, dir_ino, pos);
 	seq = pl->asked_seq;

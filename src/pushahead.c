@@ -1091,16 +1091,12 @@ static void *worker_main(void *arg)
 {
 	struct pushahead *p = arg;
 	uint64_t reclaimed = monotonic_ns();
-	struct timespec ts;
 
 	pthread_setname_np(pthread_self(), "shardfs-push");
 	while (!atomic_load(&p->stop)) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += SHARDFS_PUSHAHEAD_IDLE_MS * 1000000ll / 4;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec += ts.tv_nsec / 1000000000;
-			ts.tv_nsec %= 1000000000;
-		}
+		struct timespec ts = deadline_after_ms(CLOCK_REALTIME,
+						       SHARDFS_PUSHAHEAD_IDLE_MS / 4);
+
 		sem_timedwait(&p->wake, &ts);
 		list_wanted_dir(p);
 		push_wanted_spans(p);

@@ -187,6 +187,18 @@ uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+struct timespec deadline_after_ms(clockid_t clock, unsigned ms)
+{
+	struct timespec ts;
+	long long ns;
+
+	clock_gettime(clock, &ts);
+	ns = ts.tv_nsec + (long long)ms * 1000000;
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	return ts;
+}
+
 /* (log.h's log_format() would be the thing, but log.c uses util.c.) */
 int stat_trusted(const struct stat *st, bool sticky_ok, char *msg, size_t msg_len)
 {

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* Entries of a true array (not a pointer). */
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -121,6 +122,11 @@ static inline uint64_t monotonic_ms(void)
 {
 	return monotonic_ns() / 1000000;
 }
+
+/* The time @ms milliseconds from now on @clock: the deadline of a
+ * pthread_cond_timedwait() (CLOCK_REALTIME, or the clock its condition
+ * variable was made with) or a sem_timedwait() (CLOCK_REALTIME). */
+struct timespec deadline_after_ms(clockid_t clock, unsigned ms);
 
 /*
  * The trust rule for state another user could plant (index files, the

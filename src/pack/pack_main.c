@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pack.h"
@@ -354,13 +353,10 @@ static void warn_stale(const struct pack_pattern *pattern, size_t count)
 			  "set (see shards.json)", path);
 }
 
-static double seconds_since(const struct timespec *start)
+/* Seconds since @start_ns, a monotonic_ns(). */
+static double seconds_since(uint64_t start_ns)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)(now.tv_sec - start->tv_sec) +
-	       (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+	return (double)(monotonic_ns() - start_ns) / 1e9;
 }
 
 static void print_summary(const struct pack_plan *plan, uint64_t skipped,
@@ -391,7 +387,7 @@ static void print_summary(const struct pack_plan *plan, uint64_t skipped,
 static int pack_produce(const struct pack_options *opt,
 			const struct pack_pattern *pattern,
 			const struct pack_plan *plan, uint64_t skipped,
-			const struct timespec *start)
+			uint64_t start_ns)
 {
 	struct pack_write_options wopt = {
 		.src_root = opt->root,
@@ -423,7 +419,7 @@ static int pack_produce(const struct pack_options *opt,
 		warn_few_shards(plan);
 	}
 	if (!rc && !opt->quiet)
-		print_summary(plan, skipped, results, seconds_since(start));
+		print_summary(plan, skipped, results, seconds_since(start_ns));
 	for (size_t i = 0; i < plan->shard_count; i++)
 		free(results[i].points);
 	free(results);
@@ -432,8 +428,7 @@ static int pack_produce(const struct pack_options *opt,
 
 /* Read the tree, plan the shards and produce them. */
 static int pack_run(const struct pack_options *opt,
-		    const struct pack_pattern *pattern,
-		    const struct timespec *start)
+		    const struct pack_pattern *pattern, uint64_t start_ns)
 {
 	struct pack_tree tree;
 	struct pack_plan plan;
@@ -457,7 +452,7 @@ static int pack_run(const struct pack_options *opt,
 	rc = check_names(&plan, pattern);
 	rc = rc ?: make_dirs(pattern->dir);
 	if (!rc)
-		rc = pack_produce(opt, pattern, &plan, tree.skipped, start);
+		rc = pack_produce(opt, pattern, &plan, tree.skipped, start_ns);
 	pack_plan_release(&plan);
 out_release_tree:
 	pack_tree_release(&tree);
@@ -468,10 +463,9 @@ int main(int argc, char **argv)
 {
 	struct pack_options opt;
 	struct pack_pattern pattern;
-	struct timespec start;
+	uint64_t start_ns = monotonic_ns();
 	int rc;
 
-	clock_gettime(CLOCK_MONOTONIC, &start);
 	rc = parse_args(argc, argv, &opt);
 	if (rc)
 		return rc > 0 ? 0 : 2;
@@ -479,7 +473,7 @@ int main(int argc, char **argv)
 	if (rc == -EINVAL)
 		return 2;
 	if (!rc) {
-		rc = pack_run(&opt, &pattern, &start);
+		rc = pack_run(&opt, &pattern, start_ns);
 		pack_pattern_release(&pattern);
 	}
 	if (rc == -ENOMEM)

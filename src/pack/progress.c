@@ -19,9 +19,10 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "shardfs/util.h"
 
 /* Time between two redraws of the progress line. */
-#define PROGRESS_INTERVAL_NS 500000000L
+#define PROGRESS_INTERVAL_MS 500
 
 /* The terminal, shared by every thread.  file-state: stderr is the
  * process's, and pack_error() and pack_warn() erase the line before
@@ -34,7 +35,7 @@ static struct {
 	bool stopping;			/* thread should exit */
 	bool shown;			/* a progress line is on screen */
 	struct pack_progress *pr;	/* what the line shows */
-	struct timespec start;		/* when the display started */
+	uint64_t start_ns;		/* when the display started (monotonic_ns()) */
 } term = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.wake = PTHREAD_COND_INITIALIZER,
@@ -54,13 +55,9 @@ static void progress_draw(void)
 	const struct pack_progress *pr = term.pr;
 	uint64_t files = atomic_load(&pr->files);
 	uint64_t bytes = atomic_load(&pr->bytes);
-	struct timespec now;
-	double secs, rate;
+	double secs = (double)(monotonic_ns() - term.start_ns) / 1e9, rate;
 	char eta[32] = "-:--:--";
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	secs = (double)(now.tv_sec - term.start.tv_sec) +
-	       (double)(now.tv_nsec - term.start.tv_nsec) / 1e9;
 	rate = secs > 0 ? (double)bytes / secs : 0;
 	if (rate > 0) {
 		uint64_t left = (uint64_t)((double)(pr->total_bytes - bytes) /
@@ -78,17 +75,12 @@ static void progress_draw(void)
 
 static void *progress_main(void *arg)
 {
-	struct timespec deadline;
-
 	pthread_mutex_lock(&term.lock);
 	while (!term.stopping) {
+		struct timespec deadline = deadline_after_ms(CLOCK_REALTIME,
+							     PROGRESS_INTERVAL_MS);
+
 		progress_draw();
-		clock_gettime(CLOCK_REALTIME, &deadline);
-		deadline.tv_nsec += PROGRESS_INTERVAL_NS;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
 		pthread_cond_timedwait(&term.wake, &term.lock, &deadline);
 	}
 	progress_erase();
@@ -101,7 +93,7 @@ int pack_progress_start(struct pack_progress *pr, bool enabled)
 	int rc;
 
 	term.pr = pr;
-	clock_gettime(CLOCK_MONOTONIC, &term.start);
+	term.start_ns = monotonic_ns();
 	if (!enabled || !isatty(STDERR_FILENO))
 		return 0;
 	rc = pthread_create(&term.thread, NULL, progress_main, NULL);

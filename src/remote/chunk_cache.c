@@ -634,14 +634,8 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
  * which one may have become idle. */
 static void wait_a_little(struct chunk_cache *cc)
 {
-	struct timespec ts;
+	struct timespec ts = deadline_after_ms(CLOCK_REALTIME, CHUNK_WAIT_MS);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += CHUNK_WAIT_MS * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_cond_timedwait(&cc->changed, &cc->lock, &ts);
 }
 

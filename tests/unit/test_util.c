@@ -192,6 +192,23 @@ static void test_monotonic_ns(void **state)
 	assert_true(t0 > 0 && t1 >= t0 + 10 * 1000000ull);
 }
 
+/* deadline_after_ms() is now plus the milliseconds, its nanoseconds
+ * normalised (below a second), also when they carry into the seconds. */
+static void test_deadline_after_ms(void **state)
+{
+	(void)state;
+	for (unsigned ms = 0; ms <= 2500; ms += 250) {
+		uint64_t before = monotonic_ns();
+		struct timespec d = deadline_after_ms(CLOCK_MONOTONIC, ms);
+		uint64_t after = monotonic_ns();
+		uint64_t at = (uint64_t)d.tv_sec * 1000000000u + (uint64_t)d.tv_nsec;
+
+		assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+		assert_true(at >= before + ms * 1000000ull);
+		assert_true(at <= after + ms * 1000000ull);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -202,6 +219,7 @@ int main(void)
 		cmocka_unit_test(test_huge_page_advice_keeps_arrays_usable),
 		cmocka_unit_test(test_bump_arena),
 		cmocka_unit_test(test_monotonic_ns),
+		cmocka_unit_test(test_deadline_after_ms),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
