@@ -118,7 +118,9 @@ static void render_remote(const struct control_source *src, struct control_buf *
 /* The share of the set's pieces that the pass at random took so far. */
 static double push_density(const struct pushahead_counters *p)
 {
-	return p->set_bytes ? (double)counter(&p->pass_bytes) / p->set_bytes : 0.0;
+	unsigned long long set = counter(&p->set_bytes);
+
+	return set ? (double)counter(&p->pass_bytes) / set : 0.0;
 }
 
 static void render_stats_push(const struct control_source *src,

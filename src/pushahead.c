@@ -147,7 +147,7 @@ static bool plain_shard(const struct shard_set *set, uint32_t s)
 static int build_pieces(struct pushahead *p)
 {
 	const struct shard_set *set = p->set;
-	uint64_t n = 0;
+	uint64_t n = 0, set_bytes = 0;
 
 	p->piece_start = calloc((size_t)set->nr + 1, sizeof(*p->piece_start));
 	p->pass_of = calloc((size_t)p->idx->nr_inodes + 1, sizeof(*p->pass_of));
@@ -171,10 +171,10 @@ static int build_pieces(struct pushahead *p)
 
 		if (pushable(p, in) && plain_shard(set, in->shard)) {
 			p->piece_bytes[piece_of(p, in)] += (uint32_t)in->size;
-			p->counters.set_bytes += in->size;
+			set_bytes += in->size;
 		}
 	}
-	atomic_init(&p->pass, 1);
+	atomic_store_explicit(&p->counters.set_bytes, set_bytes, memory_order_relaxed);
 	return 0;
 }
 
@@ -196,14 +196,25 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 			rc = -ENOMEM;
 	p->streams = calloc(set->nr ? set->nr : 1, sizeof(*p->streams));
 	rc = rc ?: p->streams ? 0 : -ENOMEM;
-	rc = rc ?: build_order(p);
+	atomic_init(&p->pass, 1);
+	if (rc)
+		pushahead_release(p);
+	return rc;
+}
+
+int pushahead_prepare(struct pushahead *p)
+{
+	int rc = build_order(p);
+
 	rc = rc ?: build_pieces(p);
 	if (rc == -EINVAL)
 		log_warn("push-ahead: the index's order of the files disagrees "
 			 "with its entries; it stays off");
-	if (rc)
-		pushahead_release(p);
-	return rc == -EINVAL ? 0 : rc;
+	else if (rc)
+		log_error("push-ahead: %s; it stays off", strerror(-rc));
+	else
+		atomic_store_explicit(&p->ready, true, memory_order_release);
+	return rc;
 }
 
 void pushahead_release(struct pushahead *p)
@@ -552,7 +563,8 @@ static bool pass_took(struct pushahead *p, uint64_t n)
 {
 	unsigned long long took = relaxed_add(&p->counters.pass_bytes, n);
 
-	if (took * 10 >= p->counters.set_bytes * SHARDFS_PUSHAHEAD_DENSE_TENTHS)
+	if (took * 10 >= atomic_load_explicit(&p->counters.set_bytes, memory_order_relaxed) *
+			 SHARDFS_PUSHAHEAD_DENSE_TENTHS)
 		atomic_store_explicit(&p->dense, true, memory_order_relaxed);
 	return atomic_load_explicit(&p->dense, memory_order_relaxed);
 }
@@ -641,7 +653,7 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 	bool streak = forward >= SHARDFS_READAHEAD_STREAK;
 	struct pushahead_stream *s;
 
-	if (!p->bound || !p->store)
+	if (!p->bound || !p->store || !atomic_load_explicit(&p->ready, memory_order_acquire))
 		return;
 	if (take_stored(p, e))
 		relaxed_add(&p->counters.read_anyway, 1);
@@ -1093,6 +1105,8 @@ static void *worker_main(void *arg)
 	uint64_t reclaimed = monotonic_ns();
 
 	pthread_setname_np(pthread_self(), "shardfs-push");
+	if (!atomic_load_explicit(&p->ready, memory_order_acquire) && pushahead_prepare(p))
+		return NULL;
 	while (!atomic_load(&p->stop)) {
 		struct timespec ts = deadline_after_ms(CLOCK_REALTIME,
 						       SHARDFS_PUSHAHEAD_IDLE_MS / 4);

@@ -130,9 +130,10 @@ struct pushahead_counters {
 					 * pass had READ start the next */
 	atomic_ullong pass_bytes;	/* bytes this pass READ at random or
 					 * pushed with pieces */
-	uint64_t set_bytes;		/* bytes of the members of plain
-					 * shards' pieces (set at mount): the
-					 * pass's density is pass_bytes of it */
+	atomic_ullong set_bytes;	/* bytes of the members of plain
+					 * shards' pieces (set once, by
+					 * pushahead_prepare()): the pass's
+					 * density is pass_bytes of it */
 };
 
 #endif

@@ -149,6 +149,8 @@ static void start_push(struct tb_env *e, uint64_t bound, pushahead_list_fn liste
 					fetch, &e->fs), 0);
 	memset(&kernel, 0, sizeof(kernel));
 	kernel.fs = &e->fs;
+	/* here, not in the worker: the tests' first READs are pushed from */
+	assert_int_equal(pushahead_prepare(&e->fs.push), 0);
 	assert_int_equal(pushahead_start(&e->fs.push, fake_store, lister, &kernel), 0);
 }
 
@@ -478,7 +480,7 @@ static void setup_piece(struct tb_env *e)
 	setup(e, 1 << 20);
 	assert_int_equal(e->fs.set.shards[0].src->size < SHARDFS_PUSHAHEAD_REGION, 1);
 	assert_int_equal(e->fs.push.counters.set_bytes, PIECE_BYTES);
-	e->fs.push.counters.set_bytes = SET_PIECES * PIECE_BYTES;
+	atomic_store(&e->fs.push.counters.set_bytes, SET_PIECES * PIECE_BYTES);
 	for (int i = 0; i < MEMBERS; i++)
 		kernel_lookup(&e->fs, ino_of(e, i), 1);
 }
@@ -633,6 +635,35 @@ static void test_span_pushes_stop_when_they_are_wasted(void **state)
 	assert_true(atomic_load(&e->fs.push.policy.spans_off));
 }
 
+/* Started without pushahead_prepare(), as a mount starts it: the worker
+ * builds the shard's tables, then pushes for a forward reader. */
+static void test_worker_prepares_after_the_mount(void **state)
+{
+	struct tb_env *e = *state;
+	const struct pushahead_counters *c = &e->fs.push.counters;
+
+	build_shard(e, false);
+	pushahead_release(&e->fs.push);
+	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, 1 << 20,
+					fetch, &e->fs), 0);
+	assert_false(atomic_load(&e->fs.push.ready));
+	assert_null(e->fs.push.order_start);
+	memset(&kernel, 0, sizeof(kernel));
+	kernel.fs = &e->fs;
+	assert_int_equal(pushahead_start(&e->fs.push, fake_store, NULL, &kernel), 0);
+	for (int i = 0; i < 200 && !atomic_load(&e->fs.push.ready); i++)
+		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	assert_true(atomic_load(&e->fs.push.ready));
+	assert_int_equal(atomic_load(&c->set_bytes), PIECE_BYTES);
+	for (int i = 0; i < MEMBERS; i++)
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
+	for (int i = 0; i <= SHARDFS_READAHEAD_STREAK; i++)
+		read_member(e, i);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_true(atomic_load(&kernel.stores) > 0);
+}
+
 /* An index whose order[] does not hold its files leaves push-ahead off. */
 static void test_order_that_disagrees_leaves_it_off(void **state)
 {
@@ -644,8 +675,8 @@ static void test_order_that_disagrees_leaves_it_off(void **state)
 	idx = e->fs.idx;
 	idx.nr_order--;
 	assert_int_equal(pushahead_init(&p, &idx, &e->fs.set, 1 << 20, fetch, &e->fs), 0);
-	assert_int_equal(p.bound, 0);
-	assert_null(p.bits[PUSHAHEAD_HELD]);
+	assert_int_equal(pushahead_prepare(&p), -EINVAL);
+	assert_false(atomic_load(&p.ready));
 	pushahead_read(&p, (uint32_t)(ino_of(e, 0) - 1), 0, MEMBER_SIZE, 3);
 	pushahead_release(&p);
 }
@@ -688,6 +719,7 @@ int main(void)
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
 		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
+		TB_ENV_TEST(test_worker_prepares_after_the_mount),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
