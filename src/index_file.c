@@ -690,10 +690,10 @@ static bool entry_ok(const struct shard_index *idx, uint32_t e,
 	}
 }
 
-static bool hardlinks_ok(const struct shard_index *idx)
+/* The hard-link table against the entries, of which @linked are marked
+ * linked (counted by check_structure()'s pass over them). */
+static bool hardlinks_ok(const struct shard_index *idx, uint64_t linked)
 {
-	uint64_t linked = 0;
-
 	for (uint64_t i = 0; i < idx->nr_hardlinks; i++) {
 		const struct shard_hardlink *l = &idx->hardlinks[i];
 
@@ -704,8 +704,6 @@ static bool hardlinks_ok(const struct shard_index *idx)
 		    S_ISDIR(idx->inodes[l->first].mode))
 			return false;
 	}
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		linked += !!(idx->inodes[e].flags & SHARD_INODE_LINKED);
 	return linked == idx->nr_hardlinks;
 }
 
@@ -731,7 +729,7 @@ static int check_structure(const struct shard_index *idx,
 			   const struct index_file_shards *sh, uint64_t base,
 			   char *msg, size_t msg_len)
 {
-	uint64_t next_child = 1, files = 0;
+	uint64_t next_child = 1, files = 0, linked = 0;
 
 	if (!S_ISDIR(idx->inodes[0].mode))
 		return log_format(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
@@ -741,12 +739,13 @@ static int check_structure(const struct shard_index *idx,
 			return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
 				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
 		files += shard_index_orderable(&idx->inodes[e], sh->nr);
+		linked += !!(idx->inodes[e].flags & SHARD_INODE_LINKED);
 	}
 	if (next_child != idx->nr_inodes)
 		return log_format(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
 			    (unsigned long long)base,
 			    (unsigned long long)(idx->nr_inodes - next_child));
-	if (!hardlinks_ok(idx))
+	if (!hardlinks_ok(idx, linked))
 		return log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
 			    INDEX_SEC_HARDLINKS);
 	return order_ok(idx, files) ? 0 :
