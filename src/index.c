@@ -161,9 +161,10 @@ static bool in_data_order(const struct shard_inode *inodes, const uint32_t *o,
 	return true;
 }
 
-int shard_index_order_fill(const struct shard_inode *inodes, uint32_t n,
-			   uint32_t nr_shards, const uint32_t *starts,
-			   uint32_t *order)
+/* Fill @order with the orderable entries of @inodes, @starts from
+ * shard_index_order_starts(). */
+static int order_fill(const struct shard_inode *inodes, uint32_t n, uint32_t nr_shards,
+		      const uint32_t *starts, uint32_t *order)
 {
 	uint32_t *next = malloc(((size_t)nr_shards + 1) * sizeof(*next));
 
@@ -184,20 +185,33 @@ int shard_index_order_fill(const struct shard_inode *inodes, uint32_t n,
 	return 0;
 }
 
-int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards)
+int64_t shard_index_order_compute(const struct shard_inode *inodes, uint32_t n,
+				  uint32_t nr_shards, uint32_t *order)
 {
 	uint32_t *starts = malloc(((size_t)nr_shards + 1) * sizeof(*starts));
-	int rc = starts ? 0 : -ENOMEM;
+	uint64_t count;
+	int rc;
 
-	if (!rc)
-		idx->nr_order = shard_index_order_starts(idx->inodes, idx->nr_inodes,
-							 nr_shards, starts);
-	if (!rc && !(idx->order = malloc((idx->nr_order + 1) * sizeof(*idx->order))))
-		rc = -ENOMEM;
-	rc = rc ?: shard_index_order_fill(idx->inodes, idx->nr_inodes, nr_shards,
-					  starts, idx->order);
+	if (!starts)
+		return -ENOMEM;
+	count = shard_index_order_starts(inodes, n, nr_shards, starts);
+	rc = order_fill(inodes, n, nr_shards, starts, order);
 	free(starts);
-	return rc;
+	return rc ? rc : (int64_t)count;
+}
+
+int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards)
+{
+	int64_t count;
+
+	idx->order = malloc(((size_t)idx->nr_inodes + 1) * sizeof(*idx->order));
+	if (!idx->order)
+		return -ENOMEM;
+	count = shard_index_order_compute(idx->inodes, idx->nr_inodes, nr_shards, idx->order);
+	if (count < 0)
+		return (int)count;
+	idx->nr_order = (uint64_t)count;
+	return 0;
 }
 
 void shard_index_release(struct shard_index *idx)

@@ -364,7 +364,7 @@ static int section_hash(struct index_file_writer *w, enum index_section s, char 
 
 /*
  * The ORDER section, the last of the file, computed from the INODES
- * section as written (index.h: shard_index_order_fill(), whichever build
+ * section as written (index.h: shard_index_order_compute(), whichever build
  * wrote the entries).  The file is read and written through a mapping, so
  * that the build holds its pages as page cache, not per member in its own
  * memory; the file grows by at most 4 bytes per entry and the seal cuts
@@ -375,24 +375,22 @@ static int writer_order(struct index_file_writer *w)
 	struct index_section_entry *o = &w->h.sections[INDEX_SEC_ORDER];
 	const struct index_section_entry *in = &w->h.sections[INDEX_SEC_INODES];
 	uint32_t n = (uint32_t)(in->length / sizeof(struct shard_inode));
-	uint32_t *starts = malloc(((size_t)w->set->nr + 1) * sizeof(*starts));
 	size_t len = o->offset + (uint64_t)n * sizeof(uint32_t);
 	char *map = MAP_FAILED;
-	int rc = starts ? 0 : -ENOMEM;
+	int rc = 0;
 
 	assert(o->offset >= in->offset + in->length && !o->length);
-	if (!rc && ftruncate(w->fd, (off_t)len))
+	if (ftruncate(w->fd, (off_t)len))
 		rc = -errno;
 	if (!rc && (map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			       w->fd, 0)) == MAP_FAILED)
 		rc = -errno;
 	if (!rc) {
-		const struct shard_inode *inodes = (const void *)(map + in->offset);
-		uint64_t nr = shard_index_order_starts(inodes, n, w->set->nr, starts);
+		int64_t nr = shard_index_order_compute((const void *)(map + in->offset), n,
+						       w->set->nr, (uint32_t *)(map + o->offset));
 
-		o->length = nr * sizeof(uint32_t);
-		rc = shard_index_order_fill(inodes, n, w->set->nr, starts,
-					    (uint32_t *)(map + o->offset));
+		rc = nr < 0 ? (int)nr : 0;
+		o->length = nr < 0 ? 0 : (uint64_t)nr * sizeof(uint32_t);
 	}
 	if (!rc) {
 		o->xxh3 = XXH3_64bits(map + o->offset, o->length);
@@ -401,7 +399,6 @@ static int writer_order(struct index_file_writer *w)
 	}
 	if (map != MAP_FAILED)
 		munmap(map, len);
-	free(starts);
 	return rc;
 }
 

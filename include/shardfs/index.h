@@ -223,17 +223,16 @@ uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
 				  uint32_t nr_shards, uint32_t *starts);
 
 /*
- * Fill @order (starts[@nr_shards] entries; @starts from
- * shard_index_order_starts()) with the orderable entries of @inodes by
- * shard, data offset and entry.  Deterministic: the index file's ORDER
- * section is this, whichever build wrote it.  0 or -ENOMEM.
+ * Fill @order (room for @n entries) with the orderable entries of @inodes
+ * by shard, data offset and entry; returns how many (starts[@nr_shards]
+ * of shard_index_order_starts()), or -ENOMEM.  Deterministic: the index
+ * file's ORDER section is this, whichever build wrote it.
  */
-int shard_index_order_fill(const struct shard_inode *inodes, uint32_t n,
-			   uint32_t nr_shards, const uint32_t *starts,
-			   uint32_t *order);
+int64_t shard_index_order_compute(const struct shard_inode *inodes, uint32_t n,
+				  uint32_t nr_shards, uint32_t *order);
 
-/* Set idx->order of an index built in memory (@nr_shards shards).  0 or
- * -ENOMEM. */
+/* Set idx->order of an index built in memory (@nr_shards shards; room
+ * for an entry per inode).  0 or -ENOMEM. */
 int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards);
 
 /* Free or unmap the arrays; @idx is empty afterwards. */

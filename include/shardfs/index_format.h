@@ -35,7 +35,7 @@
  *
  * The ORDER section is what push-ahead walks a shard by (pushahead.h): it
  * is computed from the INODES section as the file is sealed
- * (shard_index_order_fill(), index.h), so that a mount serves it from the
+ * (shard_index_order_compute(), index.h), so that a mount serves it from the
  * file's pages instead of sorting the members into private memory (4
  * bytes per member, docs/benchmarks-scale.md).  It comes last in the file
  * because its length is known only then.
