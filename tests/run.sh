@@ -29,13 +29,23 @@
 # label, whose counts another load would shift.
 #
 # The run is bound by CPU: in a CI run of 840 s (2026-12-05) the 2 CPUs
-# were 84 % busy, about 1,400 CPU-s, and 13 % waiting for the disk in
-# step 1.  The parts, each measured apart with a cpuacct cgroup while
-# other work loaded the machine (so high by a fifth or so): the builds 78
-# (release), 64 (sanitized), 54 (fuzzers) and test_package's own 45;
-# valgrind about 80; the fuzz smoke about 80; the release tests about
-# 900; the sanitized ones about 450 (from their stage's time and load).
-# A shorter run takes work out; more parallelism would not make it one.
+# were 84 % busy, about 1,400 CPU-s.  The parts, each measured apart with
+# a cpuacct cgroup while other work loaded the machine (so high by a
+# fifth or so): the builds 78 (release), 64 (sanitized), 54 (fuzzers)
+# and test_package's own 45; valgrind about 80; the fuzz smoke about 80;
+# the release tests about 900; the sanitized ones about 450 (from their
+# stage's time and load).  Step 1's "iowait" (16 % in vmstat) is mostly
+# not the disk: a reader asleep on a page that a FUSE READ is filling
+# counts as waiting for I/O (77 % iowait with no block I/O while the
+# remote suites waited out their servers).  Step 1 alone, without the
+# builds beside it, took 310 s with 24 % of the CPUs idle; of the busy
+# time, the tests' own Python 44 %, the daemons 15 %, shardfs-pace's
+# DataLoader workers 9 % (perf record -a, by command).  Since then (run
+# of 781 s, 2026-12-05): tarbuild.c compiled once (-16 CPU-s a build),
+# the stress suite 10 s a test (5 sanitized), the fuzz smoke 15 s a
+# target, a slow-storage diagnosis at 200 kB/s and TLS failures not
+# retried (-30 s of waiting).  A shorter run takes work out; more
+# parallelism would not make it one.
 #
 # SHARDFS_TEST_QUICK=1 runs step 1 only.
 #
