@@ -488,10 +488,16 @@ int disk_cache_init(struct disk_cache **dcp, const char *dir, uint64_t limit,
 	return 0;
 }
 
+static void evict_listed(struct disk_cache *dc);
+
 void disk_cache_release(struct disk_cache *dc)
 {
 	if (!dc)
 		return;
+	/* no store runs now (remote_release(): the fetch threads are gone);
+	 * one that found an eviction running left the cache over its size */
+	if (dc->fd >= 0 && atomic_load(&dc->bytes) > dc->limit)
+		evict_listed(dc);
 	if (dc->fd >= 0)
 		close(dc->fd);
 	free(dc->dir);
@@ -685,20 +691,27 @@ static bool evict_one(const struct disk_cache *dc, const struct aged *a)
 	return done;
 }
 
-/* Delete the least recently used chunks down to the low-water mark, by
- * what one listing of the directory finds. */
+/*
+ * Delete the least recently used chunks down to the low-water mark, by
+ * what one listing of the directory finds, and set the byte count to
+ * what is left plus what other threads stored since the listing began.
+ * Set to the listing's total alone, it lost those stores: under I/O load
+ * (listings slow, stores many) a listing of 5.4 MB set the count of a
+ * 5 MB cache to 4.4 MB when stores had brought it to 9.6 MB, and the
+ * stores after it did not evict until the count caught up.
+ */
 static void evict_listed(struct disk_cache *dc)
 {
 	struct aged *v;
 	size_t nr;
-	uint64_t total = list_all(dc, &v, &nr, false),
+	uint64_t before = atomic_load(&dc->bytes), total = list_all(dc, &v, &nr, false),
 		 target = dc->limit / 100 * DISK_CACHE_LOW_WATER;
 
 	qsort(v, nr, sizeof(*v), cmp_age);
 	for (size_t i = 0; i < nr && total > target; i++)
 		if (evict_one(dc, &v[i]))
 			total -= v[i].size;
-	atomic_store(&dc->bytes, total);
+	atomic_fetch_add(&dc->bytes, total - before);	/* modulo 2^64 */
 	free(v);
 }
 

@@ -142,6 +142,8 @@ def test_disk_cache_stays_within_cache_size(site, url, tmp_path, cache_env):
                      "chunk_size=1M,cache_mem=4M,cache_dir=%s,cache_size=5M" % cache,
                      env=cache_env):
         assert digests(mnt) == digests(ref)
+    # an eviction a store began may still run after the unmount
+    assert lib.wait_for_daemon_exit(mnt)
     on_disk = sum(os.path.getsize(f) for f in cache.glob("*/*/*.chunk"))
     assert 0 < on_disk <= 5 << 20
 
