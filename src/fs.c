@@ -251,6 +251,13 @@ static void atomic_max(atomic_ullong *v, unsigned long long x)
 		;
 }
 
+/* Does a read at @off follow one that ended at @prev (forward, a few
+ * KiB of headers and small members skipped at most)? */
+static bool follows(uint64_t prev, uint64_t off)
+{
+	return off >= prev && off - prev <= SHARDFS_READAHEAD_GAP;
+}
+
 /*
  * Prefetch the shard ahead of a reader that walks it forward, so that the
  * next members are in the page cache before they are asked for (kernel
@@ -272,7 +279,7 @@ static unsigned shard_readahead(struct shardfs *fs, struct shard_source *src,
 	bool inside, forward;
 
 	prev = atomic_exchange_explicit(&s->last_end, end, memory_order_relaxed);
-	forward = off >= prev && off - prev <= SHARDFS_READAHEAD_GAP;
+	forward = follows(prev, off);
 	if (forward)
 		streak = atomic_fetch_add_explicit(&s->forward, 1,
 						   memory_order_relaxed) + 1;
@@ -351,22 +358,26 @@ struct read_to {
 };
 
 /*
- * Read exactly @size bytes at @off of @shard to @to, or fail with -EIO.
+ * Read exactly @size bytes at @off of @shard to @to, or fail with -EIO;
+ * a read that @jumped asks the storage for no more (transfer_jumped).
  * A shard once found changed fails every later read, even after it has
  * grown back: a file rewritten under the mount would serve its new bytes
  * at the old offsets.
  */
 static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 				  const struct read_to *to, size_t size,
-				  uint64_t off)
+				  uint64_t off, bool jumped)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	ssize_t n;
 
 	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
 		return -EIO;	/* found changed once: never served again */
-	n = to->pipe >= 0 ? src->ops->splice(src, to->pipe, size, off)
-			  : src->ops->read(src, to->buf, size, off);
+	if (jumped && src->ops->transfer_jumped)
+		n = src->ops->transfer_jumped(src, to->buf, to->pipe, size, off);
+	else
+		n = to->pipe >= 0 ? src->ops->splice(src, to->pipe, size, off)
+				  : src->ops->read(src, to->buf, size, off);
 	atomic_fetch_add_explicit(&fs->counters.backing_reads, 1,
 				  memory_order_relaxed);
 	if (to->pipe >= 0)
@@ -394,7 +405,9 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard,
 			   const struct read_to *to, size_t size, uint64_t off,
 			   unsigned *forward)
 {
-	ssize_t n = shard_read_checked(fs, shard, to, size, off);
+	uint64_t prev = atomic_load_explicit(&fs->streams[shard].last_end,
+					     memory_order_relaxed);
+	ssize_t n = shard_read_checked(fs, shard, to, size, off, !follows(prev, off));
 	unsigned streak = n >= 0 ? shard_served(fs, shard, off, size,
 						to->pipe >= 0) : 0;
 
@@ -413,7 +426,7 @@ ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
 	assert(S_ISREG(in->mode) && !(in->flags & SHARD_INODE_SPARSE));
 	assert(off + size <= in->size);
 	n = shard_read_checked(fs, in->shard, &(struct read_to){ buf, -1 },
-			       size, in->data + off);
+			       size, in->data + off, false);
 	if (n < 0)
 		return n;
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, size,

@@ -65,6 +65,15 @@ struct shard_source_ops {
 	 */
 	ssize_t (*splice)(struct shard_source *src, int pipe_fd, size_t len,
 			  uint64_t off);
+	/*
+	 * read() (@pipe_fd < 0) or splice() (into @pipe_fd) for a reader's
+	 * read that jumped (fs.c: it does not follow the shard's read before
+	 * it): the storage is asked for those bytes and none after them, as
+	 * the reader is not reading on.  NULL: read() and splice() serve
+	 * these too.
+	 */
+	ssize_t (*transfer_jumped)(struct shard_source *src, void *buf, int pipe_fd,
+				   size_t len, uint64_t off);
 	/* A hint about [@off, @off + @len); may be NULL (no hints). */
 	void (*advise)(struct shard_source *src, uint64_t off, uint64_t len,
 		       enum shard_source_advice advice);

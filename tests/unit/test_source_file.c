@@ -9,6 +9,10 @@
  * or /tmp), and
  * when the kernel had written the file back before the open (nothing
  * left to see).
+ *
+ * Reads that jumped (transfer_jumped) read and splice the file's bytes
+ * through a second descriptor of the same file, even once its path names
+ * another file, and closing the source closes both.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -107,10 +112,64 @@ static void test_a_file_written_just_before_is_clean_once_open(void **state)
 	tb_rmtree(dir);
 }
 
+/* Descriptors this process has open. */
+static unsigned open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	unsigned n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static void test_jumped_reads_go_through_the_same_file(void **state)
+{
+	char *dir = tb_tmpdir(), path[4096], other[4096], msg[256];
+	struct shard_source_info info = { 0 };
+	struct shard_source *src;
+	unsigned char *data, *decoy, back[4096];
+	unsigned before = open_fds();
+	int pipefd[2];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/shard.tar", dir);
+	snprintf(other, sizeof(other), "%s/other.tar", dir);
+	write_file(path, &data);
+	assert_int_equal(shard_source_open_file(path, &src, &info, msg, sizeof(msg)), 0);
+	assert_non_null(src->ops->transfer_jumped);
+	/* the path names another file now: the source still reads its own */
+	write_file(other, &decoy);
+	decoy[12345] ^= 0xff;
+	assert_int_equal(rename(other, path), 0);
+	assert_int_equal(src->ops->transfer_jumped(src, back, -1, sizeof(back), 12000),
+			 sizeof(back));
+	assert_memory_equal(back, data + 12000, sizeof(back));
+	assert_int_equal(open_fds(), before + 2);	/* the file's two descriptors */
+	assert_int_equal(pipe(pipefd), 0);
+	assert_int_equal(src->ops->transfer_jumped(src, NULL, pipefd[1], 1000,
+						   FILE_BYTES - 1000), 1000);
+	assert_int_equal(read(pipefd[0], back, sizeof(back)), 1000);
+	assert_memory_equal(back, data + FILE_BYTES - 1000, 1000);
+	/* past the end: what read() returns, a short count */
+	assert_int_equal(src->ops->transfer_jumped(src, back, -1, 100, FILE_BYTES - 10), 10);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	shard_source_close(src);
+	assert_int_equal(open_fds(), before);
+	free(info.name);
+	free(decoy);
+	free(data);
+	tb_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_file_written_just_before_is_clean_once_open),
+		cmocka_unit_test(test_jumped_reads_go_through_the_same_file),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
