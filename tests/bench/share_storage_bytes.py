@@ -21,8 +21,13 @@ import io
 import os
 import random
 import subprocess
+import sys
 import tarfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "integration"))
+import shardfs_testlib as lib  # noqa: E402
 
 SHARDS = 20
 SAMPLES_PER_SHARD = 250
@@ -47,29 +52,11 @@ def generate(shards):
     subprocess.run(["sync"], check=True)
 
 
-def evict(shards):
-    """Drop the shards' pages from the page cache, only theirs."""
-    for name in os.listdir(shards):
-        fd = os.open(os.path.join(shards, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def read_bytes(pid):
-    with open("/proc/%d/io" % pid) as f:
-        return int(next(l for l in f if l.startswith("read_bytes")).split()[1])
-
-
 def one_share(build, shards, mnt, n, options):
-    evict(shards)
+    lib.drop_file_pages(shards)
     subprocess.run([os.path.join(build, "shardfs"), shards + "/", mnt,
                     "-o", ",".join(["quiet"] + options)], check=True)
     try:
-        pid = int(subprocess.run(["pgrep", "-nf", "shardfs %s/ %s" % (shards, mnt)],
-                                 capture_output=True, text=True).stdout.split()[0])
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(mnt)
                        if ".shardfs" not in d for f in names)
         random.Random(1).shuffle(files)
@@ -78,10 +65,10 @@ def one_share(build, shards, mnt, n, options):
             with open(path, "rb") as fh:
                 return len(fh.read())
 
-        before, start = read_bytes(pid), time.perf_counter()
+        before, start = lib.daemon_read_bytes(mnt), time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             used = sum(pool.map(whole, files[::n]))
-        secs, disk = time.perf_counter() - start, read_bytes(pid) - before
+        secs, disk = time.perf_counter() - start, lib.daemon_read_bytes(mnt) - before
     finally:
         subprocess.run(["fusermount3", "-u", mnt], check=True)
     print("%s N=%d: used %.1f MB, from the disk %.1f MB, %.3fx, %.2f s"

@@ -97,24 +97,6 @@ def test_a_node_share_costs_at_most_the_bound(tmp_path, dataset, nodes):
     assert stats["access"]["random"]["read_bytes"] >= 0.9 * used, stats["access"]
 
 
-def evict(shards):
-    """Drop the shards' pages from the page cache, only theirs."""
-    for name in os.listdir(shards):
-        fd = os.open(os.path.join(shards, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def disk_read_bytes(mnt):
-    """What the mount's daemon has read from the disk (/proc/PID/io)."""
-    pid, = lib.processes_mentioning(str(mnt))
-    with open("/proc/%d/io" % pid) as f:
-        return int(next(l for l in f if l.startswith("read_bytes")).split()[1])
-
-
 @pytest.mark.timeout(300)
 def test_a_node_share_reads_at_most_the_bound_from_the_disk(tmp_path, dataset):
     """What the disk serves a node of 2, readahead included: the READs
@@ -127,10 +109,10 @@ def test_a_node_share_reads_at_most_the_bound_from_the_disk(tmp_path, dataset):
     pages = sum((len(content[n]) // 4096 + 2) * 4096 for n in names)
     with lib.mounted(shards, mnt, "-o", "pushahead=0"):
         list_tree(mnt)
-        evict(shards)   # after the index build, which read them
-        before = disk_read_bytes(mnt)
+        lib.drop_file_pages(shards)     # after the index build read them
+        before = lib.daemon_read_bytes(mnt)
         read_share(mnt, content, names)
-        read = disk_read_bytes(mnt) - before
+        read = lib.daemon_read_bytes(mnt) - before
     print("\nnode of 2: %d bytes from the disk for %d in the files' pages (%.3fx)"
           % (read, pages, read / pages))
     assert 0 < read <= BOUND * pages, (read, pages)
