@@ -57,7 +57,7 @@ int shardfs_init(struct shardfs *fs, const char *spec,
 	rc = shardfs_init_built(fs);
 	if (rc)
 		goto out_release_index;
-	fs->build_seconds = (monotonic_ns() - t0) / 1e9;
+	fs->build_seconds = seconds_since(t0);
 	return 0;
 
 out_release_index:

@@ -164,9 +164,10 @@ static int file_current_size(struct shard_source *src, uint64_t *size)
 static void file_close(struct shard_source *src)
 {
 	struct source_file *f = (struct source_file *)src;
+	int random = atomic_load(&f->random_fd);
 
-	if (atomic_load(&f->random_fd) >= 0)
-		close(atomic_load(&f->random_fd));
+	if (random >= 0)
+		close(random);
 	close(f->fd);
 	free(f);
 }

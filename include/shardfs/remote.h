@@ -34,10 +34,11 @@
  * /.shardfs/, never passed to a child.
  *
  * fork(2): the threads of a remote (its fetch threads) do not survive
- * one, nor may a transfer be in flight across it.  Whoever forks a process that goes on
- * serving (the daemon's fuse_daemonize()) calls remote_fork_prepare()
- * before and remote_fork_done() after it; no pthread_atfork handler is
- * involved, and a child that only execs (fusermount3) needs neither.
+ * one, nor may a transfer be in flight across it.  Whoever forks a
+ * process that goes on serving (the daemon's fuse_daemonize()) calls
+ * remote_fork_prepare() before and remote_fork_done() after it; no
+ * pthread_atfork handler is involved, and a child that only execs
+ * (fusermount3) needs neither.
  *
  * Thread-safety: after remote_init(), the functions below but
  * remote_release() and the fork calls may be called from any thread.

@@ -123,6 +123,12 @@ static inline uint64_t monotonic_ms(void)
 	return monotonic_ns() / 1000000;
 }
 
+/* Seconds since @start_ns, a monotonic_ns(): for elapsed times shown. */
+static inline double seconds_since(uint64_t start_ns)
+{
+	return (double)(monotonic_ns() - start_ns) / 1e9;
+}
+
 /* The time @ms milliseconds from now on @clock: the deadline of a
  * pthread_cond_timedwait() (CLOCK_REALTIME, or the clock its condition
  * variable was made with) or a sem_timedwait() (CLOCK_REALTIME). */

@@ -353,12 +353,6 @@ static void warn_stale(const struct pack_pattern *pattern, size_t count)
 			  "set (see shards.json)", path);
 }
 
-/* Seconds since @start_ns, a monotonic_ns(). */
-static double seconds_since(uint64_t start_ns)
-{
-	return (double)(monotonic_ns() - start_ns) / 1e9;
-}
-
 static void print_summary(const struct pack_plan *plan, uint64_t skipped,
 			  const struct pack_shard_result *results, double secs)
 {

@@ -55,7 +55,7 @@ static void progress_draw(void)
 	const struct pack_progress *pr = term.pr;
 	uint64_t files = atomic_load(&pr->files);
 	uint64_t bytes = atomic_load(&pr->bytes);
-	double secs = (double)(monotonic_ns() - term.start_ns) / 1e9, rate;
+	double secs = seconds_since(term.start_ns), rate;
 	char eta[32] = "-:--:--";
 
 	rate = secs > 0 ? (double)bytes / secs : 0;

@@ -153,13 +153,12 @@ enum outcome {
 /* The transfer engine: one multi handle, driven by its callers in turn. */
 struct remote_http {
 	pthread_mutex_t lock;	/* guards the fields below but multi */
-	pthread_cond_t idle;	/* active fell to 0, or frozen was cleared */
+	pthread_cond_t idle;	/* inflight emptied, or frozen was cleared */
 	CURLM *multi;		/* used by the driving thread only, but for
 				 * curl_multi_wakeup (any thread) */
 	struct transfer *queue;	/* submitted, not yet added to multi */
 	struct transfer **queue_tail; /* where the next one is linked */
 	struct transfer *inflight; /* submitted and not yet done */
-	unsigned active;	/* entries of inflight */
 	bool driven;		/* the caller of one of them drives multi */
 	bool frozen;		/* a fork or release waits for the
 				 * transfers: submitters wait on idle */
@@ -205,7 +204,7 @@ static void transfer_settle(struct remote_http *eng, struct transfer *t,
 	t->result = result;
 	t->done = true;
 	pthread_cond_signal(&t->settled);	/* before @t may vanish */
-	if (!--eng->active)
+	if (!eng->inflight)
 		pthread_cond_broadcast(&eng->idle);
 	pthread_mutex_unlock(&eng->lock);
 }
@@ -295,7 +294,6 @@ static CURLcode engine_run(struct remote_http *eng, struct transfer *t, CURL *h)
 	eng->queue_tail = &t->next;
 	t->inflight_next = eng->inflight;
 	eng->inflight = t;
-	eng->active++;
 	t->drives = !eng->driven;
 	if (eng->driven)
 		curl_multi_wakeup(eng->multi);	/* its driver admits it */
@@ -315,7 +313,7 @@ static CURLcode engine_run(struct remote_http *eng, struct transfer *t, CURL *h)
 static void engine_stop(struct remote_http *eng)
 {
 	eng->frozen = true;
-	while (eng->active)
+	while (eng->inflight)
 		pthread_cond_wait(&eng->idle, &eng->lock);
 }
 

@@ -53,7 +53,7 @@ def generate(shards):
 
 
 def one_share(build, shards, mnt, n, options):
-    lib.drop_file_pages(shards)
+    lib.forget_pages(shards, os.listdir(shards), written=True)
     subprocess.run([os.path.join(build, "shardfs"), shards + "/", mnt,
                     "-o", ",".join(["quiet"] + options)], check=True)
     try:

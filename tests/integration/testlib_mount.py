@@ -361,34 +361,25 @@ def drop_caches(what=3):
         time.sleep(0.05)
 
 
-def drop_file_pages(directory):
-    """Have the kernel drop the cached pages of the files in DIRECTORY,
-    only theirs (fsync, then POSIX_FADV_DONTNEED): the next reads of them
-    reach the disk, and no other suite's files are dropped."""
-    for name in os.listdir(directory):
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def daemon_read_bytes(mountpoint):
     """What the daemon serving MOUNTPOINT has read from the disk, the
     kernel's readahead for its reads included (/proc/PID/io)."""
-    pid, = processes_mentioning(os.path.realpath(mountpoint))
-    with open("/proc/%d/io" % pid) as f:
+    with open("/proc/%d/io" % daemon_pid(mountpoint)) as f:
         return int(next(l for l in f if l.startswith("read_bytes")).split()[1])
 
 
-def forget_pages(mnt, names):
-    """Have the kernel drop the mount's cached pages of NAMES (as a new
-    epoch after the page cache was reclaimed), keeping its inodes: the
-    next reads reach the daemon."""
+def forget_pages(root, names, written=False):
+    """Have the kernel drop the cached pages of NAMES under ROOT, only
+    theirs, keeping the inodes: under a mount (as a new epoch after the
+    page cache was reclaimed) the next reads reach the daemon; of shards
+    (WRITTEN: just written, fsync'ed first, as a dirty page cannot be
+    dropped) they reach the disk, and no other suite's files are
+    dropped."""
     for name in names:
-        fd = os.open(os.path.join(mnt, name), os.O_RDONLY)
+        fd = os.open(os.path.join(root, name), os.O_RDONLY)
         try:
+            if written:
+                os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
