@@ -3,10 +3,10 @@
 
 Writes (once, into WORK/shards) 20 GNU-tar shards of 250 samples each, a
 60-140 KB JPEG-sized member and a 3-byte class file per sample.  For
-each build, alternated ROUNDS times: drops the shards' pages (fsync, then
-POSIX_FADV_DONTNEED on each shard: no global drop_caches), mounts them
-with -o quiet plus OPTS, lists the tree, then reads every N-th file of a
-shuffled order with 4 threads.  One line per mount: the bytes used, what
+each build, alternated ROUNDS times: mounts the shards with -o quiet plus
+OPTS, lists the tree, drops the shards' pages (fsync, then
+POSIX_FADV_DONTNEED on each shard: no global drop_caches), then reads
+every N-th file of a shuffled order with 4 threads.  One line per mount: the bytes used, what
 the daemon read from the disk (read_bytes in /proc/PID/io: its reads
 and the kernel's readahead for them), their ratio, the wall time.
 
@@ -53,13 +53,14 @@ def generate(shards):
 
 
 def one_share(build, shards, mnt, n, options):
-    lib.forget_pages(shards, os.listdir(shards), written=True)
     subprocess.run([os.path.join(build, "shardfs"), shards + "/", mnt,
                     "-o", ",".join(["quiet"] + options)], check=True)
     try:
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(mnt)
                        if ".shardfs" not in d for f in names)
         random.Random(1).shuffle(files)
+        # after the mount: an index build reads the shards into the cache
+        lib.forget_pages(shards, os.listdir(shards), written=True)
 
         def whole(path):
             with open(path, "rb") as fh:
