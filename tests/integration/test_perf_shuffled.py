@@ -101,8 +101,9 @@ def test_a_node_share_costs_at_most_the_bound(tmp_path, dataset, nodes):
 def test_a_node_share_reads_at_most_the_bound_from_the_disk(tmp_path, dataset):
     """What the disk serves a node of 2, readahead included: the READs
     that jumped go through a descriptor without readahead (source_file.c;
-    on the shared one the disk read 1.51x these pages in a run).  The bytes used are counted
-    in whole pages, as the page cache reads them."""
+    on the shared one the disk read 1.51x these pages in a run).  The
+    bytes used are counted in whole pages, as the page cache reads
+    them."""
     shards, content = dataset
     mnt = tmp_path / "mnt"
     names = shuffled(content, 2)[::2]
