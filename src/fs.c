@@ -359,21 +359,21 @@ struct read_to {
 
 /*
  * Read exactly @size bytes at @off of @shard to @to, or fail with -EIO;
- * a read that @jumped asks the storage for no more (transfer_jumped).
+ * a read @at_random asks the storage for no more (transfer_jumped).
  * A shard once found changed fails every later read, even after it has
  * grown back: a file rewritten under the mount would serve its new bytes
  * at the old offsets.
  */
 static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 				  const struct read_to *to, size_t size,
-				  uint64_t off, bool jumped)
+				  uint64_t off, bool at_random)
 {
 	struct shard_source *src = fs->set.shards[shard].src;
 	ssize_t n;
 
 	if (atomic_load_explicit(&fs->streams[shard].changed, memory_order_relaxed))
 		return -EIO;	/* found changed once: never served again */
-	if (jumped && src->ops->transfer_jumped)
+	if (at_random && src->ops->transfer_jumped)
 		n = src->ops->transfer_jumped(src, to->buf, to->pipe, size, off);
 	else
 		n = to->pipe >= 0 ? src->ops->splice(src, to->pipe, size, off)
@@ -399,15 +399,32 @@ static ssize_t shard_read_checked(struct shardfs *fs, uint32_t shard,
 	return n;
 }
 
+/*
+ * Is a read at @off of @s one at random, for which the storage should
+ * read no more than asked (transfer_jumped)?  Yes until the shard's reads
+ * have moved forward SHARDFS_READAHEAD_STREAK times in a row: a shuffled
+ * reader's READs of one file follow each other (over /dev/fuse a file of
+ * more than 128 KiB takes two), and the second, read with readahead, had
+ * the disk serve 1.12-1.13x the bytes a node's share used (1.02-1.07x
+ * since; docs/benchmarks.md, tuning record).
+ */
+static bool read_at_random(const struct shard_stream *s, uint64_t off)
+{
+	uint64_t prev = atomic_load_explicit(&s->last_end, memory_order_relaxed);
+
+	return !follows(prev, off) ||
+	       atomic_load_explicit(&s->forward, memory_order_relaxed) <
+			SHARDFS_READAHEAD_STREAK;
+}
+
 /* A reader's read: checked, accounted; *@forward: the forward reads of
  * the shard in a row (shard_readahead). */
 static ssize_t shard_pread(struct shardfs *fs, uint32_t shard,
 			   const struct read_to *to, size_t size, uint64_t off,
 			   unsigned *forward)
 {
-	uint64_t prev = atomic_load_explicit(&fs->streams[shard].last_end,
-					     memory_order_relaxed);
-	ssize_t n = shard_read_checked(fs, shard, to, size, off, !follows(prev, off));
+	ssize_t n = shard_read_checked(fs, shard, to, size, off,
+				       read_at_random(&fs->streams[shard], off));
 	unsigned streak = n >= 0 ? shard_served(fs, shard, off, size,
 						to->pipe >= 0) : 0;
 

@@ -9,17 +9,16 @@
  * drops pages a reader consumed (fs.c says why that pays), which is why
  * a file is written back when it is opened (write_back()).
  *
- * Reads that jumped (a share of a shuffled epoch: one sample here, the
- * next elsewhere) go through a second descriptor of the same file with
- * POSIX_FADV_RANDOM, opened at the first such read: the kernel's
- * readahead of the one descriptor read 1.10-1.16x the bytes a node of 1,
- * 2 or 8 used from the disk over io_uring and 1.44-2.07x over /dev/fuse
- * (5,000 samples of 60-140 KB, 4 threads, the daemon's read_bytes);
- * without it 1.02-1.08x over io_uring (what is left: whole pages at the
- * samples' ends) and 1.12-1.13x over /dev/fuse, where a sample's second
- * READ follows its first and meets the readahead of the one descriptor.  On the one descriptor the
- * hint would also take readahead from the index scan and from forward
- * readers (docs/benchmarks.md, tuning record).
+ * Reads at random (a share of a shuffled epoch: one sample here, the
+ * next elsewhere; fs.c decides) go through a second descriptor of the
+ * same file with POSIX_FADV_RANDOM, opened at the first such read: the
+ * kernel's readahead of the one descriptor read 1.10-1.16x the bytes a
+ * node of 1, 2 or 8 used from the disk over io_uring and 1.44-2.07x over
+ * /dev/fuse (5,000 samples of 60-140 KB, 4 threads, the daemon's
+ * read_bytes); without it 1.02-1.07x over either (what is left: whole
+ * pages at the samples' ends).  On the one descriptor the hint would
+ * also take readahead from the index scan and from forward readers
+ * (docs/benchmarks.md, tuning record).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -67,10 +67,11 @@ struct shard_source_ops {
 			  uint64_t off);
 	/*
 	 * read() (@pipe_fd < 0) or splice() (into @pipe_fd) for a reader's
-	 * read that jumped (fs.c: it does not follow the shard's read before
-	 * it): the storage is asked for those bytes and none after them, as
-	 * the reader is not reading on.  NULL: read() and splice() serve
-	 * these too.
+	 * read at random (fs.c, read_at_random(): it jumped, or the shard's
+	 * reads have not moved forward a few times in a row yet): the
+	 * storage is asked for those bytes and none after them, as the
+	 * reader is not reading on.  NULL: read() and splice() serve these
+	 * too.
 	 */
 	ssize_t (*transfer_jumped)(struct shard_source *src, void *buf, int pipe_fd,
 				   size_t len, uint64_t off);

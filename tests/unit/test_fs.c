@@ -282,6 +282,64 @@ static void test_readahead_only_for_forward_streaks(void **state)
 	assert_int_equal(atomic_load(&e->fs.counters.readahead_hits), 12);
 }
 
+/* The shard's operations, counting which transfer served a read (static:
+ * a failed assertion leaves them in place for the teardown). */
+static const struct shard_source_ops *counted_ops;
+static struct shard_source_ops counting;
+static unsigned counted_reads, counted_jumped;
+
+static ssize_t count_read(struct shard_source *src, void *buf, size_t len,
+			  uint64_t off)
+{
+	counted_reads++;
+	return counted_ops->read(src, buf, len, off);
+}
+
+static ssize_t count_jumped(struct shard_source *src, void *buf, int pipe_fd,
+			    size_t len, uint64_t off)
+{
+	counted_jumped++;
+	return counted_ops->transfer_jumped(src, buf, pipe_fd, len, off);
+}
+
+static void test_reads_at_random_until_a_forward_streak(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+	struct shard_source *src;
+	char name[16];
+
+	for (int i = 0; i < 32; i++) {
+		snprintf(name, sizeof(name), "m%02d", i);
+		tb_file(&a, name, name);
+	}
+	tb_env_shard(e, "s.tar", &a);
+	tb_env_build(e);
+	src = e->fs.set.shards[0].src;
+	counted_ops = src->ops;
+	counting = *src->ops;
+	counting.read = count_read;
+	counting.transfer_jumped = count_jumped;
+	src->ops = &counting;
+
+	/* a new stream: read at random until it moved forward 3 times */
+	for (int i = 0; i < 3; i++)
+		read_member_i(e, i);
+	assert_int_equal(counted_jumped, 3);
+	assert_int_equal(counted_reads, 0);
+	for (int i = 3; i < 16; i++)
+		read_member_i(e, i);
+	assert_int_equal(counted_jumped, 3);
+	assert_int_equal(counted_reads, 13);
+	/* a jump back ends the streak: the next reads are at random again,
+	 * the one after it (which follows) included */
+	read_member_i(e, 8);
+	read_member_i(e, 9);
+	assert_int_equal(counted_jumped, 5);
+	assert_int_equal(counted_reads, 13);
+	src->ops = counted_ops;
+}
+
 /* The logical content of a sparse file: zeros with @runs of @data. */
 static char *sparse_content(const struct tar_extent *runs, size_t n,
 			    const char *data, size_t size)
@@ -458,6 +516,7 @@ int main(void)
 		TB_ENV_TEST(test_read_plain_file),
 		TB_ENV_TEST(test_read_drops_the_shard_pages_it_consumed),
 		TB_ENV_TEST(test_readahead_only_for_forward_streaks),
+		TB_ENV_TEST(test_reads_at_random_until_a_forward_streak),
 		TB_ENV_TEST(test_read_old_gnu_sparse_file),
 		TB_ENV_TEST(test_read_sparse_1_0_file),
 		TB_ENV_TEST(test_read_all_hole_sparse_file),
