@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
+#include "shardfs/index_verified.h"
 #include "shardfs/index_map.h"
 #include "shardfs/log.h"
 #include "shardfs/source.h"
@@ -862,36 +863,56 @@ int index_file_read_header(const char *path, struct index_file_header *h,
 	return rc;
 }
 
+/*
+ * The checks of a loaded @idx past its header that read all of it (the
+ * sections' checksums, the entries' bounds), unless @verified: a record
+ * says this very file passed them (index_verified.h).  The shard table
+ * and the seek tables are checked always: a few bytes per shard.
+ */
+static int check_sections(const struct index_file_header *h, const char *map,
+			  struct shard_index *idx, struct index_file_shards *sh,
+			  bool verified, char *msg, size_t msg_len)
+{
+	int rc = verified ? 0 : check_checksums(h, map, msg, msg_len);
+
+	if (rc)
+		return rc;
+	point_into(h, map, idx, sh);
+	for (uint32_t i = 0; i < sh->nr; i++)
+		if (!range_ok(sh->shards[i].name, sh->shards[i].name_len,
+			      h->sections[INDEX_SEC_SHARD_NAMES].length) ||
+		    sh->shards[i].name_len == 0)
+			return log_format(msg, msg_len, -EINVAL,
+					  "shard record %u names outside its section", i);
+	rc = check_seek(h, sh, msg, msg_len);
+	if (rc || verified)
+		return rc;
+	return check_structure(idx, sh, h->sections[INDEX_SEC_INODES].offset, msg, msg_len);
+}
+
 int index_file_load(const char *path, struct shard_index *idx,
-		    struct index_file_shards *sh, char *msg, size_t msg_len)
+		    struct index_file_shards *sh, unsigned flags,
+		    char *msg, size_t msg_len)
 {
 	const struct index_file_header *h;
 	struct index_map *m;
-	const char *map;
-	uint64_t size;
+	bool verified;
 	int fd, rc = open_trusted(path, &fd, msg, msg_len);
 
 	rc = rc ?: index_map_open(&m, fd, path, sizeof(*h), msg, msg_len);
 	if (rc)
 		return rc;
-	map = m->addr;
-	size = m->len;
-	h = (const struct index_file_header *)map;
+	h = (const struct index_file_header *)m->addr;
 	*idx = (struct shard_index){ .map = m };
-	rc = check_header(h, size, msg, msg_len);
-	rc = rc ?: check_checksums(h, map, msg, msg_len);
-	if (!rc) {
-		point_into(h, map, idx, sh);
-		for (uint32_t i = 0; !rc && i < sh->nr; i++)
-			if (!range_ok(sh->shards[i].name, sh->shards[i].name_len,
-				      h->sections[INDEX_SEC_SHARD_NAMES].length) ||
-			    sh->shards[i].name_len == 0)
-				rc = log_format(msg, msg_len, -EINVAL, "shard record %u names outside its section", i);
-		rc = rc ?: check_seek(h, sh, msg, msg_len);
-		rc = rc ?: check_structure(idx, sh, h->sections[INDEX_SEC_INODES].offset,
-					   msg, msg_len);
-	}
-	if (rc)
+	rc = check_header(h, m->len, msg, msg_len);
+	verified = !rc && m->leased && !(flags & INDEX_LOAD_FULL_CHECK) &&
+		   index_verified_holds(path, &m->leased_st, h->header_xxh3);
+	rc = rc ?: check_sections(h, m->addr, idx, sh, verified, msg, msg_len);
+	if (rc) {
 		shard_index_release(idx);
-	return rc;
+		return rc;
+	}
+	if (!verified && m->leased)
+		index_verified_record(path, &m->leased_st, h->header_xxh3);
+	return 0;
 }

@@ -209,8 +209,10 @@ int main(int argc, char *argv[])
 		goto out_release_config;
 	if (ic.jobs)
 		cfg.build.threads = ic.jobs;
-	if (ic.check)
+	if (ic.check) {
 		cfg.store.mode = INDEX_MODE_REQUIRE;
+		cfg.store.full_check = true;
+	}
 	rc = INDEX_EXIT_FAILED;
 	if (shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store))
 		goto out_release_config;

@@ -279,6 +279,8 @@ static int map_leased(struct index_map *m)
 	} else {
 		m->addr = p;
 		m->kind = INDEX_MAP_FILE;
+		m->leased = true;
+		m->leased_st = st;
 		m->next = watch.maps;
 		watch.maps = m;
 		sem_post(&watch.wake);	/* a break may have begun already */

@@ -188,6 +188,7 @@ static int64_t covered_shards(struct shard_set *set,
  * next mount finds it there.
  */
 static int load_candidate(struct remote *remote, char paths[][PATH_MAX], int i,
+			  unsigned flags,
 			  struct shard_index *idx, struct index_file_shards *sh,
 			  char *msg, size_t msg_len)
 {
@@ -195,7 +196,7 @@ static int load_candidate(struct remote *remote, char paths[][PATH_MAX], int i,
 	int rc;
 
 	if (!shard_source_is_remote(paths[i]))
-		return index_file_load(paths[i], idx, sh, msg, msg_len);
+		return index_file_load(paths[i], idx, sh, flags, msg, msg_len);
 	if (snprintf(fetched, sizeof(fetched), "%s.fetched", paths[0]) >= (int)sizeof(fetched))
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", paths[0]);
 	rc = remote_fetch_file(remote, paths[i], fetched, msg, msg_len);
@@ -205,7 +206,7 @@ static int load_candidate(struct remote *remote, char paths[][PATH_MAX], int i,
 	}
 	if (!rc && rename(fetched, paths[0]))
 		rc = log_format(msg, msg_len, -errno, "%s: %s", paths[0], strerror(errno));
-	return rc ? rc : index_file_load(paths[0], idx, sh, msg, msg_len);
+	return rc ? rc : index_file_load(paths[0], idx, sh, flags, msg, msg_len);
 }
 
 /*
@@ -247,7 +248,9 @@ static int try_load(struct shard_index *idx, struct shard_set *set,
 	for (int i = 0; i < nr_paths; i++) {
 		struct index_file_shards sh;
 		char msg[256];
-		int rc = load_candidate(set->remote, paths, i, idx, &sh, msg, sizeof(msg));
+		int rc = load_candidate(set->remote, paths, i,
+					so->full_check ? INDEX_LOAD_FULL_CHECK : 0,
+					idx, &sh, msg, sizeof(msg));
 
 		if (rc == -ENOENT)
 			continue;
@@ -347,7 +350,8 @@ static int build_to_file(struct shard_index *idx, struct shard_set *set,
 		log_warn("%s; built in memory instead", msg);
 		rc = -EAGAIN;
 	}
-	if (!rc && index_file_load(keep ? paths[pick] : w.tmp, idx, &sh, msg, sizeof(msg))) {
+	if (!rc && index_file_load(keep ? paths[pick] : w.tmp, idx, &sh, INDEX_LOAD_FULL_CHECK,
+				   msg, sizeof(msg))) {
 		log_error("%s: %s", keep ? paths[pick] : w.tmp, msg);
 		rc = -EIO;
 	}

@@ -64,15 +64,24 @@ struct index_file_shards {
 bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
 			   struct seek_table *t);
 
+/* index_file_load(): check every section even if a record says this
+ * file passed before (shardfs-index --check). */
+#define INDEX_LOAD_FULL_CHECK 0x1u
+
 /*
  * Map the index at @path into @idx (which then owns the index_map) and
  * describe its shards in @shards.  Verifies the magic, version, byte
  * order, sizes, every checksum and every bound that a lookup or read
- * relies on.  Returns 0, -ENOENT when there is no file, or -EINVAL with a
- * reason naming the byte offset in @msg.
+ * relies on; of a file that a record says passed all that
+ * (index_verified.h), only the header, the shard table and the seek
+ * tables, unless @flags has INDEX_LOAD_FULL_CHECK.  A file that passes
+ * the full check under a read lease gets such a record.  Returns 0,
+ * -ENOENT when there is no file, or -EINVAL with a reason naming the
+ * byte offset in @msg.
  */
 int index_file_load(const char *path, struct shard_index *idx,
-		    struct index_file_shards *shards, char *msg, size_t msg_len);
+		    struct index_file_shards *shards, unsigned flags,
+		    char *msg, size_t msg_len);
 
 /*
  * Read and check the header of the index file at @path into @h (magic,

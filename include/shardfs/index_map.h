@@ -37,7 +37,9 @@
 #ifndef SHARDFS_INDEX_MAP_H
 #define SHARDFS_INDEX_MAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* What an index_map's address maps now. */
 enum index_map_kind {
@@ -52,6 +54,9 @@ struct index_map {
 				 * or copied */
 	enum index_map_kind kind; /* what addr maps now */
 	int fd;			/* the leased file; -1 once served from a copy */
+	bool leased;		/* a lease was granted at open: leased_st
+				 * describes the file the bytes are */
+	struct stat leased_st;	/* fstat of the file once leased */
 	char *path;		/* the index file, for the copy's directory
 				 * and messages */
 	struct index_map *next;	/* in the watcher's list while leased */

@@ -42,6 +42,8 @@ struct index_store_options {
 	const char *path;	/* -o index=PATH; NULL: default location */
 	enum index_mode mode;	/* what to do */
 	uint64_t options_hash;	/* layout_hash() of the mount's layout */
+	bool full_check;	/* check all of an index file even if a record
+				 * says it passed before (index_verified.h) */
 };
 
 /* How the index came about, for the summary. */

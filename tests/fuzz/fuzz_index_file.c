@@ -67,7 +67,7 @@ static void load_and_walk(void)
 	char path[64], msg[256];
 
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", image_fd);
-	if (index_file_load(path, &fs.idx, &sh, msg, sizeof(msg)))
+	if (index_file_load(path, &fs.idx, &sh, INDEX_LOAD_FULL_CHECK, msg, sizeof(msg)))
 		return;
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
 	for (uint64_t i = 0; i < fs.idx.nr_order; i++)

@@ -648,6 +648,44 @@ def test_index_tool_check(tmp_path):
     assert run_index(d, "--check").returncode == 1
 
 
+def wait_settled(path):
+    """Until PATH's change time is 2 s behind the clock, in whole seconds
+    (INDEX_VERIFIED_SETTLED_S): old enough for the record of a check."""
+    while time.time_ns() // 10**9 - os.stat(path).st_ctime_ns // 10**9 < 2:
+        time.sleep(0.1)
+
+
+def test_a_checked_index_is_not_read_whole_again_until_it_changes(tmp_path):
+    """The first mount of an index old enough records its full check
+    (INDEX.verified, index_verified.h), and the next loads trust it; a
+    write to the file in place, same size and inode, voids the record:
+    the damage is found, the index rebuilt, the tree right."""
+    d = tmp_path / "shards"
+    make_set(d)
+    mnt = tmp_path / "mnt"
+    idx = index_of(d)
+    record = str(idx) + ".verified"
+
+    assert run_index(d).returncode == 0
+    assert not os.path.exists(record)    # as new as the clock: no record
+    wait_settled(idx)
+    first, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", idx)
+    st = os.stat(record)
+    assert st.st_size == 88 and st.st_mode & 0o777 == 0o644
+    second, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded", idx)
+    assert second == first
+    assert os.stat(record).st_mtime_ns == st.st_mtime_ns, "written again"
+
+    garble_in_place(idx)
+    third, m, r = mount_snapshot(d, mnt)
+    expect_origin(m, "built", idx, saved=True)
+    assert third == first
+    assert os.path.realpath(idx) in r.stderr and "rebuilt" in r.stderr, r.stderr
+    assert run_index(d, "--check").returncode == 0
+
+
 SECTIONS = ["SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
             "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER"]
 STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
@@ -777,7 +815,10 @@ def test_concurrent_builders_and_mounts(tmp_path, round_):
     r = run_index(d, "--check")
     assert r.returncode == 0, r
     assert not [f for f in os.listdir(d) if ".tmp." in f], os.listdir(d)
-    assert [f for f in os.listdir(d) if not f.endswith(".tar")] == ["." + FIRST + ".shardfs-index"]
+    index = "." + FIRST + ".shardfs-index"
+    # the index, and the record of its check once it was old enough for one
+    assert sorted(f for f in os.listdir(d) if not f.endswith(".tar")) in (
+        [index], [index, index + ".verified"])
     snap, m, _ = mount_snapshot(d, tmp_path / "after")
     expect_origin(m, "loaded")
     assert snap == ref

@@ -31,10 +31,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
 #include "shardfs/index_map.h"
+#include "shardfs/index_verified.h"
 #include "tarbuild.h"
 
 #define OPTIONS_HASH 0x0123456789abcdefULL
@@ -295,7 +297,7 @@ static void expect_rejected_file(const char *path, const char *what,
 
 	memset(&idx, 0, sizeof(idx));
 	memset(msg, 0, sizeof(msg));
-	rc = index_file_load(path, &idx, &sh, msg, sizeof(msg));
+	rc = index_file_load(path, &idx, &sh, 0, msg, sizeof(msg));
 	if (rc == 0)
 		shard_index_release(&idx);
 	if (rc != -EINVAL)
@@ -337,9 +339,98 @@ static void expect_loads(struct fx *f)
 	char msg[512] = "";
 
 	write_whole(f->bad_path, f->buf, f->len);
-	if (index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)))
+	if (index_file_load(f->bad_path, &idx, &sh, 0, msg, sizeof(msg)))
 		fail_msg("an intact copy was rejected: %s", msg);
 	shard_index_release(&idx);
+}
+
+/* ---- the record of a full check (index_verified.h) ------------------ */
+
+/* Wait until @path's change time is settled enough for a record. */
+static void wait_settled(const char *path)
+{
+	struct timespec now;
+	struct stat st;
+
+	for (;;) {
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(clock_gettime(CLOCK_REALTIME, &now), 0);
+		if (now.tv_sec - st.st_ctim.tv_sec >= INDEX_VERIFIED_SETTLED_S)
+			return;
+		usleep(100 * 1000);
+	}
+}
+
+/* index_file_load() of @path with @flags, the index released again. */
+static int load_with(const char *path, unsigned flags)
+{
+	struct shard_index idx;
+	struct index_file_shards sh;
+	char msg[512];
+	int rc = index_file_load(path, &idx, &sh, flags, msg, sizeof(msg));
+
+	if (!rc)
+		shard_index_release(&idx);
+	return rc;
+}
+
+static bool has_record(const char *path)
+{
+	char rec[PATH_MAX + sizeof(INDEX_VERIFIED_SUFFIX)];
+	struct stat st;
+
+	snprintf(rec, sizeof(rec), "%s%s", path, INDEX_VERIFIED_SUFFIX);
+	return !lstat(rec, &st);
+}
+
+static void test_record_of_a_full_check(void **state)
+{
+	struct fx *f = *state;
+	char good[PATH_MAX], rec[PATH_MAX + sizeof(INDEX_VERIFIED_SUFFIX)];
+	uint32_t e = entry(f, "z/zz.txt");
+	struct stat st;
+
+	snprintf(good, sizeof(good), "%s/good.idx", f->env.dir);
+	snprintf(rec, sizeof(rec), "%s%s", f->bad_path, INDEX_VERIFIED_SUFFIX);
+	write_whole(good, f->good, f->good_len);
+	reset(f);	/* a name changed: only the checksum tells */
+	((char *)section(f, INDEX_SEC_NAMES))[f->env.fs.idx.inodes[e].name] = 'y';
+	write_whole(f->bad_path, f->buf, f->len);
+
+	/* a file as new as the clock gets no record: a change in the same
+	 * tick of the clock would keep its change time */
+	assert_int_equal(load_with(good, 0), 0);
+	assert_false(has_record(good));
+	wait_settled(good);
+	wait_settled(f->bad_path);
+	assert_int_equal(load_with(good, 0), 0);
+	assert_true(has_record(good));
+	assert_int_equal(load_with(f->bad_path, 0), -EINVAL);
+	assert_false(has_record(f->bad_path));
+
+	/* a record for the damaged file, as if it had passed: trusted, its
+	 * sections unread, but not by a full check */
+	assert_int_equal(stat(f->bad_path, &st), 0);
+	assert_false(index_verified_holds(f->bad_path, &st, hdr(f)->header_xxh3));
+	index_verified_record(f->bad_path, &st, hdr(f)->header_xxh3);
+	assert_true(index_verified_holds(f->bad_path, &st, hdr(f)->header_xxh3));
+	assert_false(index_verified_holds(f->bad_path, &st, hdr(f)->header_xxh3 ^ 1));
+	assert_int_equal(load_with(f->bad_path, 0), 0);
+	assert_int_equal(load_with(f->bad_path, INDEX_LOAD_FULL_CHECK), -EINVAL);
+
+	/* a record others may write is not trusted */
+	assert_int_equal(chmod(rec, 0664), 0);
+	assert_int_equal(load_with(f->bad_path, 0), -EINVAL);
+	assert_int_equal(chmod(rec, 0644), 0);
+	assert_int_equal(load_with(f->bad_path, 0), 0);
+
+	/* the same bytes written again: another change time, a full check */
+	write_whole(f->bad_path, f->buf, f->len);
+	assert_int_equal(load_with(f->bad_path, 0), -EINVAL);
+	assert_int_equal(unlink(rec), 0);
+	assert_int_equal(stat(f->bad_path, &st), 0);
+	index_verified_record(f->bad_path, &st, hdr(f)->header_xxh3);
+	assert_false(has_record(f->bad_path));
 }
 
 /* ---- round trip ----------------------------------------------------- */
@@ -507,7 +598,7 @@ static void test_round_trip(void **state)
 	}
 
 	/* the arrays come back byte for byte */
-	assert_int_equal(index_file_load(f->path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(index_file_load(f->path, &idx, &sh, 0, msg, sizeof(msg)), 0);
 	assert_non_null(idx.map);
 	assert_int_equal(idx.map->len, f->good_len);
 	assert_int_equal(idx.nr_inodes, built->nr_inodes);
@@ -600,7 +691,7 @@ static void test_shards_elsewhere_are_absolute(void **state)
 	snprintf(path, sizeof(path), "%s/set.idx", other);
 	assert_int_equal(index_file_write(path, &f->env.fs.idx, &f->env.fs.set, 0,
 					  msg, sizeof(msg)), 0);
-	assert_int_equal(index_file_load(path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(index_file_load(path, &idx, &sh, 0, msg, sizeof(msg)), 0);
 	for (uint32_t i = 0; i < sh.nr; i++) {
 		const char *want = f->env.fs.set.shards[i].path;
 
@@ -640,7 +731,7 @@ static void test_missing_file_is_enoent(void **state)
 	char path[PATH_MAX], msg[64];
 
 	snprintf(path, sizeof(path), "%s/absent.idx", f->env.dir);
-	assert_int_equal(index_file_load(path, &idx, &sh, msg, sizeof(msg)), -ENOENT);
+	assert_int_equal(index_file_load(path, &idx, &sh, 0, msg, sizeof(msg)), -ENOENT);
 }
 
 /* Not a regular file: refused at once, a FIFO included (no hang). */
@@ -652,9 +743,9 @@ static void test_fifo_or_directory_is_refused(void **state)
 	char msg[512] = "";
 
 	assert_int_equal(mkfifo(f->bad_path, 0600), 0);
-	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, 0, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "offset 0: not a regular file"));
-	assert_int_equal(index_file_load(f->env.dir, &idx, &sh, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(index_file_load(f->env.dir, &idx, &sh, 0, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "not a regular file"));
 }
 
@@ -731,7 +822,7 @@ static void load_leased(struct fx *f, struct shard_index *idx)
 	struct index_file_shards sh;
 	char msg[512] = "";
 
-	if (index_file_load(f->path, idx, &sh, msg, sizeof(msg)))
+	if (index_file_load(f->path, idx, &sh, 0, msg, sizeof(msg)))
 		fail_msg("index_file_load: %s", msg);
 	assert_int_equal(idx->map->kind, INDEX_MAP_FILE);
 	assert_true(maps_file(f->path));
@@ -784,7 +875,7 @@ static void test_file_open_for_writing_is_copied(void **state)
 	int writer = open(f->path, O_WRONLY);
 
 	assert_true(writer >= 0);
-	assert_int_equal(index_file_load(f->path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(index_file_load(f->path, &idx, &sh, 0, msg, sizeof(msg)), 0);
 	assert_int_equal(idx.map->kind, INDEX_MAP_COPY);
 	assert_false(maps_file(f->path));
 	assert_int_equal(ftruncate(writer, 0), 0);
@@ -1325,7 +1416,7 @@ static void test_lie_order(void **state)
 	swap(order_at(f, 1), order_at(f, last - 1), sizeof(uint32_t));
 	fixup(f);
 	expect_loads(f);
-	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, msg, sizeof(msg)), 0);
+	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, 0, msg, sizeof(msg)), 0);
 	assert_int_equal(pushahead_init(&p, &idx, &f->env.fs.set, 1 << 20, NULL, NULL), 0);
 	assert_int_equal(pushahead_prepare(&p), 0);
 	assert_int_equal(p.bound, 1 << 20);
@@ -1369,6 +1460,7 @@ int main(void)
 		FX_TEST(test_lie_shard_table),
 		FX_TEST(test_lie_seek_table),
 		FX_TEST(test_lie_order),
+		FX_TEST(test_record_of_a_full_check),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, free_gz_shard);
