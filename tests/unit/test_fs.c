@@ -251,9 +251,9 @@ static void read_member_i(struct tb_env *e, int i)
 	expect_read(e, name, 0, sizeof(buf), name, strlen(name));
 }
 
-static void test_readahead_only_for_forward_streaks(void **state)
+/* One shard of 32 members "m00" .. "m31", each holding its name, built. */
+static void build_32_members(struct tb_env *e)
 {
-	struct tb_env *e = *state;
 	struct tb a = { 0 };
 	char name[16];
 
@@ -263,6 +263,13 @@ static void test_readahead_only_for_forward_streaks(void **state)
 	}
 	tb_env_shard(e, "s.tar", &a);
 	tb_env_build(e);
+}
+
+static void test_readahead_only_for_forward_streaks(void **state)
+{
+	struct tb_env *e = *state;
+
+	build_32_members(e);
 	e->fs.opt.readahead = 64 * 1024;
 
 	/* backwards: never forward, never prefetched */
@@ -305,16 +312,9 @@ static ssize_t count_jumped(struct shard_source *src, void *buf, int pipe_fd,
 static void test_reads_at_random_until_a_forward_streak(void **state)
 {
 	struct tb_env *e = *state;
-	struct tb a = { 0 };
 	struct shard_source *src;
-	char name[16];
 
-	for (int i = 0; i < 32; i++) {
-		snprintf(name, sizeof(name), "m%02d", i);
-		tb_file(&a, name, name);
-	}
-	tb_env_shard(e, "s.tar", &a);
-	tb_env_build(e);
+	build_32_members(e);
 	src = e->fs.set.shards[0].src;
 	counted_ops = src->ops;
 	counting = *src->ops;
