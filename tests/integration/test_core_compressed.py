@@ -26,6 +26,7 @@ reads start and end on both sides of every seek point).
 """
 import errno
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -50,15 +51,18 @@ def have(tool):
 
 
 def text_bytes(seed, n):
-    """Compressible bytes: numbered lines of words."""
+    """Compressible bytes: numbered lines of words (drawn 12 lines at a
+    time: one rnd.choice per word was most of the corpus's making)."""
     rnd = random.Random(seed)
     words = [b"shard", b"sample", b"tensor", b"label", b"image", b"caption",
              b"the", b"of", b"and", b"random", b"access", b"window"]
     out = bytearray()
     line = 0
     while len(out) < n:
-        out += b"%08d " % line + b" ".join(rnd.choice(words) for _ in range(12)) + b"\n"
-        line += 1
+        picks = rnd.choices(words, k=12 * 12)
+        for i in range(0, len(picks), 12):
+            out += b"%08d " % line + b" ".join(picks[i:i + 12]) + b"\n"
+            line += 1
     return bytes(out[:n])
 
 
@@ -79,6 +83,7 @@ def corpus(tmp_path_factory):
     lib.finish_dirs(str(src))
     tar = d / "plain.tar"
     lib.gnu_tar_create(tar, src, sorted(members), "gnu")
+    _CORPUS_DIRS.add(os.path.realpath(d))
     return d, tar, sorted(members)
 
 
@@ -91,13 +96,16 @@ def compressed(tool, data):
     return subprocess.run(argv, input=data, stdout=subprocess.PIPE, check=True).stdout
 
 
-def split_compress(tar, out, chunk, tool="gzip"):
+def split_compress(tar, out, chunk, tool="gzip", sizes=None):
     """One gzip member or zstd frame per CHUNK bytes of the tar,
-    concatenated."""
+    concatenated; the length of each is appended to SIZES when given."""
     data = open(tar, "rb").read()
     with open(out, "wb") as f:
         for i in range(0, len(data), chunk):
-            f.write(compressed(tool, data[i:i + chunk]))
+            piece = compressed(tool, data[i:i + chunk])
+            f.write(piece)
+            if sizes is not None:
+                sizes.append(len(piece))
     return out
 
 
@@ -116,9 +124,22 @@ COMPRESSORS = {
 
 
 def compress(corpus_dir, tar, kind):
+    """The corpus compressed as KIND, made once for the module: the tests
+    that share a kind only mount it with index_mode=off (nothing is
+    written beside it) or copy it."""
     zstd = "zst" in kind or kind == "frames"
     # GNU tar, the reference, picks its decompressor by the name
     out = corpus_dir / (kind + (".tar.zst" if zstd else ".tar.gz"))
+    if out not in _COMPRESSED:
+        _compress(out, tar, kind)
+        _COMPRESSED.add(out)
+    return out
+
+
+_COMPRESSED = set()
+
+
+def _compress(out, tar, kind):
     if kind in ("members", "frames"):
         return split_compress(tar, out, 3 << 20, "gzip" if kind == "members" else "zstd")
     argv = COMPRESSORS[kind]
@@ -130,11 +151,25 @@ def compress(corpus_dir, tar, kind):
 
 
 def reference(tmp_path, shard):
-    """GNU tar's extraction of the compressed file itself."""
-    ref = tmp_path / "ref"
+    """GNU tar's extraction of the compressed file itself: (ref, start_ns).
+    A file of the corpus's directory (the plain tar, a compress() output)
+    is extracted once for the module, beside it; the tests only read the
+    extraction."""
+    shard = os.path.realpath(shard)
+    key = (shard, os.stat(shard).st_mtime_ns)
+    if key in _REFERENCES:
+        return _REFERENCES[key]
+    shared = os.path.dirname(shard) in _CORPUS_DIRS
+    ref = pathlib.Path(shard + ".ref") if shared else tmp_path / "ref"
     start_ns, results = lib.extract_reference([shard], ref)
     assert results[0].returncode == 0, results[0]
+    if shared:
+        _REFERENCES[key] = ref, start_ns
     return ref, start_ns
+
+
+_REFERENCES = {}
+_CORPUS_DIRS = set()
 
 
 @pytest.mark.parametrize("kind", sorted(COMPRESSORS) + ["members", "frames"])
@@ -265,11 +300,11 @@ def test_damaged_member_fails_only_what_it_covers(tmp_path, corpus, tool):
     _, data_at, size = offsets[big]
     k = data_at // CHUNK + 1
     assert (k + 1) * CHUNK <= data_at + size
+    sizes = []
     shard = split_compress(tar, tmp_path / ("damaged.tar." + tool[:2].replace("zs", "zst")),
-                           CHUNK, tool)
+                           CHUNK, tool, sizes)
     raw = bytearray(open(shard, "rb").read())
-    plain = open(tar, "rb").read()
-    coff = sum(len(compressed(tool, plain[i:i + CHUNK])) for i in range(0, k * CHUNK, CHUNK))
+    coff = sum(sizes[:k])
     for i in range(32):
         raw[coff + 2000 + i] ^= 0x5A
     open(shard, "wb").write(raw)
@@ -320,7 +355,18 @@ TABLE_WRONG_RE = re.compile(r"(?P<path>\S+): compressed offset (?P<off>\d+): zst
 def seekable_frames(tar, sized):
     """The tar in zstd frames of SEEKABLE_FRAME bytes, each with a content
     checksum and, when @sized, its content size in the header (zstd writes
-    it only when told, as the seekable library does not): [(frame, size)]."""
+    it only when told, as the seekable library does not): [(frame, size)].
+    Made once for the module (the tests build new lists from it)."""
+    key = (os.fspath(tar), sized)
+    if key not in _FRAMES:
+        _FRAMES[key] = tuple(_seekable_frames(tar, sized))
+    return list(_FRAMES[key])
+
+
+_FRAMES = {}
+
+
+def _seekable_frames(tar, sized):
     data = open(tar, "rb").read()
     argv = ["zstd", "-q", "-c", "--check"]
     frames = []
