@@ -24,13 +24,18 @@ BSDTAR = "bsdtar"
 
 
 def file_digest(path, chunk=1 << 20):
+    """sha256 of PATH's bytes, read in CHUNKs with os.read (a buffered file
+    object cost more than the digest of the small files of most trees)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY)
+    try:
         while True:
-            b = f.read(chunk)
+            b = os.read(fd, chunk)
             if not b:
                 return h.hexdigest()
             h.update(b)
+    finally:
+        os.close(fd)
 
 
 def extract_reference(shards, dest, extra=()):
@@ -95,9 +100,9 @@ def tree_snapshot(root, with_digest=True):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root_b)
             st = os.lstat(full)
-            if os.path.islink(full):
+            if stat.S_ISLNK(st.st_mode):
                 out[rel] = ("l", os.readlink(full))
-            elif os.path.isdir(full):
+            elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("d", st.st_mode & 0o7777, int(st.st_mtime))
             else:
                 digest = file_digest(full) if with_digest else None
@@ -127,11 +132,10 @@ def full_snapshot(root, with_digest=True):
     region by region (see compare_big_file)."""
     out = {}
     root_b = os.fsencode(root)
-    stack = [b""]
+    # (directory, its sorted names): each directory is listed once
+    stack = [(b"", sorted(os.listdir(root_b)))]
     while stack:
-        rel_dir = stack.pop()
-        full_dir = os.path.join(root_b, rel_dir) if rel_dir else root_b
-        names = sorted(os.listdir(full_dir))
+        rel_dir, names = stack.pop()
         for name in names:
             rel = os.path.join(rel_dir, name) if rel_dir else name
             full = os.path.join(root_b, rel)
@@ -144,7 +148,7 @@ def full_snapshot(root, with_digest=True):
                 extra = os.readlink(full)
             elif t == "d":
                 extra = sorted(os.listdir(full))
-                stack.append(rel)
+                stack.append((rel, extra))
             else:
                 extra = None
             out[rel] = (st, extra)
