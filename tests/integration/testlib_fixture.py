@@ -257,7 +257,8 @@ def tar_from_members(path, members, fmt=None):
     """Write a tar at PATH from MEMBERS: (name, data bytes) or dicts with
     name, data and optional mode, uid, gid, mtime, type (tarfile type
     constant) and linkname.  Returns {name: (offset_data, size)} as laid
-    out in the written tar."""
+    out in the written tar (a member's data ends, padded to a block, where
+    the writer stands after it: no second pass reads the headers back)."""
     import io
     fmt = tarfile.PAX_FORMAT if fmt is None else fmt
     layout = {}
@@ -276,10 +277,8 @@ def tar_from_members(path, members, fmt=None):
             if ti.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
                 ti.size = len(data)
                 t.addfile(ti, io.BytesIO(data))
+                blocks = (ti.size + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE
+                layout[ti.name] = (t.offset - blocks * tarfile.BLOCKSIZE, ti.size)
             else:
                 t.addfile(ti)
-    with tarfile.open(os.fspath(path), "r:") as t:
-        for ti in t.getmembers():
-            if ti.isfile():
-                layout[ti.name] = (ti.offset_data, ti.size)
     return layout
