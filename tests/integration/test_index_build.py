@@ -63,12 +63,14 @@ def listing(mnt):
     """Every entry in readdir order with what stat says, inode included."""
     out = []
     for dirpath, dirs, files in os.walk(mnt):
+        rel_dir = os.path.relpath(dirpath, mnt)
+        prefix = "" if rel_dir == "." else rel_dir + "/"
         for name in sorted(dirs) + sorted(files):
             st = os.lstat(os.path.join(dirpath, name))
-            out.append((os.path.relpath(os.path.join(dirpath, name), mnt),
+            out.append((prefix + name,
                         st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns,
                         st.st_nlink, st.st_uid, st.st_gid))
-        out.append((os.path.relpath(dirpath, mnt), os.listdir(dirpath)))
+        out.append((rel_dir, os.listdir(dirpath)))
     return out
 
 
