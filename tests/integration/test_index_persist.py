@@ -92,13 +92,15 @@ def snapshot(mnt):
     out = {}
     root = os.fsencode(mnt)
     for dirpath, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = b"" if rel_dir == b"." else rel_dir + b"/"
         for name in dirs + files:
             full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root)
+            rel = prefix + name
             st = os.lstat(full)
-            if os.path.islink(full):
+            if stat.S_ISLNK(st.st_mode):
                 extra = os.readlink(full)
-            elif os.path.isdir(full):
+            elif stat.S_ISDIR(st.st_mode):
                 extra = sorted(os.listdir(full))
             else:
                 extra = lib.file_digest(full)
