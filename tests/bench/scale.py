@@ -139,6 +139,11 @@ class Mount:
 
     def __exit__(self, *exc):
         unmount(self.mp)
+        # a daemon still exiting (one that built 20 M members in memory
+        # takes seconds to free it) would be the next mount's daemon_pid()
+        deadline = time.time() + 120
+        while self.pid and os.path.exists("/proc/%d" % self.pid) and time.time() < deadline:
+            time.sleep(0.05)
 
 
 def proc_memory(pid):
