@@ -20,8 +20,9 @@
  * kernel sets) or its inode.  A change within the time stamp's
  * granularity of the checked state would keep the change time, so a
  * record is written only for a file whose change time is
- * INDEX_VERIFIED_SETTLED_S behind the clock: any later change then has a
- * later one.  The record is input, not state: it counts only as a
+ * INDEX_VERIFIED_SETTLED_S whole seconds behind the clock: any later
+ * change then has a later one, even where time stamps count whole or
+ * even seconds.  The record is input, not state: it counts only as a
  * regular file of its exact size, owned by us or root and writable by no
  * one else (as the index itself), with its own checksum.
  *
