@@ -5,11 +5,14 @@
  * Loading never trusts the file: besides the checksums (which catch
  * accidental damage), every field that a lookup, readdir or read will use
  * is bounds-checked once at load time (which makes a hand-crafted file
- * harmless).  The checks and the mount read the file through index_map.h,
- * which serves it from its own pages under a read lease and switches to a
- * private copy before anyone can truncate or rewrite it: what was checked
- * is what is served, and a file changed under a mount neither kills the
- * daemon with SIGBUS nor changes its tree.
+ * harmless), unless a record says that this very file, unchanged since,
+ * passed those checks (index_verified.h: a remount of 20 M members then
+ * takes 0.07 s instead of 1.5-2.7 s).  The checks and the mount read the
+ * file through index_map.h, which serves it from its own pages under a
+ * read lease and switches to a private copy before anyone can truncate or
+ * rewrite it: what was checked is what is served, and a file changed
+ * under a mount neither kills the daemon with SIGBUS nor changes its
+ * tree.
  */
 #include <assert.h>
 #include <dirent.h>
