@@ -31,8 +31,8 @@
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
-#include "shardfs/index_verified.h"
 #include "shardfs/index_map.h"
+#include "shardfs/index_verified.h"
 #include "shardfs/log.h"
 #include "shardfs/source.h"
 #include "shardfs/util.h"
@@ -899,7 +899,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 {
 	const struct index_file_header *h;
 	struct index_map *m;
-	bool verified;
+	bool recorded;
 	int fd, rc = open_trusted(path, &fd, msg, msg_len);
 
 	rc = rc ?: index_map_open(&m, fd, path, sizeof(*h), msg, msg_len);
@@ -908,14 +908,15 @@ int index_file_load(const char *path, struct shard_index *idx,
 	h = (const struct index_file_header *)m->addr;
 	*idx = (struct shard_index){ .map = m };
 	rc = check_header(h, m->len, msg, msg_len);
-	verified = !rc && m->leased && !(flags & INDEX_LOAD_FULL_CHECK) &&
+	recorded = !rc && m->leased &&
 		   index_verified_holds(path, &m->leased_st, h->header_xxh3);
-	rc = rc ?: check_sections(h, m->addr, idx, sh, verified, msg, msg_len);
+	rc = rc ?: check_sections(h, m->addr, idx, sh,
+				  recorded && !(flags & INDEX_LOAD_FULL_CHECK), msg, msg_len);
 	if (rc) {
 		shard_index_release(idx);
 		return rc;
 	}
-	if (!verified && m->leased)
+	if (!recorded && m->leased)
 		index_verified_record(path, &m->leased_st, h->header_xxh3);
 	return 0;
 }

@@ -33,8 +33,8 @@
 #include "shardfs/log.h"
 #include "shardfs/source.h"
 
-/* random_fd before the first read that jumped, and after it could not
- * be opened (those reads then go through fd). */
+/* random_fd before the first read at random, and after it could not be
+ * opened (those reads then go through fd). */
 #define FILE_FD_NOT_YET (-1)
 #define FILE_FD_NONE (-2)
 /* Descriptors left to the rest of the daemon (FUSE pipes, control
@@ -44,7 +44,7 @@
 struct source_file {
 	struct shard_source base; /* base.size is the size at open */
 	int fd;			/* open read-only until close */
-	atomic_int random_fd;	/* the same file, for reads that jumped
+	atomic_int random_fd;	/* the same file, for reads at random
 				 * (POSIX_FADV_RANDOM), or FILE_FD_* */
 };
 
@@ -109,7 +109,7 @@ static int reopen_random(int fd)
 	return nfd;
 }
 
-/* The descriptor for reads that jumped: random_fd, opened at the first
+/* The descriptor for reads at random: random_fd, opened at the first
  * (one thread keeps what it opened), else fd. */
 static int random_fd(struct source_file *f)
 {

@@ -74,8 +74,9 @@ bool index_file_seek_table(const struct index_file_shards *sh, uint32_t i,
  * order, sizes, every checksum and every bound that a lookup or read
  * relies on; of a file that a record says passed all that
  * (index_verified.h), only the header, the shard table and the seek
- * tables, unless @flags has INDEX_LOAD_FULL_CHECK.  A file that passes
- * the full check under a read lease gets such a record.  Returns 0,
+ * tables, unless @flags has INDEX_LOAD_FULL_CHECK.  A file without such
+ * a record that passes the full check under a read lease gets one.
+ * Returns 0,
  * -ENOENT when there is no file, or -EINVAL with a reason naming the
  * byte offset in @msg.
  */

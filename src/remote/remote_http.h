@@ -59,8 +59,9 @@ int remote_http_get_body(struct remote_object *o, const char *query,
  * waiting for its transfers in turn, see remote_http.c), one per struct
  * remote (its http), which the calls above reach through the object's
  * remote.  Those calls may be made from any thread once remote_http_init
- * succeeded, and block until their transfer is done.  remote_http_release waits for the transfers in flight; NULL:
- * nothing.  0 or -errno (*@engp NULL).
+ * succeeded, and block until their transfer is done.
+ * remote_http_release waits for the transfers in flight; NULL: nothing.
+ * 0 or -errno (*@engp NULL).
  */
 int remote_http_init(struct remote_http **engp);
 void remote_http_release(struct remote_http *eng);
