@@ -15,10 +15,8 @@
  * tree.
  */
 #include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,8 +35,6 @@
 #include "shardfs/source.h"
 #include "shardfs/util.h"
 
-/* A temporary index file untouched this long belongs to no live writer. */
-#define INDEX_TMP_STALE_SECONDS (15 * 60)
 /* The totals the file stores: one list for both directions. */
 #define INDEX_COUNT_FIELDS(X) X(files) X(dirs) X(symlinks) X(hardlinks) \
 	X(bytes) X(members) X(duplicates) X(skipped) X(special) X(unlabeled) \
@@ -206,49 +202,6 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Is @name "@base.tmp.XXXXXX", a temporary file of index_file_write()? */
-static bool is_our_tmp(const char *name, const char *base)
-{
-	size_t blen = strlen(base);
-
-	return strlen(name) == blen + strlen(".tmp.XXXXXX") &&
-	       !strncmp(name, base, blen) && !strncmp(name + blen, ".tmp.", 5);
-}
-
-/*
- * Remove the temporary files a writer of @path that crashed left behind:
- * ours by name and owner, and not written to for INDEX_TMP_STALE_SECONDS,
- * far longer than a live writer pauses (it writes from memory).
- */
-static void remove_stale_tmps(const char *path)
-{
-	char dir[PATH_MAX], base[PATH_MAX];
-	const char *dname, *bname;
-	time_t now = time(NULL);
-	struct dirent *de;
-	struct stat st;
-	DIR *d;
-
-	snprintf(dir, sizeof(dir), "%s", path);
-	snprintf(base, sizeof(base), "%s", path);
-	dname = dirname(dir);
-	bname = basename(base);
-	d = opendir(dname);
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (!is_our_tmp(de->d_name, bname) ||
-		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-		    now - st.st_mtime < INDEX_TMP_STALE_SECONDS)
-			continue;
-		if (!unlinkat(dirfd(d), de->d_name, 0))
-			log_info("%s/%s: removed a temporary index file left by a "
-				 "writer that did not finish", dname, de->d_name);
-	}
-	closedir(d);
-}
-
 /*
  * The mode of the index of @set: it holds the shards' member names, so
  * no one may read it who cannot read every shard (0644 at most, 0600
@@ -278,13 +231,18 @@ static uint64_t section_align(uint64_t off)
 int index_file_writer_open(struct index_file_writer *w, const char *path,
 			   const struct shard_set *set, char *msg, size_t msg_len)
 {
+	int removed;
+
 	*w = (struct index_file_writer){ .fd = -1, .set = set };
 	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(w->tmp) ||
 	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path)) {
 		w->tmp[0] = '\0';
 		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: path too long", path);
 	}
-	remove_stale_tmps(path);
+	removed = tmp_files_remove_stale(path);
+	if (removed)
+		log_info("%s.tmp.*: removed %d temporary index file(s) left by writers "
+			 "that did not finish", path, removed);
 	w->fd = mkostemp(w->tmp, O_CLOEXEC);
 	if (w->fd < 0) {
 		w->tmp[0] = '\0';	/* nothing to remove */

@@ -90,14 +90,21 @@ bool index_verified_holds(const char *index_path, const struct stat *st,
 	return holds && !memcmp(&got, &want, offsetof(struct index_verified_rec, recorded_sec));
 }
 
-/* Write @r to a new file beside @path and rename it over @path. */
+/*
+ * Write @r to a new file beside @path and rename it over @path, after
+ * removing what earlier writers that crashed between the two left.
+ */
 static int write_record(const char *path, struct index_verified_rec *r, mode_t mode)
 {
 	char tmp[PATH_MAX];
-	int fd, rc = 0;
+	int fd, removed, rc = 0;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
+	removed = tmp_files_remove_stale(path);
+	if (removed)
+		log_info("%s.tmp.*: removed %d temporary record(s) left by writers that "
+			 "did not finish", path, removed);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;

@@ -3,7 +3,11 @@
  * util.c - array growth, huge-page advice, the bump arena, name tables,
  * byte counts, the clock and the trust rule (util.h).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,4 +260,41 @@ int dir_trusted(const char *path, char *msg, size_t msg_len)
 	}
 	free(real);
 	return rc;
+}
+
+/* Is @name "@base.tmp.XXXXXX", a temporary file of a writer of @base? */
+static bool is_tmp_of(const char *name, const char *base)
+{
+	size_t blen = strlen(base);
+
+	return strlen(name) == blen + strlen(".tmp.XXXXXX") &&
+	       !strncmp(name, base, blen) && !strncmp(name + blen, ".tmp.", 5);
+}
+
+int tmp_files_remove_stale(const char *path)
+{
+	char dir[PATH_MAX], base[PATH_MAX];
+	const char *bname;
+	time_t now = time(NULL);
+	struct dirent *de;
+	struct stat st;
+	int removed = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	snprintf(base, sizeof(base), "%s", path);
+	bname = basename(base);
+	d = opendir(dirname(dir));
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (!is_tmp_of(de->d_name, bname) ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+		    now - st.st_mtime < TMP_FILE_STALE_SECONDS)
+			continue;
+		removed += !unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+	return removed;
 }

@@ -58,8 +58,9 @@ bool index_verified_holds(const char *index_path, const struct stat *st,
 /*
  * Record that the index at @index_path, as @st describes it, passed the
  * full check, unless its change time is too recent (see above).  Written
- * beside the index (a temporary file renamed over the record) with the
- * index's permissions; a failure is logged as a debug message and costs
+ * beside the index (a temporary file renamed over the record, the
+ * stale ones of writers that crashed removed first) with the index's
+ * permissions; a failure is logged as a debug message and costs
  * the next mount a full check, nothing else.
  */
 void index_verified_record(const char *index_path, const struct stat *st,

@@ -5,7 +5,8 @@
  * a bump arena, finding a name in a table of option values, reading a
  * byte count, reading a little-endian number of a compressed format's
  * header, reading the monotonic clock, deciding whether a file or
- * directory another user could have written may be trusted.
+ * directory another user could have written may be trusted, sweeping
+ * the temporary files of writers that crashed.
  *
  * Each existed in several copies that had begun to disagree (one size
  * parser took T, the other did not); these are the only ones.
@@ -151,5 +152,20 @@ int stat_trusted(const struct stat *st, bool sticky_ok, char *msg, size_t msg_le
  * and the rule it breaks in @msg.
  */
 int dir_trusted(const char *path, char *msg, size_t msg_len);
+
+/*
+ * A file written whole beside its path as "PATH.tmp.XXXXXX" (mkostemp)
+ * and renamed over PATH, untouched this long, belongs to no live writer:
+ * each writes from memory and renames at once.
+ */
+#define TMP_FILE_STALE_SECONDS (15 * 60)
+
+/*
+ * Remove what writers of @path that crashed left behind: the files
+ * "@path.tmp.XXXXXX" in its directory that are regular, ours (the
+ * effective uid) and untouched for TMP_FILE_STALE_SECONDS.  Returns how
+ * many were removed (the caller says so; log.c uses this file).
+ */
+int tmp_files_remove_stale(const char *path);
 
 #endif

@@ -37,6 +37,7 @@
 #include "shardfs/index_file.h"
 #include "shardfs/index_map.h"
 #include "shardfs/index_verified.h"
+#include "shardfs/util.h"
 #include "tarbuild.h"
 
 #define OPTIONS_HASH 0x0123456789abcdefULL
@@ -387,6 +388,9 @@ static void test_record_of_a_full_check(void **state)
 {
 	struct fx *f = *state;
 	char good[PATH_MAX], rec[PATH_MAX + sizeof(INDEX_VERIFIED_SUFFIX)];
+	char crashed[PATH_MAX + 32];
+	time_t then = time(NULL) - TMP_FILE_STALE_SECONDS - 60;
+	struct timespec stale[2] = { { then, 0 }, { then, 0 } };
 	uint32_t e = entry(f, "z/zz.txt");
 	struct stat st;
 
@@ -403,8 +407,12 @@ static void test_record_of_a_full_check(void **state)
 	assert_false(has_record(good));
 	wait_settled(good);
 	wait_settled(f->bad_path);
+	snprintf(crashed, sizeof(crashed), "%s%s.tmp.AbC123", good, INDEX_VERIFIED_SUFFIX);
+	write_whole(crashed, "", 0);
+	assert_int_equal(utimensat(AT_FDCWD, crashed, stale, 0), 0);
 	assert_int_equal(load_with(good, 0), 0);
 	assert_true(has_record(good));
+	assert_int_equal(access(crashed, F_OK), -1);	/* a crashed writer's, swept */
 	assert_int_equal(load_with(f->bad_path, 0), -EINVAL);
 	assert_false(has_record(f->bad_path));
 

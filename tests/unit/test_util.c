@@ -2,12 +2,18 @@
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
  * parses and what is refused), name tables, array growth (on the heap and
- * mapped, with huge pages), the bump arena and the clock.
+ * mapped, with huge pages), the bump arena, the clock, and the sweep of
+ * crashed writers' temporary files.
  */
+#include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shardfs/log.h"
 #include "shardfs/util.h"
@@ -209,6 +215,70 @@ static void test_deadline_after_ms(void **state)
 	}
 }
 
+/* Make @name in @dir: a file of age @age_s seconds, or a directory. */
+static void make_aged(const char *dir, const char *name, bool is_dir, time_t age_s)
+{
+	struct timespec t[2] = { { time(NULL) - age_s, 0 }, { time(NULL) - age_s, 0 } };
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (is_dir) {
+		assert_int_equal(mkdir(path, 0755), 0);
+	} else {
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return !lstat(path, &st);
+}
+
+/* Only "PATH.tmp.XXXXXX", regular and stale, is a crashed writer's. */
+static void test_tmp_files_remove_stale(void **state)
+{
+	static const struct {
+		const char *name;	/* beside "set.idx" */
+		bool is_dir;		/* a directory, not a file */
+		time_t age_s;		/* seconds since its last change */
+		bool removed;		/* what the sweep must do */
+	} cases[] = {
+		{ "set.idx.tmp.AbC123", false, TMP_FILE_STALE_SECONDS + 60, true },
+		{ "set.idx.tmp.XyZ789", false, TMP_FILE_STALE_SECONDS - 60, false },
+		{ "set.idx.tmp.DiR000", true, TMP_FILE_STALE_SECONDS + 60, false },
+		{ "set.idx.tmp.toolong", false, TMP_FILE_STALE_SECONDS + 60, false },
+		{ "set.idx.tmpfile", false, TMP_FILE_STALE_SECONDS + 60, false },
+		{ "other.idx.tmp.AbC123", false, TMP_FILE_STALE_SECONDS + 60, false },
+		{ "set.idx", false, TMP_FILE_STALE_SECONDS + 60, false },
+	};
+	char *dir = tb_tmpdir(), path[PATH_MAX];
+	int want = 0;
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		make_aged(dir, cases[i].name, cases[i].is_dir, cases[i].age_s);
+		want += cases[i].removed;
+	}
+	snprintf(path, sizeof(path), "%s/set.idx", dir);
+	assert_int_equal(tmp_files_remove_stale(path), want);
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+		if (exists_in(dir, cases[i].name) == cases[i].removed)
+			fail_msg("%s: %s", cases[i].name,
+				 cases[i].removed ? "not removed" : "removed");
+	assert_int_equal(tmp_files_remove_stale(path), 0);
+	snprintf(path, sizeof(path), "%s/no/such/dir/set.idx", dir);
+	assert_int_equal(tmp_files_remove_stale(path), 0);
+	tb_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -220,6 +290,7 @@ int main(void)
 		cmocka_unit_test(test_bump_arena),
 		cmocka_unit_test(test_monotonic_ns),
 		cmocka_unit_test(test_deadline_after_ms),
+		cmocka_unit_test(test_tmp_files_remove_stale),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
