@@ -174,7 +174,9 @@ uint64_t chunk_cache_ahead_max(struct chunk_cache *cache);
 /* Read through the cache; the shard_source read() contract.  A read
  * that missed fetches whole chunks for a stream; for one that jumped,
  * the range of the latest WILLREAD from it (if that holds the read),
- * else its own bytes. */
+ * else its own bytes.  With load(), a stream's chunk not there whole
+ * takes the bytes a read that jumped would want, if they are there,
+ * rather than be fetched. */
 ssize_t chunk_cache_read(struct chunk_owner *ow, void *buf, size_t len,
 			 uint64_t off);
 

@@ -21,7 +21,10 @@
  * A stream is an owner read CHUNK_STREAM_STREAK times in a row each just
  * past the read before (a reader in shard order), one with a window open
  * (fs.c's readahead), or the index build's scan; a read that lands far
- * away (CHUNK_JUMP) ends it.
+ * away (CHUNK_JUMP) ends it.  A stream's miss looks on disk for the whole
+ * chunk, then for what a read that jumped would want (set_part()): a
+ * shuffled reader taken for a stream by chance finds the samples a 1st
+ * epoch stored apart.
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (buffers are
  * allocated on a slot's first use, then kept: reads allocate nothing).  A
@@ -135,6 +138,11 @@ struct chunk {
 	bool queued;		/* its fetch waits in a ring: hi may grow */
 	bool loaded_whole;	/* its fetch of a range found the whole chunk
 				 * on disk: it holds all of it once ready */
+	size_t part_lo;		/* a stream's fetch: [part_lo, part_hi) of */
+	size_t part_hi;		/* it is what its reader wants (set_part();
+				 * 0, 0: none) */
+	bool loaded_part;	/* its fetch found that part alone on disk:
+				 * it holds only that once ready */
 	char *data;		/* chunk_size bytes, allocated on first use */
 	struct chunk *hnext;	/* next in its hash bucket */
 	struct chunk *prev, *next; /* LRU links (ready, refs == 0) or free list */
@@ -366,6 +374,7 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	c->ranged = false;
 	c->queued = false;
 	c->lo = c->from = c->hi = 0;
+	c->part_lo = c->part_hi = 0;
 	c->run = NULL;
 	c->used_ms = monotonic_ms();
 	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
@@ -487,6 +496,8 @@ struct want {
 	uint64_t off;		/* first byte wanted */
 	uint64_t end;		/* past the last one */
 	bool ranged;		/* not a stream's whole chunks */
+	uint64_t own_off;	/* what the reader wants itself: what a */
+	uint64_t own_end;	/* read at random would fetch (set_part()) */
 };
 
 /* End of what @w wants of chunk @c, within the chunk. */
@@ -568,7 +579,9 @@ static void get_stretch(struct chunk_cache *cc, struct chunk *first, struct chun
  * fetched before, or the whole chunk (a range of a new slot: a stream
  * kept the chunk whole, then a reader at random wants part of it; no
  * reader copies from the slot yet, so the bytes before the range may be
- * written).  True when there.
+ * written).  True when there.  Else a stream's fetch with a part
+ * (set_part()) loads that part alone, if there: loaded_part, and no GET
+ * (keep_part() settles the slot on it under the lock).
  */
 static bool load(struct chunk_cache *cc, struct chunk *r)
 {
@@ -578,7 +591,29 @@ static bool load(struct chunk_cache *cc, struct chunk *r)
 	if (r->from == r->lo && r->hi - r->lo < whole &&
 	    !cc->cfg.load(r->owner->obj, base, r->data, whole))
 		return r->loaded_whole = true;
-	return !cc->cfg.load(r->owner->obj, base + r->from, r->data + r->from, r->hi - r->from);
+	if (!cc->cfg.load(r->owner->obj, base + r->from, r->data + r->from, r->hi - r->from))
+		return true;
+	r->loaded_part = r->part_hi &&
+			 !cc->cfg.load(r->owner->obj, base + r->part_lo, r->data + r->part_lo,
+				       r->part_hi - r->part_lo);
+	return false;
+}
+
+/*
+ * Chunk @r's stream fetch found only its reader's part on disk (lock
+ * held): the slot holds that part, as a range for a read at random
+ * would (evicted once read), kept after the bytes it held if the part
+ * starts where they end.  A reader that joined the fetch for other
+ * bytes looks again (acquire()).
+ */
+static void keep_part(struct chunk *r)
+{
+	if (r->part_lo > r->from)
+		r->lo = r->from = r->part_lo;
+	r->hi = r->part_hi;
+	r->ranged = true;
+	r->loaded_part = false;
+	atomic_store_explicit(&r->progress.bytes, r->hi - r->from, memory_order_relaxed);
 }
 
 /*
@@ -601,7 +636,7 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 					      memory_order_release);
 	}
 	for (r = c;; r = r->run) {
-		bool get = r && r->data && !complete(r);
+		bool get = r && r->data && !complete(r) && !r->loaded_part;
 
 		if (get && !first)
 			first = r;
@@ -614,6 +649,8 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 	}
 	pthread_mutex_lock(&cc->lock);
 	for (r = c; r; r = r->run) {
+		if (r->loaded_part)
+			keep_part(r);
 		r->state = r->data && complete(r) ? CHUNK_READY : CHUNK_FAILED;
 		wake_readers(r);
 		if (r->loaded_whole) {
@@ -717,11 +754,35 @@ static void extend_run(struct chunk_cache *cc, struct chunk *c, const struct wan
 	}
 }
 
+/*
+ * The part of stream chunk @c's fetch that @w's reader wants itself
+ * (lock held), which load() falls back to.  A shuffled reader whose
+ * files of one shard follow each other by chance is taken for a stream
+ * and asks whole chunks; with cache_dir a 2nd epoch found such a chunk
+ * on disk only as the ranges the 1st stored, and fetched it although
+ * the read's own bytes were there (the perf group: 1 GET in about 1 run
+ * of 10).  None when the part is all of the fetch, or no disk.
+ */
+static void set_part(struct chunk_cache *cc, struct chunk *c, const struct want *w)
+{
+	uint64_t base = c->index * cc->cfg.chunk_size;
+	uint64_t lo = w->own_off > base + c->from ? w->own_off : base + c->from;
+	uint64_t hi = w->own_end < base + c->hi ? w->own_end : base + c->hi;
+
+	c->part_lo = c->part_hi = 0;
+	if (!w->ranged && cc->cfg.load && lo < hi && hi - lo < c->hi - c->from) {
+		c->part_lo = (size_t)(lo - base);
+		c->part_hi = (size_t)(hi - base);
+	}
+}
+
 /* Start a fetch of what @w wants of chunk @c (taken, or ready and
  * emptied): its range, and the chunks after it (lock held). */
 static void start_fetch(struct chunk_cache *cc, struct chunk *c, const struct want *w)
 {
 	extend_run(cc, c, w, false);
+	for (struct chunk *r = c; r; r = r->run)
+		set_part(cc, r, w);
 	fetch_for_reader(cc, c);
 }
 
@@ -796,6 +857,51 @@ static bool grow(struct chunk_cache *cc, struct chunk *c, const struct want *w, 
 }
 
 /*
+ * Chunk @index of @ow, referenced, holding its bytes [@in, @need) or
+ * about to (loading) (lock held): from the cache, else what @w wants of
+ * it, and of the chunks after it that are missing too, fetched with one
+ * GET.  *@hit: it held them before this read.
+ */
+static struct chunk *lookup(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
+			    const struct want *w, size_t in, size_t need, bool *hit)
+{
+	struct chunk *c;
+
+	*hit = false;
+	for (;;) {
+		if ((c = find(cc, ow, index)) && c->lo <= in && need <= c->hi) {
+			c->refs++;
+			lru_remove(c);
+			*hit = !c->missed;
+			c->missed = false;
+			return c;
+		}
+		if (c && grow(cc, c, w, in, need, 1))
+			return c;
+		if (!c && (c = take_slot(cc, ow, index, false))) {
+			set_range(cc, c, w);
+			c->refs++;	/* the reader's; the fetcher has one */
+			start_fetch(cc, c, w);
+			return c;
+		}
+		wait_a_little(cc);	/* backpressure */
+	}
+}
+
+/*
+ * Did chunk @c, which a reader of its bytes from @in on joined while it
+ * was loading, settle on another reader's part instead (keep_part())?
+ * Then the reader drops it (lock held) and looks again.
+ */
+static bool kept_another_part(struct chunk_cache *cc, struct chunk *c, size_t in)
+{
+	if (c->state != CHUNK_READY || (c->lo <= in && in < c->hi))
+		return false;
+	put(cc, c);
+	return true;
+}
+
+/*
  * Chunk @index of @ow, referenced, with its bytes [@in, @need) present
  * (or settled: failed): from the cache, or after waiting for the part of
  * a fetch in flight that the reader needs.  A miss fetches what @w wants
@@ -806,32 +912,17 @@ static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uin
 			     const struct want *w, size_t in, size_t need, size_t *avail)
 {
 	struct chunk *c;
-	bool load = true;
+	bool hit;
 
 	pthread_mutex_lock(&cc->lock);
-	for (;;) {
-		if ((c = find(cc, ow, index)) && c->lo <= in && need <= c->hi) {
-			c->refs++;
-			lru_remove(c);
-			load = c->missed;
-			c->missed = false;
-			break;
-		}
-		if (c && grow(cc, c, w, in, need, 1))
-			break;
-		if (!c && (c = take_slot(cc, ow, index, false))) {
-			set_range(cc, c, w);
-			c->refs++;	/* the reader's; the fetcher has one */
-			start_fetch(cc, c, w);
-			break;
-		}
-		wait_a_little(cc);	/* backpressure */
-	}
-	wait_for_bytes(cc, c, need);
+	do {
+		c = lookup(cc, ow, index, w, in, need, &hit);
+		wait_for_bytes(cc, c, need);
+	} while (kept_another_part(cc, c, in));
 	*avail = avail_end(c);
 	pthread_mutex_unlock(&cc->lock);
-	atomic_fetch_add_explicit(load ? &cc->cfg.counters->misses :
-				  &cc->cfg.counters->hits, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(hit ? &cc->cfg.counters->hits :
+				  &cc->cfg.counters->misses, 1, memory_order_relaxed);
 	return c;
 }
 
@@ -879,28 +970,31 @@ static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 }
 
 /* What a miss of [@off, @end) fetches: for a stream, the whole chunks
- * it lies in; else just those bytes. */
+ * it lies in (those bytes its own); else just those bytes. */
 static struct want want_of(struct chunk_cache *cc, uint64_t off, uint64_t end, bool stream)
 {
 	uint64_t cs = cc->cfg.chunk_size;
 
 	if (stream)
-		return (struct want){ off / cs * cs, (end + cs - 1) / cs * cs, false };
-	return (struct want){ off, end, true };
+		return (struct want){ off / cs * cs, (end + cs - 1) / cs * cs, false, off, end };
+	return (struct want){ off, end, true, off, end };
 }
 
 /* What a read of [@off, @off + @len) of @ow that misses fetches: whole
  * chunks for a stream; else the latest WILLREAD from @off on when it
- * holds the read, or the read's own bytes. */
+ * holds the read, or the read's own bytes (a stream's own). */
 static struct want read_want(struct chunk_owner *ow, uint64_t off, uint64_t len, bool stream)
 {
 	uint64_t end = off + len;
 	uint64_t hint_off = atomic_load_explicit(&ow->hint_off, memory_order_relaxed);
 	uint64_t hint_end = atomic_load_explicit(&ow->hint_end, memory_order_relaxed);
+	struct want w;
 
-	if (!stream && hint_off <= off && end <= hint_end)
+	if (hint_off <= off && end <= hint_end)
 		end = hint_end;
-	return want_of(ow->cache, off, end, stream);
+	w = want_of(ow->cache, off, stream ? off + len : end, stream);
+	w.own_end = end;
+	return w;
 }
 
 /* Is chunk @index inside the file of the latest WILLREAD, past its
@@ -1099,7 +1193,8 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		if (!c)
 			break;	/* every slot is busy or unread: no prefetch
 				 * past cache_mem */
-		set_range(cc, c, &(struct want){ 0, ow->size, false });
+		/* no reader's own part: nobody reads it yet */
+		set_range(cc, c, &(struct want){ 0, ow->size, false, 0, 0 });
 		ring_push(cc, &cc->ahead, c);
 		pthread_cond_signal(&cc->work);
 	}

@@ -11,7 +11,8 @@
  * it waits for a fetch thread, a forward stream still given
  * whole chunks and a window, ranges evicted once read, a failed extension,
  * ranges kept and found again through load/store (samples wanted apart
- * in one epoch found apart in the next, never bridged), and readers growing
+ * in one epoch found apart in the next, never bridged, also by reads
+ * taken for a stream's), and readers growing
  * ranges at once; the fetch threads stopped before a fork and started
  * again after it; readers waiting for bytes of a fetch that trickles in
  * woken by their bytes (not by every piece), also when it fails half way.
@@ -165,6 +166,8 @@ static struct {
 	unsigned stores;	/* store() calls: the latest is in range
 				 * [(stores - 1) % DISK_RANGES] */
 	unsigned loads;		/* load() served */
+	unsigned asked;		/* load() calls, served or not */
+	bool held;		/* load() waits until it is let go */
 } disk;
 
 static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
@@ -172,6 +175,9 @@ static int fake_load(void *obj, uint64_t off, void *buf, size_t len)
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&fake.lock);
+	disk.asked++;
+	while (disk.held)
+		pthread_cond_wait(&fake.opened, &fake.lock);
 	for (unsigned i = 0; i < DISK_RANGES && rc; i++)
 		if (disk.range[i].len && off == disk.range[i].off && len == disk.range[i].len) {
 			memcpy(buf, disk.range[i].buf, len);
@@ -249,6 +255,15 @@ static void gate(bool closed)
 {
 	pthread_mutex_lock(&fake.lock);
 	fake.gate_closed = closed;
+	pthread_cond_broadcast(&fake.opened);
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* Hold the local copy's loads (@held), or let them go. */
+static void disk_hold(bool held)
+{
+	pthread_mutex_lock(&fake.lock);
+	disk.held = held;
 	pthread_cond_broadcast(&fake.opened);
 	pthread_mutex_unlock(&fake.lock);
 }
@@ -951,6 +966,72 @@ static void test_stored_samples_asked_apart(void **state)
 	chunk_cache_forget(&ow);
 }
 
+/* Samples of test_stream_finds_its_range_on_disk: chunk 1 is on disk
+ * as these two ranges only, as a 1st epoch at random stored them. */
+#define KEPT_A (CHUNK + 100)
+#define KEPT_B (CHUNK + 1124)
+
+/* Store KEPT_A and KEPT_B through @ow as a 1st epoch at random does:
+ * each sample's WILLREAD and read, a jump between. */
+static void keep_two_samples(struct chunk_owner *ow)
+{
+	chunk_cache_willread(ow, KEPT_A, SAMPLE_LEN);
+	assert_int_equal(read_check(ow, KEPT_A, SAMPLE_LEN), SAMPLE_LEN);
+	chunk_cache_forget(ow);
+	assert_int_equal(read_check(ow, FAR, 10), 10);
+	chunk_cache_willread(ow, KEPT_B, SAMPLE_LEN);
+	assert_int_equal(read_check(ow, KEPT_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(disk_kept(SAMPLE_LEN), KEPT_B);
+	chunk_cache_forget(ow);
+}
+
+static void test_stream_finds_its_range_on_disk(void **state)
+{
+	struct object o = { 29 };
+	struct chunk_owner ow;
+	struct reader r[2];
+	unsigned calls, asked;
+
+	cache_init_kept(8, 2, true);
+	owner_init(&ow, &o, BIG);
+	keep_two_samples(&ow);
+	calls = fetch_calls();
+	/* the 2nd epoch's reads taken for a stream's (files of one shard
+	 * read forward by chance): the whole chunk is not on disk, the
+	 * read's own range is, and serves it without a fetch */
+	chunk_cache_scan(&ow, true);
+	assert_int_equal(read_check(&ow, KEPT_A, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(fetch_calls(), calls);
+	/* so is a WILLREAD's sample, then read from the slot it filled */
+	chunk_cache_forget(&ow);
+	chunk_cache_willread(&ow, KEPT_B, SAMPLE_LEN);
+	assert_int_equal(read_check(&ow, KEPT_B, SAMPLE_LEN), SAMPLE_LEN);
+	assert_int_equal(fetch_calls(), calls);
+	/* a reader of the other sample that joined the stream's fetch
+	 * (held on disk meanwhile) looks again once the slot kept the
+	 * first reader's range alone, and finds its own on disk too */
+	chunk_cache_forget(&ow);
+	asked = locked(&disk.asked);
+	disk_hold(true);
+	reader_start_at(&r[0], &ow, KEPT_A, SAMPLE_LEN);
+	WAIT_FOR(locked(&disk.asked) > asked);	/* its fetch looks on disk */
+	reader_start_at(&r[1], &ow, KEPT_B, SAMPLE_LEN);
+	sleep_ms(SETTLE_MS);	/* it finds the chunk loading */
+	disk_hold(false);
+	for (unsigned i = 0; i < 2; i++) {
+		pthread_join(r[i].thread, NULL);
+		assert_int_equal(r[i].result, SAMPLE_LEN);
+	}
+	assert_int_equal(fetch_calls(), calls);
+	/* bytes on disk in no form still come as the stream's whole chunk */
+	chunk_cache_forget(&ow);
+	assert_int_equal(read_check(&ow, 3 * CHUNK + 10, 10), 10);
+	assert_int_equal(fetch_calls(), calls + 1);
+	assert_last_fetch(3 * CHUNK, CHUNK);
+	chunk_cache_scan(&ow, false);
+	chunk_cache_forget(&ow);
+}
+
 static void test_willread_fetches_each_chunk_of_its_sample(void **state)
 {
 	struct object o = { 28 };
@@ -1186,6 +1267,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
 		cmocka_unit_test_teardown(test_stored_samples_asked_apart, cache_release),
+		cmocka_unit_test_teardown(test_stream_finds_its_range_on_disk, cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_each_chunk_of_its_sample,
 					  cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
