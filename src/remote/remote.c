@@ -69,6 +69,15 @@ int remote_cache_size(const struct remote_options *ro, uint64_t *out)
 	return 0;
 }
 
+/* The chunk size when -o chunk_size is not given (remote_options.h). */
+static uint64_t default_chunk_size(uint64_t cache_mem)
+{
+	uint64_t cs = cache_mem / REMOTE_CHUNK_DEFAULT_SLOTS / REMOTE_CHUNK_MIN * REMOTE_CHUNK_MIN;
+
+	return cs > REMOTE_CHUNK_DEFAULT ? REMOTE_CHUNK_DEFAULT :
+	       cs < REMOTE_CHUNK_MIN ? REMOTE_CHUNK_MIN : cs;
+}
+
 static int parse_numbers(struct remote_config *cfg, const struct remote_options *ro)
 {
 	uint64_t timeout, attempts;
@@ -86,6 +95,8 @@ static int parse_numbers(struct remote_config *cfg, const struct remote_options 
 		return -EINVAL;
 	cfg->timeout = (uint32_t)timeout;
 	cfg->attempts = (uint32_t)attempts;
+	if (!ro->chunk_size)
+		cfg->chunk_size = default_chunk_size(cfg->cache_mem);
 	if (cfg->cache_mem < CHUNK_CACHE_MIN_CHUNKS * cfg->chunk_size)
 		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
 			 "using %u chunks", ro->cache_mem, CHUNK_CACHE_MIN_CHUNKS,

@@ -221,6 +221,42 @@ static void test_credentials_file_rewritten(void **state)
 	assert_true(keys(state)->gen != gen);
 }
 
+/* Without -o chunk_size the cache holds at least 32 chunks. */
+static void test_chunk_size_follows_cache_mem(void **state)
+{
+	static const struct {
+		const char *cache_mem;	/* -o cache_mem, NULL: not given */
+		const char *chunk_size;	/* -o chunk_size, NULL: not given */
+		uint64_t want;		/* the chunk size in use */
+	} cases[] = {
+		{ NULL, NULL, REMOTE_CHUNK_DEFAULT },	/* 256M / 32 */
+		{ "1G", NULL, REMOTE_CHUNK_DEFAULT },
+		{ "128M", NULL, 4u << 20 },
+		{ "64M", NULL, 2u << 20 },
+		{ "32M", NULL, 1u << 20 },
+		{ "33M", NULL, 16u << 16 },		/* 16.5 x 64 KiB, down */
+		{ "1000000", NULL, REMOTE_CHUNK_MIN },	/* 31,250 rounded up */
+		{ "0", NULL, REMOTE_CHUNK_MIN },
+		{ "32M", "8M", 8u << 20 },		/* said: kept */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct remote_options ro = { 0 };
+
+		ro.cache_mem = cases[i].cache_mem ? strdup(cases[i].cache_mem) : NULL;
+		ro.chunk_size = cases[i].chunk_size ? strdup(cases[i].chunk_size) : NULL;
+		assert_int_equal(init(state, &ro), 0);
+		if (cfg(state)->chunk_size != cases[i].want)
+			fail_msg("cache_mem=%s chunk_size=%s: %llu bytes, not %llu",
+				 cases[i].cache_mem, cases[i].chunk_size,
+				 (unsigned long long)cfg(state)->chunk_size,
+				 (unsigned long long)cases[i].want);
+		release(state);
+		free(ro.cache_mem);
+		free(ro.chunk_size);
+	}
+}
+
 static void test_bad_options(void **state)
 {
 	struct remote_options ro = { .addressing = "sideways" };
@@ -300,6 +336,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_environment_then_profile_option, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_credentials_file_option_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_credentials_file_rewritten, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chunk_size_follows_cache_mem, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_addressing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
