@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.c - array growth, huge-page advice, the bump arena, name tables,
- * byte counts, the clock and the trust rule (util.h).
+ * byte counts, the clock, the trust rule and the sweep of crashed
+ * writers' temporary files (util.h).
  */
 #include <dirent.h>
 #include <errno.h>

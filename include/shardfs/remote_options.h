@@ -22,7 +22,7 @@
  * 4 slots of 8 MiB of cache_mem=32M their chunks were taken over before
  * they were read out: 1.17-1.28x the bytes used with threads and 1.75x
  * in the DataLoader, against 1.04-1.06x and 1.17-1.34x in 32 slots of
- * 1 MiB; 16 slots (2 MiB) gave 1.08-1.11x and 1.34-1.48x; at 128M, 32
+ * 1 MiB; 16 slots (2 MiB) gave 1.08-1.13x and 1.34-1.48x; at 128M, 32
  * slots of 4 MiB 1.07x against 16 of 8 MiB 1.19x (docs/remote.md).
  */
 #define REMOTE_CHUNK_DEFAULT_SLOTS 32
