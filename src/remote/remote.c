@@ -82,11 +82,11 @@ static int parse_numbers(struct remote_config *cfg, const struct remote_options 
 {
 	uint64_t timeout, attempts;
 
-	if (option_number("chunk_size", ro->chunk_size, REMOTE_CHUNK_MIN,
-			  REMOTE_CHUNK_MAX, REMOTE_CHUNK_DEFAULT, true,
-			  &cfg->chunk_size) ||
-	    option_number("cache_mem", ro->cache_mem, 0, UINT64_MAX,
+	if (option_number("cache_mem", ro->cache_mem, 0, UINT64_MAX,
 			  REMOTE_CACHE_MEM_DEFAULT, true, &cfg->cache_mem) ||
+	    option_number("chunk_size", ro->chunk_size, REMOTE_CHUNK_MIN,
+			  REMOTE_CHUNK_MAX, default_chunk_size(cfg->cache_mem), true,
+			  &cfg->chunk_size) ||
 	    option_number("remote_timeout", ro->timeout, 1, 86400,
 			  REMOTE_TIMEOUT_DEFAULT, false, &timeout) ||
 	    option_number("remote_attempts", ro->attempts, 1, 100,
@@ -95,8 +95,6 @@ static int parse_numbers(struct remote_config *cfg, const struct remote_options 
 		return -EINVAL;
 	cfg->timeout = (uint32_t)timeout;
 	cfg->attempts = (uint32_t)attempts;
-	if (!ro->chunk_size)
-		cfg->chunk_size = default_chunk_size(cfg->cache_mem);
 	if (cfg->cache_mem < CHUNK_CACHE_MIN_CHUNKS * cfg->chunk_size)
 		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
 			 "using %u chunks", ro->cache_mem, CHUNK_CACHE_MIN_CHUNKS,
