@@ -108,6 +108,7 @@ static int write_record(const char *path, struct index_verified_rec *r, mode_t m
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
+	errno = 0;	/* a short write sets none */
 	if (fchmod(fd, mode) || write(fd, r, sizeof(*r)) != (ssize_t)sizeof(*r))
 		rc = errno ? -errno : -EIO;
 	if (close(fd) && !rc)
