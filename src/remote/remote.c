@@ -96,8 +96,8 @@ static int parse_numbers(struct remote_config *cfg, const struct remote_options 
 	cfg->timeout = (uint32_t)timeout;
 	cfg->attempts = (uint32_t)attempts;
 	if (cfg->cache_mem < CHUNK_CACHE_MIN_CHUNKS * cfg->chunk_size)
-		log_warn("cache_mem=%s is below %u chunks of %" PRIu64 " bytes; "
-			 "using %u chunks", ro->cache_mem, CHUNK_CACHE_MIN_CHUNKS,
+		log_warn("cache_mem=%" PRIu64 " is below %u chunks of %" PRIu64 " bytes; "
+			 "using %u chunks", cfg->cache_mem, CHUNK_CACHE_MIN_CHUNKS,
 			 cfg->chunk_size, CHUNK_CACHE_MIN_CHUNKS);
 	return 0;
 }

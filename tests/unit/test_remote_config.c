@@ -238,6 +238,7 @@ static void test_chunk_size_follows_cache_mem(void **state)
 		{ "1000000", NULL, REMOTE_CHUNK_MIN },	/* 31,250 rounded up */
 		{ "0", NULL, REMOTE_CHUNK_MIN },
 		{ "32M", "8M", 8u << 20 },		/* said: kept */
+		{ NULL, "128M", 128u << 20 },		/* kept, with a warning */
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
