@@ -27,9 +27,15 @@
 # timeouts, throttled servers, waits for a daemon: step 1 alone at one
 # test per CPU left a quarter of the CPUs idle), hence two tests per CPU;
 # and the builds of steps 2 and 4 and step 4's run go beside the parallel
-# tests of step 1, and step 3 beside those of step 2, in the background at
-# the lowest priority (nice 19), so that they take only what the tests
-# leave.  Nothing runs beside the serial label, whose counts another load
+# tests of step 1, and step 3 beside those of step 2, in the background
+# (in_background: nice 19, in a session of its own).  Where the kernel
+# groups each session for the scheduler (sched_autogroup_enabled, on
+# here), nice counts only inside the group, so the background takes about
+# as much CPU as the tests while it runs: two nice-19 loops in their own
+# session beside two at nice 0 took half the CPUs.  Giving the group
+# itself nice 19 (/proc/self/autogroup) left them 1 %: the fuzzers would
+# then pass their 25 s per-input timeout, which is wall time, so it is not
+# done.  Nothing runs beside the serial label, whose counts another load
 # would shift.
 #
 # The run is bound by CPU: about 1,250 CPU-s when every core suite ran in
@@ -40,7 +46,8 @@
 # fuzz smoke), and 786-825 s on 2 CPUs.  CI runs of the same day: 730 s
 # with two tests per CPU and the fuzz smoke beside step 1; 592 and 628 s
 # once the core suites ran under the sanitizers only (step 1 340 -> 234
-# and 261 s) and the stress and concurrency suites for 5 s a test.  Of
+# and 261 s) and the stress and concurrency suites for 5 s a test; 566,
+# 587 and 573 s with the smaller changes after that (the commits').  Of
 # step 1's busy time, the tests' own Python is 44 %, the daemons 15 %,
 # shardfs-pace's DataLoader workers 9 % (perf record -a, by command); an
 # -O1 sanitized build was no faster (337 against 358 CPU-s, 20 more to
@@ -88,7 +95,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Run "$@" in the background at the lowest priority, in a process group of
+# Run "$@" in the background at nice 19 (within its own scheduler group
+# where sessions get one: see the top), in a session and process group of
 # its own (so that cleanup() can stop all of it), its output to file $1.
 in_background() {
 	log=$1

@@ -122,8 +122,8 @@ static void expect_sequential(struct shard_source *src, uint64_t size)
 /*
  * A second source of the same file, given the first one's table: every
  * point of it serves the first source's bytes.  (Not the random reads
- * again: they start from the same points, and under valgrind they were
- * a fifth of the whole unit-test run.)
+ * again: they start from the same points, and they were a third of this
+ * program's time.)
  */
 static void expect_table_adopted(struct shard_source *src, const char *dir)
 {
