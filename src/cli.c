@@ -363,7 +363,7 @@ void cli_print_summary(const struct shard_index *idx, const struct layout *layou
 			 layout->unlabeled ? layout->unlabeled : "",
 			 layout->unlabeled ? "/" : "");
 	log_debug("index: %u entries, %.1f bytes per entry, %llu hard links, "
-		  "%llu special files skipped", idx->nr_inodes,
+		  "%llu special files skipped", shard_index_nr(idx),
 		  shard_index_bytes_per_entry(idx), (unsigned long long)c->hardlinks,
 		  (unsigned long long)c->special);
 	log_debug("index file %s: %s%s", res->path[0] ? res->path : "none",

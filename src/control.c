@@ -185,7 +185,7 @@ static void render_stats(const struct control_source *src, struct control_buf *b
 		   (unsigned long long)c->bytes, (unsigned long long)c->duplicates,
 		   (unsigned long long)c->skipped, (unsigned long long)c->special);
 	buf_printf(b, "  \"index_entries\": %u,\n  \"index_build_seconds\": %.3f,\n"
-		   "  \"index_bytes_per_entry\": %.1f,\n", src->idx->nr_inodes,
+		   "  \"index_bytes_per_entry\": %.1f,\n", shard_index_nr(src->idx),
 		   *src->build_seconds, shard_index_bytes_per_entry(src->idx));
 	render_stats_ops(src, b);
 	render_remote(src, b, false);
@@ -401,17 +401,18 @@ static size_t escape_path(const char *s, char *out)
 size_t control_members_line(const struct shard_index *idx, uint32_t e,
 			    char *line)
 {
-	const struct shard_inode *in = &idx->inodes[e];
 	char path[PATH_MAX];
+	struct shard_inode in;
 	size_t n;
 
-	if (!S_ISREG(in->mode) || shard_index_entry_path(idx, e, path, sizeof(path)) < 0)
+	shard_index_entry(idx, e, &in);
+	if (!S_ISREG(in.mode) || shard_index_entry_path(idx, e, path, sizeof(path)) < 0)
 		return 0;
 	n = escape_path(path, line);
 	n += snprintf(line + n, CONTROL_MEMBERS_LINE_MAX - n, "\t%u\t%llu\t%llu\n",
-		      in->shard,
-		      (unsigned long long)shard_index_data_offset(idx, in),
-		      (unsigned long long)in->size);
+		      in.shard,
+		      (unsigned long long)shard_index_data_offset(idx, &in),
+		      (unsigned long long)in.size);
 	return n;
 }
 
@@ -424,7 +425,7 @@ static size_t members_checkpoints(uint32_t nr)
 /* Size members and record its checkpoints, once.  0 or -ENOMEM. */
 static int members_index(struct control_state *st)
 {
-	uint32_t nr = st->src.idx->nr_inodes;
+	uint32_t nr = shard_index_nr(st->src.idx);
 	char line[CONTROL_MEMBERS_LINE_MAX];
 	uint64_t pos = 0, *at;
 	int rc = 0;
@@ -472,7 +473,7 @@ static uint32_t members_checkpoint(const struct control_state *st, uint32_t nr,
 static ssize_t members_read(struct control_state *st, char *buf, size_t size,
 			    uint64_t off)
 {
-	uint32_t nr = st->src.idx->nr_inodes, e;
+	uint32_t nr = shard_index_nr(st->src.idx), e;
 	char line[CONTROL_MEMBERS_LINE_MAX];
 	size_t done = 0;
 	uint64_t pos;
@@ -502,7 +503,7 @@ static ssize_t members_read(struct control_state *st, char *buf, size_t size,
 
 uint64_t control_ino(const struct control_state *st, enum control_node node)
 {
-	return (uint64_t)st->src.idx->nr_inodes + 1 + node;
+	return (uint64_t)shard_index_nr(st->src.idx) + 1 + node;
 }
 
 int control_node_of(const struct control_state *st, uint64_t ino)

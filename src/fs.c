@@ -106,24 +106,24 @@ void shardfs_release(struct shardfs *fs)
 
 int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	int node = control_node_of(&fs->control, ino);
+	struct shard_inode in;
 
 	if (node >= 0)
 		return control_getattr(&fs->control, node, st);
-	if (!in)
+	if (!shard_index_get(&fs->idx, ino, &in))
 		return -ENOENT;
 	memset(st, 0, sizeof(*st));
 	st->st_ino = shard_index_ino(&fs->idx, (uint32_t)(ino - 1));
-	st->st_mode = in->mode & ~(mode_t)fs->opt.umask;
-	st->st_nlink = in->nlink;
-	st->st_uid = fs->opt.set_uid ? fs->opt.uid : in->uid;
-	st->st_gid = fs->opt.set_gid ? fs->opt.gid : in->gid;
-	st->st_size = S_ISDIR(in->mode) ? SHARDFS_BLKSIZE / 32 : (off_t)in->size;
+	st->st_mode = in.mode & ~(mode_t)fs->opt.umask;
+	st->st_nlink = in.nlink;
+	st->st_uid = fs->opt.set_uid ? fs->opt.uid : in.uid;
+	st->st_gid = fs->opt.set_gid ? fs->opt.gid : in.gid;
+	st->st_size = S_ISDIR(in.mode) ? SHARDFS_BLKSIZE / 32 : (off_t)in.size;
 	st->st_blksize = SHARDFS_BLKSIZE;
-	st->st_blocks = S_ISREG(in->mode) ? (blkcnt_t)((in->size + 511) / 512) : 0;
-	st->st_mtim.tv_sec = in->mtime_sec;
-	st->st_mtim.tv_nsec = in->mtime_nsec;
+	st->st_blocks = S_ISREG(in.mode) ? (blkcnt_t)((in.size + 511) / 512) : 0;
+	st->st_mtim.tv_sec = in.mtime_sec;
+	st->st_mtim.tv_nsec = in.mtime_nsec;
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;
 	return 0;
@@ -141,7 +141,7 @@ int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 		*ino = control_ino(&fs->control, CONTROL_DIR);
 		return 0;
 	}
-	if (!shard_index_get(&fs->idx, parent))
+	if (parent < 1 || parent > shard_index_nr(&fs->idx))
 		return -ENOENT;
 	if (len > PATH_COMPONENT_MAX)
 		return -ENAMETOOLONG;
@@ -153,41 +153,45 @@ int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 }
 
 int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
-			  const char **name, uint64_t *ino)
+			  struct shardfs_dirent *de)
 {
-	const struct shard_inode *d = shard_index_get(&fs->idx, dir);
+	struct shard_inode d;
 	uint64_t e;
 
 	if (control_node_of(&fs->control, dir) == CONTROL_DIR)
-		return control_readdir_entry(&fs->control, pos, name, ino);
-	if (!d)
+		return control_readdir_entry(&fs->control, pos, &de->name, &de->ino);
+	if (!shard_index_get(&fs->idx, dir, &d))
 		return -ENOENT;
-	if (!S_ISDIR(d->mode))
+	if (!S_ISDIR(d.mode))
 		return -ENOTDIR;
-	if (pos >= d->size)
+	if (pos >= d.size)
 		return -ENOENT;
-	e = d->data + pos;
-	*name = shard_index_name(&fs->idx, &fs->idx.inodes[e]);
-	*ino = shard_index_ino(&fs->idx, (uint32_t)e);
+	e = d.data + pos;
+	if (de->cur.c != &fs->idx.entries || de->cur.next != e)
+		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)e);
+	compact_cursor_next(&de->cur, &d);
+	de->name = de->cur.name;
+	de->ino = shard_index_ino(&fs->idx, (uint32_t)e);
 	return 0;
 }
 
 uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir)
 {
-	const struct shard_inode *d = shard_index_get(&fs->idx, dir);
+	struct shard_inode d;
 
-	return d && S_ISDIR(d->mode) ? (uint64_t)d->parent + 1 : SHARDFS_ROOT_INO;
+	return shard_index_get(&fs->idx, dir, &d) && S_ISDIR(d.mode) ? (uint64_t)d.parent + 1
+								    : SHARDFS_ROOT_INO;
 }
 
 int shardfs_readlink(const struct shardfs *fs, uint64_t ino, const char **target)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode in;
 
-	if (!in)
+	if (!shard_index_get(&fs->idx, ino, &in))
 		return -ENOENT;
-	if (!S_ISLNK(in->mode))
+	if (!S_ISLNK(in.mode))
 		return -EINVAL;
-	*target = fs->idx.names + in->data;
+	*target = shard_index_target(&fs->idx, &in);
 	return 0;
 }
 
@@ -436,19 +440,21 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard,
 ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
 		      uint64_t off)
 {
-	const struct shard_inode *in = &fs->idx.inodes[e];
-	struct shard_source *src = fs->set.shards[in->shard].src;
+	struct shard_source *src;
+	struct shard_inode in;
 	ssize_t n;
 
-	assert(S_ISREG(in->mode) && !(in->flags & SHARD_INODE_SPARSE));
-	assert(off + size <= in->size);
-	n = shard_read_checked(fs, in->shard, &(struct read_to){ buf, -1 },
-			       size, in->data + off, false);
+	shard_index_entry(&fs->idx, e, &in);
+	src = fs->set.shards[in.shard].src;
+	assert(S_ISREG(in.mode) && !(in.flags & SHARD_INODE_SPARSE));
+	assert(off + size <= in.size);
+	n = shard_read_checked(fs, in.shard, &(struct read_to){ buf, -1 },
+			       size, in.data + off, false);
 	if (n < 0)
 		return n;
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, size,
 				  memory_order_relaxed);
-	shard_source_advise(src, in->data + off, size, SHARD_SOURCE_DONTNEED);
+	shard_source_advise(src, in.data + off, size, SHARD_SOURCE_DONTNEED);
 	return n;
 }
 
@@ -498,31 +504,31 @@ static ssize_t read_sparse(struct shardfs *fs, const struct shard_inode *in,
 	return (ssize_t)size;
 }
 
-/* Do entries @a and @b have the same WebDataset key (name up to its
- * first '.', which both have)? */
-static bool same_key(const struct shard_index *idx, const struct shard_inode *a,
-		     const struct shard_inode *b)
+/* Bytes of the WebDataset key of @name (@len bytes): up to and with its
+ * first '.'; 0 when it has none. */
+static size_t key_len(const char *name, size_t len)
 {
-	const char *an = shard_index_name(idx, a), *bn = shard_index_name(idx, b);
-	const char *dot = memchr(an, '.', a->name_len);
-	size_t key = dot ? (size_t)(dot - an) + 1 : 0;
+	const char *dot = memchr(name, '.', len);
 
-	return key && b->name_len >= key && !memcmp(an, bn, key);
+	return dot ? (size_t)(dot - name) + 1 : 0;
 }
 
-/* Widen [*@lo, *@hi) by file entry @e, if it is of the sample of @in: same
- * key and shard, plain, and next to the range in the shard. */
+/* Widen [*@lo, *@hi) by file entry @e, if it is of the sample of @in,
+ * whose key is the @key bytes of @name: same key and shard, plain, and
+ * next to the range in the shard. */
 static bool sample_member(const struct shard_index *idx, const struct shard_inode *in,
-			  uint32_t e, uint64_t *lo, uint64_t *hi)
+			  const char *name, size_t key, uint32_t e, uint64_t *lo, uint64_t *hi)
 {
-	const struct shard_inode *m = &idx->inodes[e];
+	char other[PATH_COMPONENT_MAX + 1];
+	struct shard_inode m;
 
-	if (!S_ISREG(m->mode) || (m->flags & SHARD_INODE_SPARSE) || m->shard != in->shard ||
-	    !same_key(idx, in, m) || m->data > *hi + SHARDFS_SAMPLE_GAP ||
-	    m->data + m->size + SHARDFS_SAMPLE_GAP < *lo)
+	shard_index_entry(idx, e, &m);
+	if (!S_ISREG(m.mode) || (m.flags & SHARD_INODE_SPARSE) || m.shard != in->shard ||
+	    m.data > *hi + SHARDFS_SAMPLE_GAP || m.data + m.size + SHARDFS_SAMPLE_GAP < *lo ||
+	    shard_index_name(idx, e, other) < key || memcmp(name, other, key))
 		return false;
-	*lo = m->data < *lo ? m->data : *lo;
-	*hi = m->data + m->size > *hi ? m->data + m->size : *hi;
+	*lo = m.data < *lo ? m.data : *lo;
+	*hi = m.data + m.size > *hi ? m.data + m.size : *hi;
 	return true;
 }
 
@@ -534,19 +540,24 @@ static bool sample_member(const struct shard_index *idx, const struct shard_inod
  * key.json, key.cls.  At most SHARDFS_WILLREAD_MAX bytes: else the file's
  * first ones.
  */
-static void sample_extent(const struct shard_index *idx, uint32_t e, uint64_t *lo,
-			  uint64_t *hi)
+static void sample_extent(const struct shard_index *idx, uint32_t e,
+			  const struct shard_inode *in, uint64_t *lo, uint64_t *hi)
 {
-	const struct shard_inode *in = &idx->inodes[e], *dir = &idx->inodes[in->parent];
-	uint64_t first = dir->data, end = dir->data + dir->size;
+	char name[PATH_COMPONENT_MAX + 1];
+	size_t key = key_len(name, shard_index_name(idx, e, name));
+	struct shard_inode dir;
+	uint64_t first, end;
 
+	shard_index_entry(idx, in->parent, &dir);
+	first = dir.data;
+	end = dir.data + dir.size;
 	*lo = in->data;
 	*hi = in->data + in->size;
-	for (uint32_t i = e; i > first && e - i < SHARDFS_SAMPLE_FILES &&
-	     sample_member(idx, in, i - 1, lo, hi); i--)
+	for (uint32_t i = e; key && i > first && e - i < SHARDFS_SAMPLE_FILES &&
+	     sample_member(idx, in, name, key, i - 1, lo, hi); i--)
 		;
-	for (uint32_t i = e + 1; i < end && i - e <= SHARDFS_SAMPLE_FILES &&
-	     sample_member(idx, in, i, lo, hi); i++)
+	for (uint32_t i = e + 1; key && i < end && i - e <= SHARDFS_SAMPLE_FILES &&
+	     sample_member(idx, in, name, key, i, lo, hi); i++)
 		;
 	if (*hi - *lo > SHARDFS_WILLREAD_MAX) {
 		*lo = in->data;
@@ -558,8 +569,8 @@ static void sample_extent(const struct shard_index *idx, uint32_t e, uint64_t *l
 static ssize_t read_member(struct shardfs *fs, uint64_t ino,
 			   const struct read_to *to, size_t size, uint64_t off)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
 	int node = control_node_of(&fs->control, ino);
+	struct shard_inode in;
 	unsigned forward;
 	ssize_t rc;
 
@@ -567,32 +578,32 @@ static ssize_t read_member(struct shardfs *fs, uint64_t ino,
 		return -EISDIR;
 	if (node > CONTROL_DIR)
 		return control_read(&fs->control, node, to->buf, size, off);
-	if (!in)
+	if (!shard_index_get(&fs->idx, ino, &in))
 		return -ENOENT;
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(in.mode))
 		return -EISDIR;
-	if (off >= in->size)
+	if (off >= in.size)
 		return 0;
-	if (size > in->size - off)
-		size = in->size - off;
-	if (in->flags & SHARD_INODE_SPARSE) {
+	if (size > in.size - off)
+		size = in.size - off;
+	if (in.flags & SHARD_INODE_SPARSE) {
 		assert(to->pipe < 0);	/* shardfs_splice() sends none here */
-		rc = read_sparse(fs, in, to->buf, size, off);
+		rc = read_sparse(fs, &in, to->buf, size, off);
 	} else {
 		uint64_t lo, hi;
 
 		if (!off) {
-			sample_extent(&fs->idx, (uint32_t)(ino - 1), &lo, &hi);
-			shard_source_advise(fs->set.shards[in->shard].src, lo, hi - lo,
+			sample_extent(&fs->idx, (uint32_t)(ino - 1), &in, &lo, &hi);
+			shard_source_advise(fs->set.shards[in.shard].src, lo, hi - lo,
 					    SHARD_SOURCE_WILLREAD);
 		}
-		rc = shard_pread(fs, in->shard, to, size, in->data + off, &forward);
+		rc = shard_pread(fs, in.shard, to, size, in.data + off, &forward);
 		if (rc >= 0 && !forward)
 			atomic_fetch_add_explicit(&fs->counters.random_read_bytes,
 						  rc, memory_order_relaxed);
 		if (rc >= 0)
-			pushahead_read(&fs->push, (uint32_t)(ino - 1), in->data + off,
-				       in->data + off + size, forward);
+			pushahead_read(&fs->push, (uint32_t)(ino - 1), in.data + off,
+				       in.data + off + size, forward);
 	}
 	if (rc < 0)
 		atomic_fetch_add_explicit(&fs->counters.errors, 1,
@@ -609,19 +620,18 @@ ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 	return read_member(fs, ino, &(struct read_to){ buf, -1 }, size, off);
 }
 
-/* The member @ino if [@off, @off + @size) of it, clamped to its end, is
- * at least @min bytes that can be spliced; else NULL. */
-static const struct shard_inode *splice_member(const struct shardfs *fs,
-					       uint64_t ino, size_t size,
-					       uint64_t off, size_t min)
+/* Whether [@off, @off + @size) of member @ino, clamped to its end, is at
+ * least @min bytes that can be spliced. */
+static bool splice_member(const struct shardfs *fs, uint64_t ino, size_t size,
+			  uint64_t off, size_t min)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode in;
 
-	if (control_node_of(&fs->control, ino) >= 0 || !in ||
-	    !S_ISREG(in->mode) || (in->flags & SHARD_INODE_SPARSE) ||
-	    !fs->set.shards[in->shard].src->ops->splice || off >= in->size)
-		return NULL;
-	return (size < in->size - off ? size : in->size - off) >= min ? in : NULL;
+	if (control_node_of(&fs->control, ino) >= 0 || !shard_index_get(&fs->idx, ino, &in) ||
+	    !S_ISREG(in.mode) || (in.flags & SHARD_INODE_SPARSE) ||
+	    !fs->set.shards[in.shard].src->ops->splice || off >= in.size)
+		return false;
+	return (size < in.size - off ? size : in.size - off) >= min;
 }
 
 ssize_t shardfs_splice(struct shardfs *fs, uint64_t ino, int pipe_fd,
@@ -636,10 +646,12 @@ ssize_t shardfs_splice(struct shardfs *fs, uint64_t ino, int pipe_fd,
 void shardfs_splice_done(struct shardfs *fs, uint64_t ino, size_t len,
 			 uint64_t off)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode in;
+	bool found = shard_index_get(&fs->idx, ino, &in);
 
-	assert(in && S_ISREG(in->mode) && off + len <= in->size);
-	shard_source_advise(fs->set.shards[in->shard].src, in->data + off, len,
+	assert(found && S_ISREG(in.mode) && off + len <= in.size);
+	(void)found;
+	shard_source_advise(fs->set.shards[in.shard].src, in.data + off, len,
 			    SHARD_SOURCE_DONTNEED);
 }
 
@@ -649,7 +661,7 @@ void shardfs_statfs(const struct shardfs *fs, struct statvfs *sv)
 	sv->f_bsize = SHARDFS_BLKSIZE;
 	sv->f_frsize = 512;
 	sv->f_blocks = (fs->idx.counts.bytes + 511) / 512;
-	sv->f_files = fs->idx.nr_inodes;
+	sv->f_files = shard_index_nr(&fs->idx);
 	sv->f_namemax = PATH_COMPONENT_MAX;
 	sv->f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
 }
@@ -679,27 +691,27 @@ static ssize_t entry_key(const struct shardfs *fs, uint32_t e, char *buf,
 static ssize_t xattr_value(const struct shardfs *fs, uint32_t e, size_t i,
 			   char *val, size_t size)
 {
-	const struct shard_inode *in = &fs->idx.inodes[e];
+	struct shard_inode in;
 
+	shard_index_entry(&fs->idx, e, &in);
 	switch (i) {
 	case 0:
-		return snprintf(val, size, "%s", fs->set.shards[in->shard].path);
+		return snprintf(val, size, "%s", fs->set.shards[in.shard].path);
 	case 1:
-		return snprintf(val, size, "%" PRIu32, in->shard);
+		return snprintf(val, size, "%" PRIu32, in.shard);
 	case 2:
-		return snprintf(val, size, "%" PRIu64, shard_index_data_offset(&fs->idx, in));
+		return snprintf(val, size, "%" PRIu64, shard_index_data_offset(&fs->idx, &in));
 	default:
 		return entry_key(fs, e, val, size);
 	}
 }
 
 /* Regular files carry the attributes; nothing else does. */
-static const struct shard_inode *xattr_inode(const struct shardfs *fs,
-					     uint64_t ino)
+static bool xattr_inode(const struct shardfs *fs, uint64_t ino)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode in;
 
-	return in && S_ISREG(in->mode) ? in : NULL;
+	return shard_index_get(&fs->idx, ino, &in) && S_ISREG(in.mode);
 }
 
 ssize_t shardfs_getxattr(const struct shardfs *fs, uint64_t ino,

@@ -3,9 +3,13 @@
  * index.c - queries on a built index.
  *
  * Lookup is a binary search over the parent's contiguous, name-sorted
- * children: no hash table is kept after the build, which is what keeps the
- * index at 64 bytes per entry plus names.  Even in a directory of a
- * million entries that is 20 comparisons of short names.
+ * children (compact_lookup(): over the first names of their groups of 16,
+ * then one group): no hash table is kept after the build, which is what
+ * keeps the index at the packed entries' bytes.  Even in a directory of a
+ * million entries that is 16 comparisons of short names and one group.
+ *
+ * An index built in memory is packed here (shard_index_pack()), into the
+ * same sections an index file holds, so that a mount serves one form.
  *
  * order[] (index.h) is filled by a count of each shard's files, their
  * entries dealt to the shards' ranges in entry order, and a sort of each
@@ -20,47 +24,25 @@
 
 #include "shardfs/index.h"
 #include "shardfs/index_map.h"
-
-int shard_index_name_cmp(const char *a, size_t alen, const char *b,
-			 size_t blen)
-{
-	int c = memcmp(a, b, alen < blen ? alen : blen);
-
-	return c ? c : (alen > blen) - (alen < blen);
-}
+#include "shardfs/util.h"
 
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 			   const char *name, size_t len)
 {
-	const struct shard_inode *d = &idx->inodes[dir];
-	uint64_t lo, hi;
+	struct shard_inode d;
 
-	if (!S_ISDIR(d->mode))
+	shard_index_entry(idx, dir, &d);
+	if (!S_ISDIR(d.mode))
 		return -ENOTDIR;
-	lo = d->data;
-	hi = d->data + d->size;
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		const struct shard_inode *c = &idx->inodes[mid];
-		int cmp = shard_index_name_cmp(name, len,
-					       shard_index_name(idx, c),
-					       c->name_len);
-
-		if (cmp == 0)
-			return (int64_t)mid;
-		if (cmp < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return -ENOENT;
+	assert(d.data + d.size <= idx->entries.nr);
+	return compact_lookup(&idx->entries, (uint32_t)d.data, (uint32_t)d.size, name, len);
 }
 
 uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e)
 {
 	uint64_t lo = 0, hi = idx->nr_hardlinks;
 
-	if (!(idx->inodes[e].flags & SHARD_INODE_LINKED))
+	if (!(compact_field(&idx->entries, e, COMPACT_FLAGS) & SHARD_INODE_LINKED))
 		return (uint64_t)e + 1;
 	while (lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
@@ -88,23 +70,24 @@ uint64_t shard_index_data_offset(const struct shard_index *idx,
 ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
 			       char *buf, size_t size)
 {
+	char name[PATH_COMPONENT_MAX + 1];
 	size_t len = 0;
 
 	/* Walk up to the root writing components from the end backwards. */
 	if (size == 0)
 		return -ENAMETOOLONG;
 	buf[size - 1] = '\0';
-	for (uint32_t cur = e; cur != 0; cur = idx->inodes[cur].parent) {
-		const struct shard_inode *in = &idx->inodes[cur];
-		size_t need = in->name_len + (len ? 1 : 0);
+	for (uint32_t cur = e; cur != 0;
+	     cur = (uint32_t)compact_field(&idx->entries, cur, COMPACT_PARENT)) {
+		size_t name_len = shard_index_name(idx, cur, name);
+		size_t need = name_len + (len ? 1 : 0);
 
 		if (len + need + 1 > size)
 			return -ENAMETOOLONG;
 		if (len)
 			buf[size - 2 - len] = '/';
 		len += need;
-		memcpy(buf + size - 1 - len, shard_index_name(idx, in),
-		       in->name_len);
+		memcpy(buf + size - 1 - len, name, name_len);
 	}
 	memmove(buf, buf + size - 1 - len, len + 1);
 	return (ssize_t)len;
@@ -112,14 +95,15 @@ ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
 
 double shard_index_bytes_per_entry(const struct shard_index *idx)
 {
-	uint64_t bytes = (uint64_t)idx->nr_inodes * sizeof(*idx->inodes) +
-			 idx->names_len +
+	const struct compact_entries *c = &idx->entries;
+	uint64_t bytes = c->entries_len + c->targets_len +
+			 ((uint64_t)compact_nr_blocks(c->nr) + 1) * sizeof(*c->blocks) +
 			 idx->nr_sparse * sizeof(*idx->sparse) +
 			 idx->nr_extents * sizeof(*idx->extents) +
 			 idx->nr_hardlinks * sizeof(*idx->hardlinks) +
 			 idx->nr_order * sizeof(*idx->order);
 
-	return idx->nr_inodes ? (double)bytes / idx->nr_inodes : 0;
+	return c->nr ? (double)bytes / c->nr : 0;
 }
 
 uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
@@ -200,18 +184,79 @@ int64_t shard_index_order_compute(const struct shard_inode *inodes, uint32_t n,
 	return rc ? rc : (int64_t)count;
 }
 
-int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards)
+/* Set idx->order from the @n entries @inodes of @nr_shards shards. */
+static int order_build(struct shard_index *idx, const struct shard_inode *inodes, uint32_t n,
+		       uint32_t nr_shards)
 {
 	int64_t count;
 
-	idx->order = malloc(((size_t)idx->nr_inodes + 1) * sizeof(*idx->order));
+	idx->order = malloc(((size_t)n + 1) * sizeof(*idx->order));
 	if (!idx->order)
 		return -ENOMEM;
-	count = shard_index_order_compute(idx->inodes, idx->nr_inodes, nr_shards, idx->order);
+	count = shard_index_order_compute(inodes, n, nr_shards, idx->order);
 	if (count < 0)
 		return (int)count;
 	idx->nr_order = (uint64_t)count;
 	return 0;
+}
+
+int shard_index_encode(struct compact_encoder *enc, const struct shard_inode *inodes,
+		       uint32_t n, const char *names)
+{
+	int rc = 0;
+
+	for (uint32_t e = 0; !rc && e < n; e++)
+		rc = compact_encoder_add(enc, &inodes[e], names + inodes[e].name,
+					 inodes[e].name_len,
+					 S_ISLNK(inodes[e].mode) ? names + inodes[e].data : NULL);
+	return rc ?: compact_encoder_finish(enc);
+}
+
+/* Where the packed blocks of an index in memory go. */
+struct packed {
+	uint8_t *bytes;		/* the ENTRIES section so far */
+	size_t len;		/* bytes in it */
+	size_t cap;		/* room in it */
+};
+
+/* compact_emit_fn into a struct packed. */
+static int packed_emit(void *arg, const void *block, size_t len)
+{
+	struct packed *p = arg;
+	int rc = array_grow((void **)&p->bytes, &p->cap, p->len + len, 1);
+
+	if (rc)
+		return rc;
+	memcpy(p->bytes + p->len, block, len);
+	p->len += len;
+	return 0;
+}
+
+int shard_index_pack(struct shard_index *idx, const struct shard_inode *inodes, uint32_t n,
+		     const char *names, uint32_t nr_shards)
+{
+	struct compact_encoder *enc = malloc(sizeof(*enc));
+	struct packed p = { 0 };
+	int rc = enc ? 0 : -ENOMEM;
+
+	if (!rc) {
+		compact_encoder_init(enc, packed_emit, &p);
+		rc = shard_index_encode(enc, inodes, n, names);
+	}
+	if (!rc) {
+		idx->entries = (struct compact_entries){
+			.entries = p.bytes, .entries_len = p.len, .blocks = enc->blocks,
+			.targets = enc->targets, .targets_len = enc->targets_len, .nr = n };
+		p.bytes = NULL;
+		enc->blocks = NULL;	/* now the index's */
+		enc->targets = NULL;
+	}
+	rc = rc ?: order_build(idx, inodes, n, nr_shards);
+	if (enc)
+		compact_encoder_release(enc);
+	free(enc);
+	free(p.bytes);
+	return rc;
 }
 
 void shard_index_release(struct shard_index *idx)
@@ -221,8 +266,10 @@ void shard_index_release(struct shard_index *idx)
 		*idx = (struct shard_index){ 0 };
 		return;
 	}
-	free(idx->inodes);
-	free(idx->names);
+	/* built in memory (shard_index_pack): the sections are ours */
+	free((void *)idx->entries.entries);
+	free((void *)idx->entries.blocks);
+	free((void *)idx->entries.targets);
 	free(idx->sparse);
 	free(idx->extents);
 	free(idx->hardlinks);

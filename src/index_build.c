@@ -118,6 +118,11 @@ struct builder {
 	size_t dir_len;			/* bytes in dir; 0: none yet */
 	uint32_t dir_node;		/* the node of dir */
 	struct shard_index_counts counts; /* totals */
+	struct shard_inode *inodes;	/* phase 3: the entries laid out, in
+					 * entry order, before they are packed */
+	char *names;			/* phase 3: their names and link
+					 * targets, NUL-terminated */
+	uint64_t names_len;		/* bytes in names */
 	char *padded;			/* classes layout: the padded names of
 					 * numeric class directories */
 	bool bounded;			/* a build into a file (phase 2'): only
@@ -601,7 +606,7 @@ static int seed_member(struct shard_scan *sc, const struct shard_index *base,
 		.group = UINT32_MAX,
 	};
 	if (S_ISLNK(in->mode))
-		return shard_scan_add_string(sc, base->names + in->data, in->size,
+		return shard_scan_add_string(sc, shard_index_target(base, in), in->size,
 					     &rm->link, &rm->link_len);
 	if (in->flags & SHARD_INODE_SPARSE)
 		return shard_scan_add_extents(sc, base, &base->sparse[in->data], rm);
@@ -617,40 +622,47 @@ static int seed_member(struct shard_scan *sc, const struct shard_index *base,
 static int seed_from_base(struct builder *b, const struct shard_index *base)
 {
 	struct shard_scan *sc = &b->base_scan;
-	uint32_t *node_of = calloc_huge(base->nr_inodes, sizeof(*node_of));
+	uint32_t nr = shard_index_nr(base);
+	uint32_t *node_of = calloc_huge(nr, sizeof(*node_of));
+	struct compact_cursor cur;
+	struct shard_inode in;
 	int rc = 0;
 
-	sc->members = calloc_huge(base->nr_inodes, sizeof(*sc->members));
+	sc->members = calloc_huge(nr, sizeof(*sc->members));
 	if (!node_of || !sc->members) {
 		free(node_of);
 		return -ENOMEM;
 	}
-	node_of[0] = 0;
-	for (uint32_t e = 0; !rc && e < base->nr_inodes; e++) {
-		const struct shard_inode *in = &base->inodes[e];
+	compact_cursor_init(&cur, &base->entries, 0);
+	for (uint32_t e = 0; !rc && compact_cursor_next(&cur, &in); e++) {
 		uint64_t first = shard_index_ino(base, e) - 1;
-		const char *name = shard_index_name(base, in);
-		uint32_t len = in->name_len;
+		uint32_t len = (uint32_t)cur.name_len;
+		const char *name = len ? bump_alloc(&b->dir_arena, len) : "";
 		int64_t id = 0;
 
-		if (e && in->parent == 0 && classes_layout(b))
+		if (!name) {
+			rc = -ENOMEM;
+			break;
+		}
+		name = memcpy((char *)name, cur.name, len);	/* nodes keep it */
+		if (e && in.parent == 0 && classes_layout(b))
 			unpad_number(&name, &len);
 		if (e)
-			id = child_find(b, node_of[in->parent], name, len);
+			id = child_find(b, node_of[in.parent], name, len);
 		if (id == -ENOENT)
-			id = node_new(b, node_of[in->parent], name, len, in->shard);
+			id = node_new(b, node_of[in.parent], name, len, in.shard);
 		if (id < 0) {
 			rc = (int)id;
 			break;
 		}
 		node_of[e] = (uint32_t)id;
-		if (in->flags & SHARD_INODE_SYNTHESIZED)
+		if (in.flags & SHARD_INODE_SYNTHESIZED)
 			continue;	/* stays synthesized: its time is recomputed */
 		if (first == e)
-			rc = seed_member(sc, base, in, &sc->members[e]);
-		node_bind(&b->nodes[node_of[e]], &sc->members[first], in->shard);
+			rc = seed_member(sc, base, &in, &sc->members[e]);
+		node_bind(&b->nodes[node_of[e]], &sc->members[first], in.shard);
 	}
-	sc->nr_members = base->nr_inodes;
+	sc->nr_members = nr;
 	b->counts.members = base->counts.members;
 	b->counts.duplicates = base->counts.duplicates;
 	b->counts.skipped = base->counts.skipped;
@@ -794,7 +806,7 @@ static void scan_done(struct builder *b, uint32_t s)
  */
 static int merge_all(struct builder *b)
 {
-	int rc = table_reserve(b, b->opt->base ? b->opt->base->nr_inodes : 1), bad = 0;
+	int rc = table_reserve(b, b->opt->base ? shard_index_nr(b->opt->base) : 1), bad = 0;
 
 	if (!rc && b->opt->base)
 		rc = seed_from_base(b, b->opt->base);
@@ -1010,23 +1022,22 @@ static int index_alloc(struct shard_index *idx, struct builder *b)
 			extents += m->nr_extents;
 		}
 	}
-	idx->inodes = calloc_huge(b->nr_nodes, sizeof(*idx->inodes));
-	idx->names = calloc_huge(names, 1);
+	b->inodes = calloc_huge(b->nr_nodes, sizeof(*b->inodes));
+	b->names = calloc_huge(names, 1);
 	idx->sparse = calloc(sparse ? sparse : 1, sizeof(*idx->sparse));
 	idx->extents = calloc(extents ? extents : 1, sizeof(*idx->extents));
-	idx->nr_inodes = b->nr_nodes;
-	if (!idx->inodes || !idx->names || !idx->sparse || !idx->extents)
+	if (!b->inodes || !b->names || !idx->sparse || !idx->extents)
 		return -ENOMEM;
 	return 0;
 }
 
-static uint64_t names_add(struct shard_index *idx, const char *s, size_t len)
+static uint64_t names_add(struct builder *b, const char *s, size_t len)
 {
-	uint64_t at = idx->names_len;
+	uint64_t at = b->names_len;
 
-	memcpy(idx->names + at, s, len);
-	idx->names[at + len] = '\0';
-	idx->names_len += len + 1;
+	memcpy(b->names + at, s, len);
+	b->names[at + len] = '\0';
+	b->names_len += len + 1;
 	return at;
 }
 
@@ -1121,7 +1132,7 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
 		m->group = n->entry;
 	m->nlink++;
 	if (m->type == TAR_SYMLINK)
-		data = names_add(idx, sc->strings + m->link, m->link_len);
+		data = names_add(b, sc->strings + m->link, m->link_len);
 	else if (m->sparse)
 		data = sparse_add(idx, sc, m);
 	leaf_attrs(b, in, m, n->shard, data, m->nlink == 1);
@@ -1132,11 +1143,11 @@ static void fill_leaf(struct builder *b, struct shard_index *idx,
  * Children come after their parent, so one backward pass carries the
  * newest time up through nested synthesized directories.
  */
-static void synthesized_times(struct shard_index *idx)
+static void synthesized_times(struct builder *b)
 {
-	for (uint32_t e = idx->nr_inodes - 1; e > 0; e--) {
-		const struct shard_inode *in = &idx->inodes[e];
-		struct shard_inode *p = &idx->inodes[in->parent];
+	for (uint32_t e = b->nr_nodes - 1; e > 0; e--) {
+		const struct shard_inode *in = &b->inodes[e];
+		struct shard_inode *p = &b->inodes[in->parent];
 
 		if ((p->flags & SHARD_INODE_SYNTHESIZED) &&
 		    (in->mtime_sec > p->mtime_sec ||
@@ -1159,7 +1170,7 @@ static int link_groups(struct builder *b, struct shard_index *idx,
 
 		if (node_is_dir(n))
 			continue;
-		idx->inodes[e].nlink = n->member->nlink;
+		b->inodes[e].nlink = n->member->nlink;
 		if (n->member->group == e)
 			continue;
 		rc = array_grow((void **)&idx->hardlinks, &cap, idx->nr_hardlinks + 1,
@@ -1168,7 +1179,7 @@ static int link_groups(struct builder *b, struct shard_index *idx,
 			return rc;
 		idx->hardlinks[idx->nr_hardlinks++] =
 			(struct shard_hardlink){ e, n->member->group };
-		idx->inodes[e].flags |= SHARD_INODE_LINKED;
+		b->inodes[e].flags |= SHARD_INODE_LINKED;
 		b->counts.hardlinks++;
 	}
 	return 0;
@@ -1187,9 +1198,9 @@ static int layout(struct builder *b, struct shard_index *idx)
 	}
 	for (uint32_t e = 0; !rc && e < b->nr_nodes; e++) {
 		const struct build_node *n = &b->nodes[order[e]];
-		struct shard_inode *in = &idx->inodes[e];
+		struct shard_inode *in = &b->inodes[e];
 
-		in->name = names_add(idx, n->name, n->name_len);
+		in->name = names_add(b, n->name, n->name_len);
 		in->name_len = (uint16_t)n->name_len;
 		in->parent = b->nodes[n->parent].entry;
 		if (node_is_dir(n))
@@ -1199,7 +1210,7 @@ static int layout(struct builder *b, struct shard_index *idx)
 	}
 	rc = rc ?: link_groups(b, idx, order);
 	if (!rc)
-		synthesized_times(idx);
+		synthesized_times(b);
 	free(order);
 	free(cl.start);
 	free(cl.child);
@@ -1299,7 +1310,7 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
  */
 static int stream_number(struct builder *b, const struct child_lists *cl,
 			 struct stream_dir *dirs, uint32_t *queue,
-			 uint64_t len[INDEX_NR_SECTIONS])
+			 uint64_t len[INDEX_NR_PARTS])
 {
 	uint64_t next = 1, names = 1, sparse = 0, extents = 0;	/* root: "" */
 	uint32_t tail = 1;
@@ -1328,10 +1339,10 @@ static int stream_number(struct builder *b, const struct child_lists *cl,
 		}
 	}
 	assert(tail == b->nr_nodes);
-	len[INDEX_SEC_INODES] = next * sizeof(struct shard_inode);
-	len[INDEX_SEC_NAMES] = names;
-	len[INDEX_SEC_SPARSE] = sparse * sizeof(struct shard_sparse);
-	len[INDEX_SEC_EXTENTS] = extents * sizeof(struct shard_extent);
+	len[INDEX_PART_INODES] = next * sizeof(struct shard_inode);
+	len[INDEX_PART_NAMES] = names;
+	len[INDEX_PART_SPARSE] = sparse * sizeof(struct shard_sparse);
+	len[INDEX_PART_EXTENTS] = extents * sizeof(struct shard_extent);
 	return 0;
 }
 
@@ -1359,7 +1370,7 @@ static void stream_times(struct builder *b, struct stream_dir *dirs,
 /* Buffered writes into one section of the index file, mostly in order. */
 struct section_out {
 	struct index_file_writer *w;	/* the file */
-	enum index_section s;		/* the section */
+	enum index_part s;		/* the part */
 	uint64_t at;			/* where buf goes in the section */
 	size_t len;			/* bytes in buf */
 	char buf[64 * 1024];		/* bytes not yet written */
@@ -1511,7 +1522,7 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 	struct stream_dir *dirs = calloc_huge(b->nr_nodes, sizeof(*dirs));
 	uint32_t *queue = calloc_huge(b->nr_nodes, sizeof(*queue));
 	struct stream_out *o = calloc(1, sizeof(*o));
-	uint64_t len[INDEX_NR_SECTIONS] = { 0 };
+	uint64_t len[INDEX_NR_PARTS] = { 0 };
 	int rc = dirs && queue && o ? child_lists_build(b, &cl) : -ENOMEM;
 
 	rc = rc ?: leaf_runs_finish(&b->runs);
@@ -1519,14 +1530,14 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 	rc = rc ?: stream_number(b, &cl, dirs, queue, len);
 	if (!rc) {
 		stream_times(b, dirs, queue);
-		*nr_entries = (uint32_t)(len[INDEX_SEC_INODES] / sizeof(struct shard_inode));
+		*nr_entries = (uint32_t)(len[INDEX_PART_INODES] / sizeof(struct shard_inode));
 		rc = index_file_writer_place(w, len, b->runs.nr_runs == 0);
 	}
 	if (!rc) {
-		o->inodes = (struct section_out){ .w = w, .s = INDEX_SEC_INODES };
-		o->names = (struct section_out){ .w = w, .s = INDEX_SEC_NAMES };
-		o->sparse = (struct section_out){ .w = w, .s = INDEX_SEC_SPARSE };
-		o->extents = (struct section_out){ .w = w, .s = INDEX_SEC_EXTENTS };
+		o->inodes = (struct section_out){ .w = w, .s = INDEX_PART_INODES };
+		o->names = (struct section_out){ .w = w, .s = INDEX_PART_NAMES };
+		o->sparse = (struct section_out){ .w = w, .s = INDEX_PART_SPARSE };
+		o->extents = (struct section_out){ .w = w, .s = INDEX_PART_EXTENTS };
 		rc = stream_write(b, &cl, dirs, o);
 	}
 	free(o);
@@ -1551,6 +1562,8 @@ static void builder_release(struct builder *b)
 	free(b->scanned);
 	free(b->threads);
 	mapped_array_free(b->nodes, b->cap_nodes, sizeof(*b->nodes));
+	free(b->inodes);
+	free(b->names);
 	free(b->slots);
 	free(b->padded);
 	leaf_runs_release(&b->runs);
@@ -1601,7 +1614,7 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 	rc = rc ?: check_labels(&b);
 	rc = rc ?: pad_numeric_classes(&b);
 	rc = rc ?: layout(&b, idx);
-	rc = rc ?: shard_index_order_build(idx, set->nr);
+	rc = rc ?: shard_index_pack(idx, b.inodes, b.nr_nodes, b.names, set->nr);
 	if (rc == -E2BIG)
 		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
 	idx->counts = b.counts;

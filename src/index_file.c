@@ -15,6 +15,7 @@
  * tree.
  */
 #include <assert.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -233,7 +234,7 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 {
 	int removed;
 
-	*w = (struct index_file_writer){ .fd = -1, .set = set };
+	*w = (struct index_file_writer){ .fd = -1, .stage_fd = -1, .set = set };
 	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(w->tmp) ||
 	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path)) {
 		w->tmp[0] = '\0';
@@ -252,49 +253,100 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 	return 0;
 }
 
-int index_file_writer_place(struct index_file_writer *w,
-			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory)
+/* An unlinked file beside the index for the staged parts. */
+static int stage_open(struct index_file_writer *w)
 {
-	uint64_t off = section_align(sizeof(w->h));
-	uint64_t own[INDEX_NR_SECTIONS];
+	char tmp[PATH_MAX];
+
+	if (snprintf(tmp, sizeof(tmp), "%s", w->tmp) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
+	w->stage_fd = mkostemp(tmp, O_CLOEXEC);
+	if (w->stage_fd < 0)
+		return -errno;
+	unlink(tmp);
+	return 0;
+}
+
+/* Where staged part @p starts in the staging file. */
+static uint64_t stage_offset(const struct index_file_writer *w, enum index_part p)
+{
+	assert(p == INDEX_PART_INODES || p == INDEX_PART_NAMES);
+	return p == INDEX_PART_NAMES ? section_align(w->part_len[INDEX_PART_INODES]) : 0;
+}
+
+/* The section a part is written to as it is; INDEX_NR_SECTIONS: staged. */
+static enum index_section part_section(enum index_part p)
+{
+	static const enum index_section of[INDEX_NR_PARTS] = {
+		[INDEX_PART_INODES] = INDEX_NR_SECTIONS,
+		[INDEX_PART_NAMES] = INDEX_NR_SECTIONS,
+		[INDEX_PART_SPARSE] = INDEX_SEC_SPARSE,
+		[INDEX_PART_EXTENTS] = INDEX_SEC_EXTENTS,
+		[INDEX_PART_HARDLINKS] = INDEX_SEC_HARDLINKS,
+	};
+
+	return of[p];
+}
+
+int index_file_writer_place(struct index_file_writer *w,
+			    const uint64_t len[INDEX_NR_PARTS], bool in_memory)
+{
+	static const enum index_section fixed[] = {
+		INDEX_SEC_SHARDS, INDEX_SEC_SHARD_NAMES, INDEX_SEC_SPARSE, INDEX_SEC_EXTENTS,
+		INDEX_SEC_HARDLINKS, INDEX_SEC_SEEK_SHARDS, INDEX_SEC_SEEK_POINTS,
+		INDEX_SEC_SEEK_WINDOWS };
+	uint64_t off = section_align(sizeof(w->h)), own[INDEX_NR_SECTIONS] = { 0 };
 	int rc = shard_table(w->path, w->set, &w->recs, &w->names, &w->names_len);
 
 	rc = rc ?: seek_sections_fill(w->set, &w->ss);
+	rc = rc ?: (in_memory ? 0 : stage_open(w));
 	if (rc)
 		return rc;
-	memcpy(own, len, sizeof(own));
-	own[INDEX_SEC_ORDER] = 0;	/* known at the seal: writer_order() */
+	memcpy(w->part_len, len, sizeof(w->part_len));
+	for (int p = 0; p < INDEX_NR_PARTS; p++)
+		if (part_section(p) < INDEX_NR_SECTIONS)
+			own[part_section(p)] = len[p];
 	own[INDEX_SEC_SHARDS] = w->set->nr * sizeof(*w->recs);
 	own[INDEX_SEC_SHARD_NAMES] = w->names_len;
 	own[INDEX_SEC_SEEK_SHARDS] = w->set->nr * sizeof(*w->ss.recs);
 	own[INDEX_SEC_SEEK_POINTS] = w->ss.nr_points * sizeof(*w->ss.points);
 	own[INDEX_SEC_SEEK_WINDOWS] = w->ss.windows_len;
-	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
-		w->h.sections[s] = (struct index_section_entry){ off, own[s], 0 };
-		off = section_align(off + own[s]);
-		if (in_memory && own[s] && s >= INDEX_SEC_INODES && s <= INDEX_SEC_HARDLINKS &&
-		    !(w->image[s] = calloc(own[s], 1)))
-			return -ENOMEM;
+	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++) {
+		w->h.sections[fixed[i]] = (struct index_section_entry){ off, own[fixed[i]], 0 };
+		off = section_align(off + own[fixed[i]]);
 	}
-	w->h.file_size = off;
+	w->tail = off;
+	for (int p = 0; in_memory && p < INDEX_NR_PARTS; p++)
+		if (len[p] && !(w->image[p] = calloc(len[p], 1)))
+			return -ENOMEM;
 	return 0;
 }
 
-int index_file_writer_put(struct index_file_writer *w, enum index_section s,
+int index_file_writer_put(struct index_file_writer *w, enum index_part p,
 			  uint64_t at, const void *buf, size_t len)
 {
-	const struct index_section_entry *e = &w->h.sections[s];
+	enum index_section s = part_section(p);
 
-	assert(at <= e->length && len <= e->length - at);
-	if (w->image[s]) {
-		memcpy(w->image[s] + at, buf, len);
+	assert(at <= w->part_len[p] && len <= w->part_len[p] - at);
+	if (w->image[p]) {
+		memcpy(w->image[p] + at, buf, len);
 		return 0;
 	}
-	if (!at && len == e->length) {	/* whole: hashed here, not read back */
+	if (s == INDEX_NR_SECTIONS)
+		return write_all(w->stage_fd, buf, len, stage_offset(w, p) + at);
+	if (!at && len == w->h.sections[s].length) { /* whole: hashed here */
 		w->h.sections[s].xxh3 = XXH3_64bits(buf, len);
 		w->hashed[s] = true;
 	}
-	return write_all(w->fd, buf, len, e->offset + at);
+	return write_all(w->fd, buf, len, w->h.sections[s].offset + at);
+}
+
+void index_file_writer_put_packed(struct index_file_writer *w,
+				  const struct shard_index *idx)
+{
+	assert(!w->part_len[INDEX_PART_INODES] && !w->part_len[INDEX_PART_NAMES]);
+	w->packed = idx;
 }
 
 /* The xxh3 of section @s, read back from the file (written out of order). */
@@ -324,70 +376,196 @@ static int section_hash(struct index_file_writer *w, enum index_section s, char 
 	return rc;
 }
 
+/* Section @s, @len bytes from @buf, next at w->tail. */
+static int tail_put(struct index_file_writer *w, enum index_section s, const void *buf,
+		    uint64_t len)
+{
+	w->h.sections[s] = (struct index_section_entry){ w->tail, len, XXH3_64bits(buf, len) };
+	w->hashed[s] = true;
+	w->tail = section_align(w->tail + len);
+	return write_all(w->fd, buf, len, w->h.sections[s].offset);
+}
+
+/* Packed blocks on their way into ENTRIES, a buffer at a time. */
+struct entries_out {
+	struct index_file_writer *w;	/* the file */
+	XXH3_state_t *hash;		/* of ENTRIES so far */
+	uint64_t written;		/* bytes of ENTRIES in the file */
+	size_t len;			/* bytes in buf */
+	char buf[INDEX_WRITER_PACK_BUF]; /* bytes not yet written */
+};
+
+static int entries_flush(struct entries_out *o)
+{
+	int rc = write_all(o->w->fd, o->buf, o->len, o->w->tail + o->written);
+
+	XXH3_64bits_update(o->hash, o->buf, o->len);
+	o->written += o->len;
+	o->len = 0;
+	return rc;
+}
+
+/* compact_emit_fn into an entries_out. */
+static int entries_emit(void *arg, const void *block, size_t len)
+{
+	struct entries_out *o = arg;
+	int rc = o->len + len > sizeof(o->buf) ? entries_flush(o) : 0;
+
+	assert(len <= sizeof(o->buf));
+	memcpy(o->buf + o->len, block, len);
+	o->len += len;
+	return rc;
+}
+
+/* Pack the @n staged entries @inodes named in @names into ENTRIES, BLOCKS
+ * and TARGETS at w->tail. */
+static int pack_staged(struct index_file_writer *w, const struct shard_inode *inodes,
+		       uint32_t n, const char *names)
+{
+	struct entries_out *o = malloc(sizeof(*o));
+	struct compact_encoder *enc = malloc(sizeof(*enc));
+	int rc = o && enc ? 0 : -ENOMEM;
+
+	if (!rc && !(*o = (struct entries_out){ .w = w, .hash = XXH3_createState() }).hash)
+		rc = -ENOMEM;
+	if (rc)
+		goto out_free;
+	XXH3_64bits_reset(o->hash);
+	compact_encoder_init(enc, entries_emit, o);
+	rc = shard_index_encode(enc, inodes, n, names) ?: entries_flush(o);
+	if (!rc) {
+		w->h.sections[INDEX_SEC_ENTRIES] = (struct index_section_entry){
+			w->tail, o->written, XXH3_64bits_digest(o->hash) };
+		w->hashed[INDEX_SEC_ENTRIES] = true;
+		w->tail = section_align(w->tail + o->written);
+		rc = tail_put(w, INDEX_SEC_BLOCKS, enc->blocks,
+			      ((uint64_t)compact_nr_blocks(n) + 1) * sizeof(*enc->blocks)) ?:
+		     tail_put(w, INDEX_SEC_TARGETS, enc->targets, enc->targets_len);
+	}
+	compact_encoder_release(enc);
+	XXH3_freeState(o->hash);
+out_free:
+	free(enc);
+	free(o);
+	return rc;
+}
+
 /*
- * The ORDER section, the last of the file, computed from the INODES
- * section as written (index.h: shard_index_order_compute(), whichever build
- * wrote the entries).  The file is read and written through a mapping, so
- * that the build holds its pages as page cache, not per member in its own
- * memory; the file grows by at most 4 bytes per entry and the seal cuts
- * it to what the section takes.
+ * The ORDER section, the last of the file, computed from the staged
+ * entries (index.h: shard_index_order_compute(), whichever build wrote
+ * them).  The file is written through a mapping, so that the build holds
+ * its pages as page cache, not per member in its own memory; the file
+ * grows by at most 4 bytes per entry and the seal cuts it to what the
+ * section takes.
  */
-static int writer_order(struct index_file_writer *w)
+static int staged_order(struct index_file_writer *w, const struct shard_inode *inodes,
+			uint32_t n)
 {
 	struct index_section_entry *o = &w->h.sections[INDEX_SEC_ORDER];
-	const struct index_section_entry *in = &w->h.sections[INDEX_SEC_INODES];
-	uint32_t n = (uint32_t)(in->length / sizeof(struct shard_inode));
-	size_t len = o->offset + (uint64_t)n * sizeof(uint32_t);
+	size_t len = w->tail + (uint64_t)n * sizeof(uint32_t);
 	char *map = MAP_FAILED;
 	int rc = 0;
 
-	assert(o->offset >= in->offset + in->length && !o->length);
 	if (ftruncate(w->fd, (off_t)len))
 		rc = -errno;
 	if (!rc && (map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			       w->fd, 0)) == MAP_FAILED)
 		rc = -errno;
 	if (!rc) {
-		int64_t nr = shard_index_order_compute((const void *)(map + in->offset), n,
-						       w->set->nr, (uint32_t *)(map + o->offset));
+		int64_t nr = shard_index_order_compute(inodes, n, w->set->nr,
+						       (uint32_t *)(map + w->tail));
 
 		rc = nr < 0 ? (int)nr : 0;
-		o->length = nr < 0 ? 0 : (uint64_t)nr * sizeof(uint32_t);
+		*o = (struct index_section_entry){ w->tail, nr < 0 ? 0 : (uint64_t)nr * 4, 0 };
 	}
 	if (!rc) {
 		o->xxh3 = XXH3_64bits(map + o->offset, o->length);
 		w->hashed[INDEX_SEC_ORDER] = true;
-		w->h.file_size = section_align(o->offset + o->length);
+		w->tail = section_align(o->offset + o->length);
 	}
 	if (map != MAP_FAILED)
 		munmap(map, len);
 	return rc;
 }
 
-/* The shard and seek sections, every checksum, then the header. */
-static int writer_seal(struct index_file_writer *w)
+/* The staged parts where the commit can read them: the images, or the
+ * staging file mapped (*@map, @map_len to unmap). */
+static int staged_view(struct index_file_writer *w, const char **inodes, const char **names,
+		       void **map, size_t *map_len)
+{
+	*map = MAP_FAILED;
+	*map_len = 0;
+	if (w->stage_fd < 0) {
+		*inodes = w->image[INDEX_PART_INODES];
+		*names = w->image[INDEX_PART_NAMES];
+		return 0;
+	}
+	*map_len = stage_offset(w, INDEX_PART_NAMES) + w->part_len[INDEX_PART_NAMES];
+	if (!*map_len)
+		return 0;
+	if (ftruncate(w->stage_fd, (off_t)*map_len))
+		return -errno;
+	*map = mmap(NULL, *map_len, PROT_READ, MAP_SHARED, w->stage_fd, 0);
+	if (*map == MAP_FAILED)
+		return -errno;
+	*inodes = *map;
+	*names = (const char *)*map + stage_offset(w, INDEX_PART_NAMES);
+	return 0;
+}
+
+/* ENTRIES, BLOCKS, TARGETS and ORDER, from the staged parts or as put. */
+static int writer_entries(struct index_file_writer *w, uint32_t n)
+{
+	const struct shard_index *idx = w->packed;
+	const char *inodes = NULL, *names = NULL;
+	void *map;
+	size_t map_len;
+	int rc;
+
+	if (idx)
+		return tail_put(w, INDEX_SEC_ENTRIES, idx->entries.entries,
+				idx->entries.entries_len) ?:
+		       tail_put(w, INDEX_SEC_BLOCKS, idx->entries.blocks,
+				((uint64_t)compact_nr_blocks(n) + 1) * sizeof(uint64_t)) ?:
+		       tail_put(w, INDEX_SEC_TARGETS, idx->entries.targets,
+				idx->entries.targets_len) ?:
+		       tail_put(w, INDEX_SEC_ORDER, idx->order,
+				idx->nr_order * sizeof(*idx->order));
+	assert(w->part_len[INDEX_PART_INODES] == (uint64_t)n * sizeof(struct shard_inode));
+	rc = staged_view(w, &inodes, &names, &map, &map_len);
+	rc = rc ?: pack_staged(w, (const struct shard_inode *)inodes, n, names);
+	rc = rc ?: staged_order(w, (const struct shard_inode *)inodes, n);
+	if (map != MAP_FAILED)
+		munmap(map, map_len);
+	return rc;
+}
+
+/* Section @s, placed by _place(), whole from @buf. */
+static int section_put(struct index_file_writer *w, enum index_section s, const void *buf)
+{
+	struct index_section_entry *e = &w->h.sections[s];
+
+	e->xxh3 = XXH3_64bits(buf, e->length);
+	w->hashed[s] = true;
+	return write_all(w->fd, buf, e->length, e->offset);
+}
+
+/* Every section, every checksum, then the header. */
+static int writer_seal(struct index_file_writer *w, uint32_t n)
 {
 	char *buf = malloc(INDEX_WRITER_BUF);
 	int rc = buf ? 0 : -ENOMEM;
 
-	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SHARDS, 0, w->recs,
-					 w->set->nr * sizeof(*w->recs));
-	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SHARD_NAMES, 0, w->names, w->names_len);
-	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_SHARDS, 0, w->ss.recs,
-					 w->set->nr * sizeof(*w->ss.recs));
-	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_POINTS, 0, w->ss.points,
-					 w->ss.nr_points * sizeof(*w->ss.points));
-	rc = rc ?: index_file_writer_put(w, INDEX_SEC_SEEK_WINDOWS, 0, w->ss.windows,
-					 w->ss.windows_len);
-	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++) {
-		char *image = w->image[s];
-
-		w->image[s] = NULL;	/* now written whole, and hashed */
-		if (image)
-			rc = index_file_writer_put(w, s, 0, image, w->h.sections[s].length);
-		free(image);
-	}
-	rc = rc ?: writer_order(w);
+	rc = rc ?: section_put(w, INDEX_SEC_SHARDS, w->recs);
+	rc = rc ?: section_put(w, INDEX_SEC_SHARD_NAMES, w->names);
+	rc = rc ?: section_put(w, INDEX_SEC_SEEK_SHARDS, w->ss.recs);
+	rc = rc ?: section_put(w, INDEX_SEC_SEEK_POINTS, w->ss.points);
+	rc = rc ?: section_put(w, INDEX_SEC_SEEK_WINDOWS, w->ss.windows);
+	for (int p = 0; !rc && p < INDEX_NR_PARTS; p++)
+		if (w->image[p] && part_section(p) < INDEX_NR_SECTIONS)
+			rc = section_put(w, part_section(p), w->image[p]);
+	rc = rc ?: writer_entries(w, n);
+	w->h.file_size = w->tail;
 	if (!rc && ftruncate(w->fd, (off_t)w->h.file_size))
 		rc = -errno;
 	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
@@ -415,7 +593,7 @@ int index_file_writer_commit(struct index_file_writer *w, uint32_t nr_inodes,
 	w->h.nr_shards = w->set->nr;
 	w->h.nr_inodes = nr_inodes;
 	w->h.counts = counts_to_file(counts);
-	rc = writer_seal(w);
+	rc = writer_seal(w, nr_inodes);
 	if (close(w->fd) && !rc)	/* written: a lease can now be taken */
 		rc = -errno;
 	w->fd = -1;
@@ -433,16 +611,18 @@ void index_file_writer_abort(struct index_file_writer *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
+	if (w->stage_fd >= 0)
+		close(w->stage_fd);
 	if (w->tmp[0])
 		unlink(w->tmp);
-	w->fd = -1;
+	w->fd = w->stage_fd = -1;
 	w->tmp[0] = '\0';
 	free(w->recs);
 	free(w->names);
 	seek_sections_free(&w->ss);
-	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
-		free(w->image[s]);
-		w->image[s] = NULL;
+	for (int p = 0; p < INDEX_NR_PARTS; p++) {
+		free(w->image[p]);
+		w->image[p] = NULL;
 	}
 	w->recs = NULL;
 	w->names = NULL;
@@ -452,21 +632,20 @@ void index_file_writer_abort(struct index_file_writer *w)
 /* Every array of @idx at its place. */
 static int write_arrays(struct index_file_writer *w, const struct shard_index *idx)
 {
-	const void *const data[INDEX_NR_SECTIONS] = {
-		[INDEX_SEC_INODES] = idx->inodes, [INDEX_SEC_NAMES] = idx->names,
-		[INDEX_SEC_SPARSE] = idx->sparse, [INDEX_SEC_EXTENTS] = idx->extents,
-		[INDEX_SEC_HARDLINKS] = idx->hardlinks };
-	const uint64_t len[INDEX_NR_SECTIONS] = {
-		[INDEX_SEC_INODES] = (uint64_t)idx->nr_inodes * sizeof(*idx->inodes),
-		[INDEX_SEC_NAMES] = idx->names_len,
-		[INDEX_SEC_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
-		[INDEX_SEC_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
-		[INDEX_SEC_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
-	int rc = index_file_writer_place(w, len, false);
+	const void *const data[INDEX_NR_PARTS] = {
+		[INDEX_PART_SPARSE] = idx->sparse, [INDEX_PART_EXTENTS] = idx->extents,
+		[INDEX_PART_HARDLINKS] = idx->hardlinks };
+	const uint64_t len[INDEX_NR_PARTS] = {
+		[INDEX_PART_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
+		[INDEX_PART_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
+		[INDEX_PART_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
+	int rc = index_file_writer_place(w, len, true);	/* nothing staged */
 
-	for (int s = 0; !rc && s < INDEX_NR_SECTIONS; s++)
-		if (data[s])
-			rc = index_file_writer_put(w, s, 0, data[s], len[s]);
+	for (int p = 0; !rc && p < INDEX_NR_PARTS; p++)
+		if (data[p])
+			rc = index_file_writer_put(w, p, 0, data[p], len[p]);
+	if (!rc)
+		index_file_writer_put_packed(w, idx);
 	return rc;
 }
 
@@ -484,7 +663,7 @@ int index_file_write(const char *path, const struct shard_index *idx,
 		log_format(msg, msg_len, rc, "%s: cannot write the index: %s", path,
 			   strerror(-rc));
 	else
-		rc = index_file_writer_commit(&w, idx->nr_inodes, &idx->counts,
+		rc = index_file_writer_commit(&w, shard_index_nr(idx), &idx->counts,
 					      options_hash, true, msg, msg_len);
 	index_file_writer_abort(&w);
 	return rc;
@@ -533,8 +712,9 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 			return log_format(msg, msg_len, -EINVAL, "section %d: bad offset or length", s);
 	}
 	if (h->sections[INDEX_SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
-	    h->sections[INDEX_SEC_INODES].length / sizeof(struct shard_inode) != h->nr_inodes ||
-	    h->nr_inodes == 0)
+	    h->nr_inodes == 0 || h->nr_inodes > SHARD_INDEX_MAX_ENTRIES ||
+	    h->sections[INDEX_SEC_BLOCKS].length !=
+	    ((uint64_t)compact_nr_blocks(h->nr_inodes) + 1) * sizeof(uint64_t))
 		return log_format(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
 	return 0;
 }
@@ -551,13 +731,6 @@ static int check_checksums(const struct index_file_header *h, const char *map,
 				    (unsigned long long)e->offset, s);
 	}
 	return 0;
-}
-
-/* A NUL-terminated string of @len bytes at @off of the names pool? */
-static bool name_ok(const struct shard_index *idx, uint64_t off, uint64_t len)
-{
-	return off < idx->names_len && len < idx->names_len - off &&
-	       idx->names[off + len] == '\0' && !memchr(idx->names + off, '\0', len);
 }
 
 static bool range_ok(uint64_t off, uint64_t len, uint64_t limit)
@@ -589,58 +762,69 @@ static bool file_ok(const struct shard_index *idx, const struct shard_inode *in,
 	return true;
 }
 
+/* What the pass over the entries carries from one to the next. */
+struct entries_pass {
+	uint64_t next_child;	/* where the next children range must start */
+	uint64_t files;		/* orderable files so far */
+	uint64_t linked;	/* entries marked linked so far */
+	size_t prev_len;	/* bytes of prev */
+	char prev[PATH_COMPONENT_MAX + 1]; /* the previous entry's name */
+};
+
 /*
- * Where entry @e sits: inside its parent's range of children (so every
- * entry has exactly one parent), after its parent, named like a child
- * (one component), and after its left sibling in name order.  Entries
- * before @e were checked already, which makes the parent's range and the
- * sibling's name safe to use.
+ * Where entry @e (@in, named @name of @len bytes) sits: inside its
+ * parent's range of children (so every entry has exactly one parent),
+ * after its parent, named like a child (one component), and after its
+ * left sibling in name order.  Entries before @e were checked already,
+ * which makes the parent's range and the sibling's name safe to use.
  */
-static bool placement_ok(const struct shard_index *idx, uint32_t e)
+static bool placement_ok(const struct shard_index *idx, uint32_t e,
+			 const struct shard_inode *in, const char *name, size_t len,
+			 const struct entries_pass *pass)
 {
-	const struct shard_inode *in = &idx->inodes[e];
-	const struct shard_inode *p = &idx->inodes[in->parent];
+	struct shard_inode p;
 
 	if (e == 0)
 		return in->parent == 0 && S_ISDIR(in->mode);
-	if (in->parent >= e || !S_ISDIR(p->mode) || e < p->data ||
-	    e >= p->data + p->size || in->name_len == 0 ||
-	    memchr(idx->names + in->name, '/', in->name_len))
+	if (in->parent >= e)
 		return false;
-	return e == p->data ||
-	       shard_index_name_cmp(shard_index_name(idx, in - 1), in[-1].name_len,
-				    shard_index_name(idx, in), in->name_len) < 0;
+	shard_index_entry(idx, in->parent, &p);
+	if (!S_ISDIR(p.mode) || e < p.data || e >= p.data + p.size || len == 0 ||
+	    memchr(name, '/', len) || memchr(name, '\0', len))
+		return false;
+	return e == p.data ||
+	       shard_index_name_cmp(pass->prev, pass->prev_len, name, len) < 0;
 }
 
 /*
  * Breadth-first layout: the children ranges of the directories, taken in
- * entry order, tile entries 1 .. nr_inodes - 1 without gap or overlap.
- * *next is where the next range must start.
+ * entry order, tile entries 1 .. nr - 1 without gap or overlap.
+ * pass->next_child is where the next range must start.
  */
-static bool dir_ok(const struct shard_index *idx, uint32_t e, uint64_t *next)
+static bool dir_ok(const struct shard_index *idx, uint32_t e, const struct shard_inode *d,
+		   struct entries_pass *pass)
 {
-	const struct shard_inode *d = &idx->inodes[e];
-
 	if (!d->size)
 		return true;
-	if (d->data != *next || d->data <= e || !range_ok(d->data, d->size, idx->nr_inodes))
+	if (d->data != pass->next_child || d->data <= e ||
+	    !range_ok(d->data, d->size, shard_index_nr(idx)))
 		return false;
-	*next += d->size;
+	pass->next_child += d->size;
 	return true;
 }
 
-static bool entry_ok(const struct shard_index *idx, uint32_t e,
-		     const struct index_file_shards *sh, uint64_t *next_child)
+/* Entry @e, @in named cur->name, against what came before it. */
+static bool entry_ok(const struct shard_index *idx, uint32_t e, const struct shard_inode *in,
+		     const struct compact_cursor *cur, const struct index_file_shards *sh,
+		     struct entries_pass *pass)
 {
-	const struct shard_inode *in = &idx->inodes[e];
-
-	if (!name_ok(idx, in->name, in->name_len) || !placement_ok(idx, e))
+	if (!placement_ok(idx, e, in, cur->name, cur->name_len, pass))
 		return false;
 	switch (in->mode & S_IFMT) {
 	case S_IFDIR:
-		return !(in->flags & SHARD_INODE_LINKED) && dir_ok(idx, e, next_child);
+		return !(in->flags & SHARD_INODE_LINKED) && dir_ok(idx, e, in, pass);
 	case S_IFLNK:
-		return name_ok(idx, in->data, in->size);
+		return true;	/* its target: compact_check() */
 	case S_IFREG:
 		return in->shard < sh->nr &&
 		       file_ok(idx, in, sh->shards[in->shard].size);
@@ -653,14 +837,16 @@ static bool entry_ok(const struct shard_index *idx, uint32_t e,
  * linked (counted by check_structure()'s pass over them). */
 static bool hardlinks_ok(const struct shard_index *idx, uint64_t linked)
 {
+	const struct compact_entries *c = &idx->entries;
+
 	for (uint64_t i = 0; i < idx->nr_hardlinks; i++) {
 		const struct shard_hardlink *l = &idx->hardlinks[i];
 
-		if (l->entry >= idx->nr_inodes || l->first >= idx->nr_inodes ||
+		if (l->entry >= c->nr || l->first >= c->nr ||
 		    (i && l->entry <= l[-1].entry) ||
-		    !(idx->inodes[l->entry].flags & SHARD_INODE_LINKED) ||
-		    (idx->inodes[l->first].flags & SHARD_INODE_LINKED) ||
-		    S_ISDIR(idx->inodes[l->first].mode))
+		    !(compact_field(c, l->entry, COMPACT_FLAGS) & SHARD_INODE_LINKED) ||
+		    (compact_field(c, l->first, COMPACT_FLAGS) & SHARD_INODE_LINKED) ||
+		    S_ISDIR(compact_field(c, l->first, COMPACT_MODE)))
 			return false;
 	}
 	return linked == idx->nr_hardlinks;
@@ -680,36 +866,66 @@ static bool order_ok(const struct shard_index *idx, uint64_t files)
 		return false;
 	for (uint64_t i = 0; i < idx->nr_order; i++)	/* no branch: vectorised */
 		worst = idx->order[i] > worst ? idx->order[i] : worst;
-	return !idx->nr_order || worst < idx->nr_inodes;
+	return !idx->nr_order || worst < shard_index_nr(idx);
+}
+
+/* The packed blocks as bytes (index_compact.h), before any is decoded. */
+static int check_blocks(const struct index_file_header *h, const struct shard_index *idx,
+			char *msg, size_t msg_len)
+{
+	const struct compact_entries *c = &idx->entries;
+	uint64_t block = 0;
+	const char *why;
+	uint32_t bad;
+
+	if (!compact_check(c, &bad, &why))
+		return 0;
+	if (le64toh(c->blocks[bad / COMPACT_BLOCK_ENTRIES]) < c->entries_len)
+		block = le64toh(c->blocks[bad / COMPACT_BLOCK_ENTRIES]);
+	return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u: %s",
+			  (unsigned long long)(h->sections[INDEX_SEC_ENTRIES].offset + block),
+			  bad, why);
 }
 
 /* Every bound a request relies on, checked once. */
-static int check_structure(const struct shard_index *idx,
-			   const struct index_file_shards *sh, uint64_t base,
-			   char *msg, size_t msg_len)
+static int check_structure(const struct index_file_header *h, const struct shard_index *idx,
+			   const struct index_file_shards *sh, char *msg, size_t msg_len)
 {
-	uint64_t next_child = 1, files = 0, linked = 0;
+	uint64_t base = h->sections[INDEX_SEC_ENTRIES].offset;
+	struct entries_pass *pass = calloc(1, sizeof(*pass));
+	struct compact_cursor cur;
+	struct shard_inode in;
+	uint32_t e = 0;
+	int rc = pass ? check_blocks(h, idx, msg, msg_len) : -ENOMEM;
 
-	if (!S_ISDIR(idx->inodes[0].mode))
-		return log_format(msg, msg_len, -EINVAL, "offset %llu: root is not a directory",
-			    (unsigned long long)base);
-	for (uint32_t e = 0; e < idx->nr_inodes; e++) {
-		if (!entry_ok(idx, e, sh, &next_child))
-			return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is inconsistent",
-				    (unsigned long long)(base + (uint64_t)e * sizeof(*idx->inodes)), e);
-		files += shard_index_orderable(&idx->inodes[e], sh->nr);
-		linked += !!(idx->inodes[e].flags & SHARD_INODE_LINKED);
+	if (rc)
+		goto out_free;
+	pass->next_child = 1;
+	for (compact_cursor_init(&cur, &idx->entries, 0); compact_cursor_next(&cur, &in); e++) {
+		if (!entry_ok(idx, e, &in, &cur, sh, pass)) {
+			rc = log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is "
+					"inconsistent", (unsigned long long)
+					(base + le64toh(idx->entries.blocks[e / COMPACT_BLOCK_ENTRIES])), e);
+			goto out_free;
+		}
+		pass->files += shard_index_orderable(&in, sh->nr);
+		pass->linked += !!(in.flags & SHARD_INODE_LINKED);
+		memcpy(pass->prev, cur.name, cur.name_len);
+		pass->prev_len = cur.name_len;
 	}
-	if (next_child != idx->nr_inodes)
-		return log_format(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no directory",
-			    (unsigned long long)base,
-			    (unsigned long long)(idx->nr_inodes - next_child));
-	if (!hardlinks_ok(idx, linked))
-		return log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is inconsistent",
-			    INDEX_SEC_HARDLINKS);
-	return order_ok(idx, files) ? 0 :
-	       log_format(msg, msg_len, -EINVAL, "section %d: not one entry per file",
-			  INDEX_SEC_ORDER);
+	if (pass->next_child != shard_index_nr(idx))
+		rc = log_format(msg, msg_len, -EINVAL, "offset %llu: %llu entries belong to no "
+				"directory", (unsigned long long)base,
+				(unsigned long long)(shard_index_nr(idx) - pass->next_child));
+	else if (!hardlinks_ok(idx, pass->linked))
+		rc = log_format(msg, msg_len, -EINVAL, "section %d: hard-link table is "
+				"inconsistent", INDEX_SEC_HARDLINKS);
+	else if (!order_ok(idx, pass->files))
+		rc = log_format(msg, msg_len, -EINVAL, "section %d: not one entry per file",
+				INDEX_SEC_ORDER);
+out_free:
+	free(pass);
+	return rc;
 }
 
 /* Point @idx and @sh into the mapping, per the section table. */
@@ -719,10 +935,12 @@ static void point_into(const struct index_file_header *h, const char *bytes,
 	const struct index_section_entry *s = h->sections;
 	char *map = (char *)bytes;	/* read-only: mapped PROT_READ */
 
-	idx->inodes = (struct shard_inode *)(map + s[INDEX_SEC_INODES].offset);
-	idx->nr_inodes = h->nr_inodes;
-	idx->names = map + s[INDEX_SEC_NAMES].offset;
-	idx->names_len = s[INDEX_SEC_NAMES].length;
+	idx->entries = (struct compact_entries){
+		.entries = (const uint8_t *)map + s[INDEX_SEC_ENTRIES].offset,
+		.entries_len = s[INDEX_SEC_ENTRIES].length,
+		.blocks = (const uint64_t *)(map + s[INDEX_SEC_BLOCKS].offset),
+		.targets = map + s[INDEX_SEC_TARGETS].offset,
+		.targets_len = s[INDEX_SEC_TARGETS].length, .nr = h->nr_inodes };
 	idx->sparse = (struct shard_sparse *)(map + s[INDEX_SEC_SPARSE].offset);
 	idx->nr_sparse = s[INDEX_SEC_SPARSE].length / sizeof(*idx->sparse);
 	idx->extents = (struct shard_extent *)(map + s[INDEX_SEC_EXTENTS].offset);
@@ -848,7 +1066,7 @@ static int check_sections(const struct index_file_header *h, const char *map,
 	rc = check_seek(h, sh, msg, msg_len);
 	if (rc || verified)
 		return rc;
-	return check_structure(idx, sh, h->sections[INDEX_SEC_INODES].offset, msg, msg_len);
+	return check_structure(h, idx, sh, msg, msg_len);
 }
 
 int index_file_load(const char *path, struct shard_index *idx,

@@ -87,7 +87,7 @@ static void list_members(const struct shardfs *fs)
 {
 	char line[CONTROL_MEMBERS_LINE_MAX];
 
-	for (uint32_t e = 0; e < fs->idx.nr_inodes; e++)
+	for (uint32_t e = 0; e < shard_index_nr(&fs->idx); e++)
 		fwrite(line, 1, control_members_line(&fs->idx, e, line), stdout);
 }
 
@@ -96,11 +96,21 @@ static double per(uint64_t bytes, uint64_t members)
 	return members ? (double)bytes / (double)members : 0;
 }
 
-/* --stats: the index file's sections, in bytes and bytes per member. */
-static int print_stats(const char *path)
+/* One line of --stats. */
+static void stats_line(const char *what, uint64_t bytes, uint64_t members)
+{
+	printf("%-16s %14" PRIu64 " %14.2f\n", what, bytes, per(bytes, members));
+}
+
+/*
+ * --stats: the index file's sections, in bytes and bytes per member, and
+ * what the packed entries of @idx (the file's) spend on each part.
+ */
+static int print_stats(const char *path, const struct shard_index *idx)
 {
 	struct index_file_header h;
 	uint64_t in_sections = 0, members;
+	struct compact_sizes parts;
 	char msg[512];
 
 	if (index_file_read_header(path, &h, msg, sizeof(msg))) {
@@ -111,17 +121,18 @@ static int print_stats(const char *path)
 	printf("index file %s: %" PRIu64 " bytes, %" PRIu64 " members, %u entries, "
 	       "%u shards\n%-16s %14s %14s\n", path, h.file_size, members,
 	       h.nr_inodes, h.nr_shards, "section", "bytes", "bytes/member");
+	compact_sizes(&idx->entries, &parts);
 	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
-		uint64_t len = h.sections[s].length;
-
-		in_sections += len;
-		printf("%-16s %14" PRIu64 " %14.2f\n", index_section_name(s), len,
-		       per(len, members));
+		in_sections += h.sections[s].length;
+		stats_line(index_section_name(s), h.sections[s].length, members);
+		if (s != INDEX_SEC_ENTRIES)
+			continue;
+		stats_line("  block headers", parts.headers, members);
+		stats_line("  fields", parts.records, members);
+		stats_line("  names", parts.names, members);
 	}
-	printf("%-16s %14" PRIu64 " %14.2f\n%-16s %14" PRIu64 " %14.2f\n",
-	       "header+padding", h.file_size - in_sections,
-	       per(h.file_size - in_sections, members), "total", h.file_size,
-	       per(h.file_size, members));
+	stats_line("header+padding", h.file_size - in_sections, members);
+	stats_line("total", h.file_size, members);
 	return INDEX_EXIT_OK;
 }
 
@@ -233,7 +244,7 @@ int main(int argc, char *argv[])
 		list_members(&fs);
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;
 	if (ic.stats && rc == INDEX_EXIT_OK)
-		rc = print_stats(fs.index_file.path);
+		rc = print_stats(fs.index_file.path, &fs.idx);
 	if (rc == INDEX_EXIT_OK && ic.publish)
 		rc = publish(&fs);
 out_release_fs:

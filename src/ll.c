@@ -100,14 +100,15 @@ static ssize_t push_list(void *arg, uint32_t e)
 {
 	struct ll_session *ls = arg;
 	const struct shard_index *idx = &ls->fs->idx;
-	uint32_t parent = idx->inodes[e].parent;
-	const struct shard_inode *dir = &idx->inodes[parent];
+	uint32_t parent = (uint32_t)compact_field(&idx->entries, e, COMPACT_PARENT);
 	char path[PATH_MAX];
+	struct shard_inode dir;
 
+	shard_index_entry(idx, parent, &dir);
 	if (shard_index_entry_path(idx, parent, path, sizeof(path)) < 0)
 		return -ENAMETOOLONG;
 	return prelist_list(ls->prelist, path, shard_index_ino(idx, parent),
-			    dir->size <= PRELIST_ENTRIES ? 0 : e - dir->data);
+			    dir.size <= PRELIST_ENTRIES ? 0 : e - dir.data);
 }
 
 /* Listings are an aid: without them push-ahead serves listed trees only. */
@@ -367,25 +368,26 @@ static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
  * i-th child.  Returns the bytes it needs (0 past the end, -errno).
  */
 static ssize_t add_dirent(fuse_req_t req, struct shardfs *fs, fuse_ino_t dir,
-			  off_t off, char *buf, size_t size, bool plus)
+			  off_t off, char *buf, size_t size, bool plus,
+			  struct shardfs_dirent *de)
 {
 	struct fuse_entry_param e;
-	const char *name = off == 0 ? "." : "..";
-	uint64_t ino = off == 0 ? dir : shardfs_parent(fs, dir);
 	int rc = 0;
 
+	de->name = off == 0 ? "." : "..";
+	de->ino = off == 0 ? dir : shardfs_parent(fs, dir);
 	if (off >= 2)
-		rc = shardfs_readdir_entry(fs, dir, off - 2, &name, &ino);
+		rc = shardfs_readdir_entry(fs, dir, off - 2, de);
 	if (rc == -ENOENT)
 		return 0;
-	rc = rc ?: fill_entry(fs, ino, &e);
+	rc = rc ?: fill_entry(fs, de->ino, &e);
 	if (rc)
 		return rc;
 	if (!plus)
-		return fuse_add_direntry(req, buf, size, name, &e.attr, off + 1);
+		return fuse_add_direntry(req, buf, size, de->name, &e.attr, off + 1);
 	if (off < 2)	/* the kernel must not take a reference on . or .. */
 		e.ino = 0;
-	return fuse_add_direntry_plus(req, buf, size, name, &e, off + 1);
+	return fuse_add_direntry_plus(req, buf, size, de->name, &e, off + 1);
 }
 
 /*
@@ -395,16 +397,15 @@ static ssize_t add_dirent(fuse_req_t req, struct shardfs *fs, fuse_ino_t dir,
 static void count_plus_refs(struct shardfs *fs, fuse_ino_t dir, off_t from,
 			    off_t to, int n)
 {
-	for (off_t off = from < 2 ? 2 : from; off < to; off++) {
-		const char *name;
-		uint64_t ino;
+	struct shardfs_dirent de = { 0 };
 
-		if (shardfs_readdir_entry(fs, dir, off - 2, &name, &ino))
+	for (off_t off = from < 2 ? 2 : from; off < to; off++) {
+		if (shardfs_readdir_entry(fs, dir, off - 2, &de))
 			continue;
 		if (n > 0)
-			pushahead_lookup(&fs->push, ino, 1);
+			pushahead_lookup(&fs->push, de.ino, 1);
 		else
-			pushahead_forget(&fs->push, ino, 1);
+			pushahead_forget(&fs->push, de.ino, 1);
 	}
 }
 
@@ -415,13 +416,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t t0 = monotonic_ns();
 	size_t room, used = 0;
 	char *buf = read_buf(&room);
+	struct shardfs_dirent de = { 0 };
 	ssize_t n = -ENOMEM;
 	off_t first = off;
 
 	if (size > room)
 		size = room;
 	for (; buf; off++) {
-		n = add_dirent(req, fs, ino, off, buf + used, size - used, plus);
+		n = add_dirent(req, fs, ino, off, buf + used, size - used, plus, &de);
 		if (n <= 0 || (size_t)n > size - used)
 			break;
 		used += n;

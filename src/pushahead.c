@@ -44,10 +44,18 @@ static unsigned long long relaxed_add(atomic_ullong *v, unsigned long long n)
 	return atomic_fetch_add_explicit(v, n, memory_order_relaxed) + n;
 }
 
-static const struct shard_inode *entry_inode(const struct pushahead *p,
-					     uint32_t e)
+/* Entry @e decoded into *@buf; returns @buf. */
+static const struct shard_inode *entry_inode(const struct pushahead *p, uint32_t e,
+					     struct shard_inode *buf)
 {
-	return &p->idx->inodes[e];
+	shard_index_entry(p->idx, e, buf);
+	return buf;
+}
+
+/* One field of entry @e, without decoding the others. */
+static uint64_t entry_field(const struct pushahead *p, uint32_t e, enum compact_field f)
+{
+	return compact_field(&p->idx->entries, e, f);
 }
 
 /* Bit @b of entry @e. */
@@ -90,18 +98,37 @@ static bool pushable(const struct pushahead *p, const struct shard_inode *in)
  * file), or, in an index file that lies, another shard's (the load checks
  * only that order[] names entries: index_file.c).
  */
-static const struct shard_inode *member_at(const struct pushahead *p,
-					   uint32_t shard, uint32_t i)
+static const struct shard_inode *member_at(const struct pushahead *p, uint32_t shard,
+					   uint32_t i, struct shard_inode *buf)
 {
-	const struct shard_inode *in = entry_inode(p, p->order[i]);
+	const struct shard_inode *in = entry_inode(p, p->order[i], buf);
 
 	return in->shard == shard && pushable(p, in) ? in : NULL;
 }
 
 /*
+ * Where each shard's files start in idx->order (sorted by shard), read
+ * from the shards of its entries; returns where the last shard's end,
+ * short of nr_order when order[] is not sorted by shard (an index file
+ * that lies), which build_order() refuses.  That it holds every file
+ * once, build_pieces() counts.
+ */
+static uint64_t order_starts(struct pushahead *p)
+{
+	const struct shard_index *idx = p->idx;
+	uint64_t i = 0;
+
+	for (uint32_t s = 0; s <= p->set->nr; s++) {
+		while (i < idx->nr_order && entry_field(p, idx->order[i], COMPACT_SHARD) < s)
+			i++;
+		p->order_start[s] = (uint32_t)i;
+	}
+	return i;
+}
+
+/*
  * Where each shard's files start in idx->order, and where its last
- * pushable member ends.  The count is the one the order was made with
- * (shard_index_order_starts()); -EINVAL when the two disagree.
+ * pushable member ends; -EINVAL when order[] is not by shard.
  */
 static int build_order(struct pushahead *p)
 {
@@ -113,12 +140,12 @@ static int build_order(struct pushahead *p)
 	p->shard_end = calloc((size_t)nr + 1, sizeof(*p->shard_end));
 	if (!p->order_start || !p->shard_end)
 		return -ENOMEM;
-	if (shard_index_order_starts(idx->inodes, idx->nr_inodes, nr,
-				     p->order_start) != idx->nr_order)
+	if (order_starts(p) != idx->nr_order)
 		return -EINVAL;
 	for (uint32_t s = 0; s < nr; s++)
 		for (uint32_t i = p->order_start[s + 1]; i > p->order_start[s]; i--) {
-			const struct shard_inode *in = member_at(p, s, i - 1);
+			struct shard_inode buf;
+			const struct shard_inode *in = member_at(p, s, i - 1, &buf);
 
 			if (in) {
 				p->shard_end[s] = in->data + in->size;
@@ -143,14 +170,15 @@ static bool plain_shard(const struct shard_set *set, uint32_t s)
 }
 
 /* The pieces of plain shards, and the bytes of the members that start in
- * each; the entries' pass marks. */
+ * each; the entries' pass marks.  -EINVAL when order[] does not hold as
+ * many files as the entries. */
 static int build_pieces(struct pushahead *p)
 {
 	const struct shard_set *set = p->set;
-	uint64_t n = 0, set_bytes = 0;
+	uint64_t n = 0, set_bytes = 0, files = 0;
 
 	p->piece_start = calloc((size_t)set->nr + 1, sizeof(*p->piece_start));
-	p->pass_of = calloc((size_t)p->idx->nr_inodes + 1, sizeof(*p->pass_of));
+	p->pass_of = calloc((size_t)shard_index_nr(p->idx) + 1, sizeof(*p->pass_of));
 	if (!p->piece_start || !p->pass_of)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < set->nr; s++) {
@@ -166,16 +194,18 @@ static int build_pieces(struct pushahead *p)
 	p->piece_bytes = calloc(n + 1, sizeof(*p->piece_bytes));
 	if (!p->pieces || !p->piece_bytes)
 		return -ENOMEM;
-	for (uint32_t e = 0; e < p->idx->nr_inodes; e++) {	/* in file order */
-		const struct shard_inode *in = entry_inode(p, e);
+	for (uint32_t e = 0; e < shard_index_nr(p->idx); e++) {	/* in file order */
+		struct shard_inode buf;
+		const struct shard_inode *in = entry_inode(p, e, &buf);
 
+		files += shard_index_orderable(in, set->nr);
 		if (pushable(p, in) && plain_shard(set, in->shard)) {
 			p->piece_bytes[piece_of(p, in)] += (uint32_t)in->size;
 			set_bytes += in->size;
 		}
 	}
 	atomic_store_explicit(&p->counters.set_bytes, set_bytes, memory_order_relaxed);
-	return 0;
+	return files == p->idx->nr_order ? 0 : -EINVAL;
 }
 
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
@@ -191,7 +221,7 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 	p->window = bound < SHARDFS_PUSHAHEAD_WINDOW ? bound : SHARDFS_PUSHAHEAD_WINDOW;
 	/* calloc'ed arrays are touched only where used: RSS follows use */
 	for (int b = 0; b < PUSHAHEAD_NR_BITS && !rc; b++)
-		if (!(p->bits[b] = calloc((size_t)idx->nr_inodes / 64 + 1,
+		if (!(p->bits[b] = calloc((size_t)shard_index_nr(idx) / 64 + 1,
 					  sizeof(*p->bits[b]))))
 			rc = -ENOMEM;
 	p->streams = calloc(set->nr ? set->nr : 1, sizeof(*p->streams));
@@ -253,7 +283,7 @@ static uint32_t order_at(const struct pushahead *p, uint32_t shard, uint64_t off
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
 
-		if (entry_inode(p, p->order[mid])->data < off)
+		if (entry_field(p, p->order[mid], COMPACT_DATA) < off)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -263,7 +293,7 @@ static uint32_t order_at(const struct pushahead *p, uint32_t shard, uint64_t off
 
 void pushahead_lookup(struct pushahead *p, uint64_t ino, uint64_t n)
 {
-	if (p->bits[0] && n && ino && ino <= p->idx->nr_inodes)
+	if (p->bits[0] && n && ino && ino <= shard_index_nr(p->idx))
 		bit_set(p, PUSHAHEAD_HELD, (uint32_t)(ino - 1));
 }
 
@@ -278,7 +308,7 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 {
 	uint32_t e = (uint32_t)(ino - 1);
 
-	if (!p->bits[0] || !n || !ino || ino > p->idx->nr_inodes)
+	if (!p->bits[0] || !n || !ino || ino > shard_index_nr(p->idx))
 		return;
 	bit_clear(p, PUSHAHEAD_HELD, e);
 	bit_clear(p, PUSHAHEAD_LISTED, e);
@@ -290,8 +320,8 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 	unsigned expected = 0;
 	uint32_t d = (uint32_t)(dir_ino - 1);
 
-	if (!p->lister || !dir_ino || dir_ino > p->idx->nr_inodes ||
-	    p->idx->inodes[d].size > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
+	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx) ||
+	    entry_field(p, d, COMPACT_SIZE) > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
 		return;
 	/* bit_set() loads first: LOOKUPs in a listed directory write
 	 * nothing shared */
@@ -320,7 +350,7 @@ static void settle(struct pushahead *p, uint32_t shard, uint64_t from,
 
 	for (uint32_t i = order_at(p, shard, from);
 	     i < p->order_start[shard + 1] &&
-	     entry_inode(p, p->order[i])->data < to; i++)
+	     entry_field(p, p->order[i], COMPACT_DATA) < to; i++)
 		n += take_stored(p, p->order[i]);
 	if (n)
 		relaxed_add(what, n);
@@ -591,7 +621,8 @@ static bool post_span(struct pushahead *p, unsigned w)
  */
 static void piece_read(struct pushahead *p, uint32_t e)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	uint32_t k = piece_of(p, in);
 	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
 	unsigned w, cur, next, bytes, was;
@@ -639,7 +670,7 @@ static void want_span(struct pushahead *p, uint32_t e)
 {
 	unsigned dropped;
 
-	if (!policy_of(p, entry_inode(p, e)->shard).spans)
+	if (!policy_of(p, (uint32_t)entry_field(p, e, COMPACT_SHARD)).spans)
 		return;
 	bit_set(p, PUSHAHEAD_TOUCHED, e);
 	dropped = bit_test(p, PUSHAHEAD_SPANNED, e) ? SPAN_DROPPED : 0;
@@ -649,7 +680,8 @@ static void want_span(struct pushahead *p, uint32_t e)
 void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 		    uint64_t end, unsigned forward)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	bool streak = forward >= SHARDFS_READAHEAD_STREAK;
 	struct pushahead_stream *s;
 
@@ -688,7 +720,8 @@ void pushahead_cheap_reads(struct pushahead *p)
  */
 static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	uint64_t off = 0;
 
 	while (off < in->size) {
@@ -756,8 +789,8 @@ static void list_wanted_dir(struct pushahead *p)
 {
 	unsigned d = atomic_exchange(&p->dir_wanted, 0);
 
-	if (d && p->idx->inodes[d - 1].size)
-		list_from(p, p->idx->inodes[d - 1].data);
+	if (d && entry_field(p, d - 1, COMPACT_SIZE))
+		list_from(p, (uint32_t)entry_field(p, d - 1, COMPACT_DATA));
 }
 
 /*
@@ -771,8 +804,9 @@ static uint64_t members_end(const struct pushahead *p, uint32_t shard,
 {
 	uint32_t i = order_at(p, shard, end);
 	const struct shard_inode *in;
+	struct shard_inode buf;
 
-	if (i == p->order_start[shard] || !(in = member_at(p, shard, i - 1)))
+	if (i == p->order_start[shard] || !(in = member_at(p, shard, i - 1, &buf)))
 		return end;
 	return in->data + in->size > end ? in->data + in->size : end;
 }
@@ -848,9 +882,11 @@ static bool spanned(const struct pushahead *p, uint32_t m)
 static bool span_touched(const struct pushahead *p, uint32_t shard, uint32_t e,
 			 uint64_t start, uint64_t end)
 {
+	struct shard_inode buf;
+
 	for (uint32_t i = order_at(p, shard, start); i < p->order_start[shard + 1] &&
-	     entry_inode(p, p->order[i])->data < end; i++)
-		if (p->order[i] != e && member_at(p, shard, i) && spanned(p, p->order[i]))
+	     entry_field(p, p->order[i], COMPACT_DATA) < end; i++)
+		if (p->order[i] != e && member_at(p, shard, i, &buf) && spanned(p, p->order[i]))
 			return true;
 	return false;
 }
@@ -883,7 +919,8 @@ static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
 static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 			   uint64_t end, unsigned pass, bool dropped)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf, mbuf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	struct shard_source *src = p->set->shards[in->shard].src;
 	uint32_t last = p->order_start[in->shard + 1];
 	uint64_t got = reserve(p, end - start), pushed = 0;
@@ -893,7 +930,7 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 	for (uint32_t i = order_at(p, in->shard, start);
 	     got == end - start && i < last; i++) {
 		uint32_t m = p->order[i];
-		const struct shard_inode *mi = member_at(p, in->shard, i);
+		const struct shard_inode *mi = member_at(p, in->shard, i, &mbuf);
 
 		if (!mi)
 			continue;
@@ -932,7 +969,8 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
  */
 static void push_span(struct pushahead *p, uint32_t e, bool dropped)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	uint64_t start, end;
 
 	if (!span_of(p, in->shard, in->data, &start, &end) || spans_wasted(p))
@@ -952,7 +990,8 @@ static void push_span(struct pushahead *p, uint32_t e, bool dropped)
  */
 static void push_piece(struct pushahead *p, uint32_t e)
 {
-	const struct shard_inode *in = entry_inode(p, e);
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
 	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
 	unsigned w = atomic_load_explicit(&p->pieces[piece_of(p, in)],
 					  memory_order_relaxed);
@@ -975,7 +1014,7 @@ static void push_wanted_spans(struct pushahead *p)
 			list_wanted_dir(p);	/* a reader waits on it */
 			uint32_t e = (w & ~SPAN_DROPPED) - 1;
 
-			if (p->set->shards[entry_inode(p, e)->shard].src->encoding)
+			if (p->set->shards[entry_field(p, e, COMPACT_SHARD)].src->encoding)
 				push_span(p, e, w & SPAN_DROPPED);
 			else
 				push_piece(p, e);
@@ -1035,7 +1074,8 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 	i = order_at(p, shard, s->done);
 	while (i < last) {
 		uint32_t e = p->order[i];
-		const struct shard_inode *in = member_at(p, shard, i);
+		struct shard_inode buf;
+		const struct shard_inode *in = member_at(p, shard, i, &buf);
 
 		if (!in) {	/* too big to push */
 			i++;

@@ -222,14 +222,18 @@ static int hash_served(struct verifier *v, uint64_t ino, uint64_t size,
 static int compare(struct verifier *v, uint32_t i, struct seen_file *f)
 {
 	char path[PATH_MAX];
-	const struct shard_inode *in;
+	const struct shard_inode *in = NULL;
+	struct shard_inode entry;
 	uint64_t hash;
 	int64_t e;
 	int rc;
 
 	snprintf(path, sizeof(path), "%s", f->path);
 	e = index_lookup(v->fs, path);
-	in = e >= 0 ? &v->fs->idx.inodes[e] : NULL;
+	if (e >= 0) {
+		shard_index_entry(&v->fs->idx, (uint32_t)e, &entry);
+		in = &entry;
+	}
 	if (!in || !S_ISREG(in->mode)) {
 		differ(v, f->offset, f->path, "libarchive finds a file the index %s",
 		       in ? "serves as another type" : "does not serve");
@@ -254,6 +258,13 @@ static int compare(struct verifier *v, uint32_t i, struct seen_file *f)
 	return 0;
 }
 
+/* Whether entry @e is a regular file's first name. */
+static bool first_name_file(const struct shard_index *idx, uint32_t e)
+{
+	return S_ISREG(compact_field(&idx->entries, e, COMPACT_MODE)) &&
+	       !(compact_field(&idx->entries, e, COMPACT_FLAGS) & SHARD_INODE_LINKED);
+}
+
 /*
  * Entries of regular files (first names only) grouped by shard: entries
  * of shard i are by_shard[start[i] .. start[i + 1]).
@@ -263,18 +274,18 @@ static int group_by_shard(const struct shardfs *fs, uint32_t **by_shard,
 {
 	const struct shard_index *idx = &fs->idx;
 
-	*by_shard = malloc((idx->nr_inodes + 1) * sizeof(**by_shard));
+	*by_shard = malloc((shard_index_nr(idx) + 1) * sizeof(**by_shard));
 	*start = calloc(fs->set.nr + 2, sizeof(**start));
 	if (!*by_shard || !*start)
 		return -ENOMEM;
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		if (S_ISREG(idx->inodes[e].mode) && !(idx->inodes[e].flags & SHARD_INODE_LINKED))
-			(*start)[idx->inodes[e].shard + 2]++;
+	for (uint32_t e = 0; e < shard_index_nr(idx); e++)
+		if (first_name_file(idx, e))
+			(*start)[compact_field(&idx->entries, e, COMPACT_SHARD) + 2]++;
 	for (uint32_t i = 0; i < fs->set.nr; i++)
 		(*start)[i + 2] += (*start)[i + 1];
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		if (S_ISREG(idx->inodes[e].mode) && !(idx->inodes[e].flags & SHARD_INODE_LINKED))
-			(*by_shard)[(*start)[idx->inodes[e].shard + 1]++] = e;
+	for (uint32_t e = 0; e < shard_index_nr(idx); e++)
+		if (first_name_file(idx, e))
+			(*by_shard)[(*start)[compact_field(&idx->entries, e, COMPACT_SHARD) + 1]++] = e;
 	return 0;
 }
 
@@ -285,14 +296,15 @@ static void served_not_seen(struct verifier *v, const uint32_t *entries,
 	char path[PATH_MAX];
 
 	for (uint64_t k = 0; k < nr; k++) {
-		const struct shard_inode *in = &v->fs->idx.inodes[entries[k]];
 		struct seen_file *f;
+		struct shard_inode in;
 
 		if (shard_index_entry_path(&v->fs->idx, entries[k], path, sizeof(path)) < 0)
 			continue;
+		shard_index_entry(&v->fs->idx, entries[k], &in);
 		HASH_FIND_STR(v->seen, path, f);
 		if (!f)
-			differ(v, (int64_t)shard_index_data_offset(&v->fs->idx, in), path,
+			differ(v, (int64_t)shard_index_data_offset(&v->fs->idx, &in), path,
 			       "the index serves a file libarchive does not find");
 	}
 }

@@ -111,12 +111,22 @@ int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st);
 int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 		   uint64_t *ino);
 
+/* A child of a directory, as shardfs_readdir_entry() gives it. */
+struct shardfs_dirent {
+	struct compact_cursor cur;	/* where its name was decoded: the
+					 * next position follows on from it */
+	const char *name;		/* its name, NUL-terminated, valid
+					 * until the next call */
+	uint64_t ino;			/* its inode */
+};
+
 /*
- * The @pos-th child of directory @dir (0-based, name order): its name
- * and inode.  Returns 0, -ENOENT past the end, or -ENOTDIR.
+ * The @pos-th child of directory @dir (0-based, name order) into *@de,
+ * which is zeroed before a listing: consecutive positions then decode
+ * each name once.  Returns 0, -ENOENT past the end, or -ENOTDIR.
  */
 int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
-			  const char **name, uint64_t *ino);
+			  struct shardfs_dirent *de);
 
 /* Inode of the parent of directory @dir (the root is its own parent). */
 uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir);

@@ -5,12 +5,13 @@
  * The index is a handful of flat arrays, built once at mount time and
  * read-only afterwards:
  *
- *   inodes[]   fixed-size entries (64 bytes), in breadth-first order, so
+ *   entries    the entries and their names, packed in blocks of 64
+ *              (index_compact.h: 13-25 bytes an entry for WebDataset
+ *              names, not 64 plus the name), in breadth-first order, so
  *              that the children of every directory are contiguous and
  *              sorted by name: readdir is a range scan and lookup a binary
- *              search over that range.
- *   names[]    a pool of NUL-terminated names (last path component) and
- *              symlink targets, in inode order for locality.
+ *              search over that range.  An entry decodes into a struct
+ *              shard_inode, the form the build lays the entries out in.
  *   sparse[]   for each sparse file, where its extents start and how many.
  *   extents[]  runs of sparse files, sorted by logical offset per file.
  *   hardlinks[] for every later name of a hard-link group, the group's
@@ -37,11 +38,11 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "shardfs/index_compact.h"
+#include "shardfs/index_entry.h"
 #include "shardfs/layout.h"
 #include "shardfs/shardset.h"
 
-/* Most entries one index holds (inode numbers must fit in 32 bits). */
-#define SHARD_INDEX_MAX_ENTRIES (UINT32_MAX / 2)
 /* Most members one shard may hold. */
 #define SHARD_INDEX_MAX_MEMBERS_PER_SHARD (1u << 28)
 /* Deepest directory nesting accepted. */
@@ -58,33 +59,6 @@
 #define SHARD_INDEX_BUILD_BUDGET_MIN (16u << 20)
 /* Warnings printed per shard before they are only counted. */
 #define SHARD_INDEX_WARNINGS_PER_SHARD 10
-
-/* Flags in struct shard_inode.flags. */
-#define SHARD_INODE_SPARSE 0x1	/* data indexes sparse[], not the shard */
-#define SHARD_INODE_LINKED 0x2	/* a later name of a hard-link group: its
-				 * inode is in hardlinks[] */
-#define SHARD_INODE_SYNTHESIZED 0x4 /* a directory no member describes:
-				 * 0755, root-owned, as new as its newest
-				 * entry (so it depends on content only) */
-
-struct shard_inode {
-	uint64_t data;		/* file: data offset in the shard (sparse:
-				 * index into sparse[]); directory: entry of
-				 * the first child; symlink: target in names */
-	uint64_t size;		/* file: bytes; directory: number of
-				 * children; symlink: target length */
-	int64_t mtime_sec;	/* modification time, seconds */
-	uint64_t name;		/* offset of the name in names */
-	uint32_t mtime_nsec;	/* modification time, nanoseconds */
-	uint32_t mode;		/* S_IFDIR/S_IFREG/S_IFLNK | permissions */
-	uint32_t uid;		/* owner as stored in the tar */
-	uint32_t gid;		/* group as stored in the tar */
-	uint32_t parent;	/* entry of the directory holding it (root: 0) */
-	uint32_t shard;		/* shard that holds the data */
-	uint32_t nlink;		/* names of a file; 2 + subdirectories */
-	uint16_t name_len;	/* bytes in the name, without the NUL */
-	uint16_t flags;		/* SHARD_INODE_* */
-};
 
 /* Where one sparse file's runs are in extents[]. */
 struct shard_sparse {
@@ -123,10 +97,8 @@ struct shard_index_counts {
 struct index_map;
 
 struct shard_index {
-	struct shard_inode *inodes;	/* entries; [0] is the root */
-	uint32_t nr_inodes;		/* entries in inodes */
-	char *names;			/* NUL-terminated names and targets */
-	uint64_t names_len;		/* bytes in names */
+	struct compact_entries entries;	/* the entries and names, packed;
+					 * entry 0 is the root */
 	struct shard_sparse *sparse;	/* sparse file maps */
 	uint64_t nr_sparse;		/* entries in sparse */
 	struct shard_extent *extents;	/* runs of sparse files */
@@ -231,24 +203,62 @@ uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
 int64_t shard_index_order_compute(const struct shard_inode *inodes, uint32_t n,
 				  uint32_t nr_shards, uint32_t *order);
 
-/* Set idx->order of an index built in memory (@nr_shards shards; room
- * for an entry per inode).  0 or -ENOMEM. */
-int shard_index_order_build(struct shard_index *idx, uint32_t nr_shards);
+/*
+ * Give @enc the @n entries @inodes, named in @names (the build's pool:
+ * names and link targets), and finish it (index_compact.h).  0 or what
+ * the encoder returned.
+ */
+int shard_index_encode(struct compact_encoder *enc, const struct shard_inode *inodes,
+		       uint32_t n, const char *names);
+
+/*
+ * Pack the @n entries @inodes, named in @names (the build's pool: names
+ * and link targets), into idx->entries in memory, and set idx->order from
+ * them (@nr_shards shards).  0, -ENOMEM or -E2BIG.
+ */
+int shard_index_pack(struct shard_index *idx, const struct shard_inode *inodes, uint32_t n,
+		     const char *names, uint32_t nr_shards);
 
 /* Free or unmap the arrays; @idx is empty afterwards. */
 void shard_index_release(struct shard_index *idx);
 
-static inline const char *shard_index_name(const struct shard_index *idx,
-					   const struct shard_inode *in)
+/* Entries in @idx. */
+static inline uint32_t shard_index_nr(const struct shard_index *idx)
 {
-	return idx->names + in->name;
+	return idx->entries.nr;
 }
 
-/* The entry for FUSE inode @ino, or NULL when out of range. */
-static inline const struct shard_inode *
-shard_index_get(const struct shard_index *idx, uint64_t ino)
+/* Entry @e (< shard_index_nr()) into *@out, name and name_len zero. */
+static inline void shard_index_entry(const struct shard_index *idx, uint32_t e,
+				     struct shard_inode *out)
 {
-	return ino >= 1 && ino <= idx->nr_inodes ? &idx->inodes[ino - 1] : NULL;
+	compact_entry(&idx->entries, e, out);
+}
+
+/*
+ * The name of entry @e into @buf (room for PATH_COMPONENT_MAX + 1
+ * bytes), NUL-terminated; returns its length.
+ */
+static inline size_t shard_index_name(const struct shard_index *idx, uint32_t e, char *buf)
+{
+	return compact_name(&idx->entries, e, buf);
+}
+
+/* The target of symbolic link @in, NUL-terminated (in->size bytes). */
+static inline const char *shard_index_target(const struct shard_index *idx,
+					     const struct shard_inode *in)
+{
+	return idx->entries.targets + in->data;
+}
+
+/* The entry for FUSE inode @ino into *@out; false when out of range. */
+static inline bool shard_index_get(const struct shard_index *idx, uint64_t ino,
+				   struct shard_inode *out)
+{
+	if (ino < 1 || ino > idx->entries.nr)
+		return false;
+	shard_index_entry(idx, (uint32_t)(ino - 1), out);
+	return true;
 }
 
 /*
@@ -257,13 +267,6 @@ shard_index_get(const struct shard_index *idx, uint64_t ino)
  */
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 			   const char *name, size_t len);
-
-/*
- * The order of names within a directory: bytewise, a prefix before the
- * longer name (memcmp order).  Returns <0, 0 or >0.
- */
-int shard_index_name_cmp(const char *a, size_t alen, const char *b,
-			 size_t blen);
 
 /*
  * The inode number of entry @e: e + 1, except for the later names of a

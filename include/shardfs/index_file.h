@@ -3,11 +3,12 @@
  * index_file.h - the persistent index: one file per shard set, served as
  * it is from its own pages (index_map.h).
  *
- * The file holds the arrays of struct shard_index byte for byte, plus a
- * table identifying the shards it was built from, so that mounting a set
- * whose index is valid parses nothing per member: it costs a mapping, a
- * checksum pass and a bounds check pass over the arrays, and one fstat
- * per shard.  The format, byte for byte, is index_format.h.
+ * The file holds the sections of struct shard_index byte for byte (the
+ * entries packed, index_compact.h), plus a table identifying the shards
+ * it was built from, so that mounting a set whose index is valid parses
+ * nothing per member: it costs a mapping, a checksum pass and a bounds
+ * check pass over the arrays once (index_verified.h), and one fstat per
+ * shard.  The format, byte for byte, is index_format.h.
  *
  * A shard is identified by its path (relative to the index file's
  * directory when it lies below it, so that a set moved or copied together
@@ -114,13 +115,33 @@ struct seek_sections {
 };
 
 /*
- * An index file being written, section by section and in any order: a
- * build that streams its entries (index_build.c) puts them where they
- * belong as it goes, and never holds the whole index.  Use:
- * index_file_writer_open(), _place() with the lengths of the index
- * arrays, _put() the bytes of every array, _commit() (checksums, header,
- * then the atomic rename), and always _abort() to release (after a commit
- * it only frees).  Single-threaded.
+ * What a build puts into a writer: the entries as laid out (struct
+ * shard_inode) and their pool of names and link targets, which the
+ * commit packs (index_compact.h), and three sections as they are.
+ */
+enum index_part {
+	INDEX_PART_INODES,	/* struct shard_inode[], in entry order */
+	INDEX_PART_NAMES,	/* the names and targets they point at */
+	INDEX_PART_SPARSE,	/* the SPARSE section */
+	INDEX_PART_EXTENTS,	/* the EXTENTS section */
+	INDEX_PART_HARDLINKS,	/* the HARDLINKS section */
+	INDEX_NR_PARTS
+};
+
+/* Bytes of packed entries a writer collects before each write. */
+#define INDEX_WRITER_PACK_BUF (1u << 20)
+
+/*
+ * An index file being written, part by part and in any order: a build
+ * that streams its entries (index_build.c) puts them where they belong as
+ * it goes, and never holds the whole index.  The entries and names are
+ * staged (in memory, or in an unlinked file beside the index) and packed
+ * at the commit into the ENTRIES, BLOCKS and TARGETS sections, which go
+ * last with ORDER.  Use: index_file_writer_open(), _place() with the
+ * lengths of the parts, _put() the bytes of every part (or, for an index
+ * already packed, _put_packed()), _commit() (packing, checksums, header,
+ * then the atomic rename), and always _abort() to release (after a
+ * commit it only frees).  Single-threaded.
  */
 struct index_file_writer {
 	int fd;				/* the temporary file; -1: closed
@@ -135,8 +156,16 @@ struct index_file_writer {
 	char *names;			/* SHARD_NAMES */
 	uint64_t names_len;		/* bytes in names */
 	struct seek_sections ss;	/* SEEK_* */
-	char *image[INDEX_NR_SECTIONS];	/* sections collected in memory, to
-					 * be written whole at commit */
+	uint64_t part_len[INDEX_NR_PARTS]; /* bytes of each part (_place) */
+	char *image[INDEX_NR_PARTS];	/* parts collected in memory, to be
+					 * written whole at commit */
+	int stage_fd;			/* the staged INODES and NAMES of a
+					 * writer without images: an unlinked
+					 * file; -1: none */
+	uint64_t tail;			/* where the sections placed at the
+					 * commit start */
+	const struct shard_index *packed; /* _put_packed(): what the commit
+					 * writes instead of packing; NULL */
 	bool hashed[INDEX_NR_SECTIONS];	/* xxh3 known: the section was put
 					 * whole at once (else read back) */
 };
@@ -150,19 +179,26 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 
 /*
  * Take the set's shard table and seek tables (as the build left them) and
- * lay the sections out; @len gives the INODES, NAMES, SPARSE, EXTENTS and
- * HARDLINKS lengths in bytes (the other entries are ignored).  With
- * @in_memory, those are collected in memory and written at commit (a
+ * lay the sections out; @len gives each part's length in bytes.  With
+ * @in_memory, the parts are collected in memory and written at commit (a
  * small index: nothing is read back to checksum it).  0 or -errno.
  */
 int index_file_writer_place(struct index_file_writer *w,
-			    const uint64_t len[INDEX_NR_SECTIONS], bool in_memory);
+			    const uint64_t len[INDEX_NR_PARTS], bool in_memory);
 
-/* Write @len bytes at byte @at of section @s (inside it); a section put
+/* Write @len bytes at byte @at of part @p (inside it); a section put
  * whole at once is checksummed from @buf, any other is read back at
  * commit.  0 or -errno. */
-int index_file_writer_put(struct index_file_writer *w, enum index_section s,
+int index_file_writer_put(struct index_file_writer *w, enum index_part p,
 			  uint64_t at, const void *buf, size_t len);
+
+/*
+ * Take @idx's packed entries and order as they are, for the commit to
+ * write instead of packing INODES and NAMES (placed with length 0);
+ * @idx must outlive the commit.
+ */
+void index_file_writer_put_packed(struct index_file_writer *w,
+				  const struct shard_index *idx);
 
 /*
  * Finish the file: checksums (read back), the header with @nr_inodes,

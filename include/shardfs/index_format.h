@@ -6,7 +6,7 @@
  * A file is, in native byte order (the header's byte_order field tells a
  * file from another byte order apart, and such a file is refused):
  *
- *   struct index_file_header     400 bytes at offset 0: magic, version,
+ *   struct index_file_header     424 bytes at offset 0: magic, version,
  *                                sizes, counts, the section table, and
  *                                an xxh3 of the header itself (computed
  *                                with header_xxh3 zero)
@@ -16,8 +16,11 @@
  *
  *   INDEX_SEC_SHARDS       struct index_file_shard, one per shard in order
  *   INDEX_SEC_SHARD_NAMES  their paths, a byte pool (not NUL-terminated)
- *   INDEX_SEC_INODES       struct shard_inode (index.h), 64 bytes each
- *   INDEX_SEC_NAMES        names and link targets, NUL-terminated
+ *   INDEX_SEC_ENTRIES      the entries and their names, in blocks of 64
+ *                          (index_compact.h, version 4)
+ *   INDEX_SEC_BLOCKS       uint64_t: where each block starts in ENTRIES,
+ *                          then ENTRIES' length
+ *   INDEX_SEC_TARGETS      link targets, NUL-terminated
  *   INDEX_SEC_SPARSE       struct shard_sparse
  *   INDEX_SEC_EXTENTS      struct shard_extent
  *   INDEX_SEC_HARDLINKS    struct shard_hardlink
@@ -34,13 +37,15 @@
  * (nr 0 and no encoding for a plain tar).
  *
  * The ORDER section is what push-ahead walks a shard by (pushahead.h): it
- * is computed from the INODES section as the file is sealed
+ * is computed from the entries as the file is sealed
  * (shard_index_order_compute(), index.h), so that a mount serves it from the
  * file's pages instead of sorting the members into private memory (4
- * bytes per member, docs/benchmarks-scale.md).  It comes last in the file
- * because its length is known only then.
+ * bytes per member, docs/benchmarks-scale.md).  It comes last in the file,
+ * after the packed entries, because its length is known only then.  The
+ * sections need not lie in the order of the table: a writer places the
+ * packed ones last (index_file.h).
  *
- * The arrays are those of struct shard_index byte for byte, so the
+ * The other arrays are those of struct shard_index byte for byte, so the
  * static assertions below pin every size the format depends on: a struct
  * that changes size breaks the build here, and whoever changes it must
  * move INDEX_FILE_VERSION.  The in-memory totals (struct
@@ -58,8 +63,9 @@
 
 #define INDEX_FILE_MAGIC "SHARDIDX"
 /* Moves with every change of the bytes below (2: the SEEK sections; 3: the
- * ORDER section).  A file of another version is refused and rebuilt. */
-#define INDEX_FILE_VERSION 3
+ * ORDER section; 4: the packed entries).  A file of another version is
+ * refused and rebuilt. */
+#define INDEX_FILE_VERSION 4
 /* Written as is: read back equal only in the same byte order. */
 #define INDEX_BYTE_ORDER 0x01020304u
 /* Sections start on a multiple of this many bytes. */
@@ -68,8 +74,9 @@
 enum index_section {
 	INDEX_SEC_SHARDS,	/* struct index_file_shard[] */
 	INDEX_SEC_SHARD_NAMES,	/* shard paths, a byte pool */
-	INDEX_SEC_INODES,	/* struct shard_inode[] */
-	INDEX_SEC_NAMES,	/* names and link targets */
+	INDEX_SEC_ENTRIES,	/* packed blocks of entries and names */
+	INDEX_SEC_BLOCKS,	/* uint64_t[]: block offsets in ENTRIES */
+	INDEX_SEC_TARGETS,	/* link targets */
 	INDEX_SEC_SPARSE,	/* struct shard_sparse[] */
 	INDEX_SEC_EXTENTS,	/* struct shard_extent[] */
 	INDEX_SEC_HARDLINKS,	/* struct shard_hardlink[] */
@@ -110,7 +117,7 @@ struct index_file_header {
 	uint64_t file_size;	/* bytes in the whole file */
 	uint64_t options_hash;	/* layout_hash() of the build's layout */
 	uint32_t nr_shards;	/* entries in INDEX_SEC_SHARDS */
-	uint32_t nr_inodes;	/* entries in INDEX_SEC_INODES */
+	uint32_t nr_inodes;	/* entries in INDEX_SEC_ENTRIES */
 	struct index_file_counts counts; /* totals of the build */
 	struct index_section_entry sections[INDEX_NR_SECTIONS]; /* where */
 	uint64_t header_xxh3;	/* of this header with this field zero */
@@ -150,8 +157,8 @@ static inline size_t index_section_record(enum index_section s)
 	switch (s) {
 	case INDEX_SEC_SHARDS:
 		return sizeof(struct index_file_shard);
-	case INDEX_SEC_INODES:
-		return sizeof(struct shard_inode);
+	case INDEX_SEC_BLOCKS:
+		return sizeof(uint64_t);
 	case INDEX_SEC_SPARSE:
 		return sizeof(struct shard_sparse);
 	case INDEX_SEC_EXTENTS:
@@ -173,14 +180,13 @@ static inline size_t index_section_record(enum index_section s)
 static inline const char *index_section_name(enum index_section s)
 {
 	static const char *const names[INDEX_NR_SECTIONS] = {
-		"SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
+		"SHARDS", "SHARD_NAMES", "ENTRIES", "BLOCKS", "TARGETS", "SPARSE", "EXTENTS",
 		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER",
 	};
 
 	return s < INDEX_NR_SECTIONS ? names[s] : "?";
 }
 
-_Static_assert(sizeof(struct shard_inode) == 64, "struct shard_inode: 64 bytes");
 _Static_assert(sizeof(struct shard_sparse) == 16, "struct shard_sparse: 16 bytes");
 _Static_assert(sizeof(struct shard_extent) == 24, "struct shard_extent: 24 bytes");
 _Static_assert(sizeof(struct shard_hardlink) == 8, "struct shard_hardlink: 8 bytes");
@@ -189,8 +195,9 @@ _Static_assert(sizeof(struct index_section_entry) == 24, "section entry: 24 byte
 _Static_assert(sizeof(struct index_file_counts) == 88, "index_file_counts: 88 bytes");
 _Static_assert(offsetof(struct index_file_header, counts) == 40, "counts at 40");
 _Static_assert(offsetof(struct index_file_header, sections) == 128, "sections at 128");
+_Static_assert(INDEX_NR_SECTIONS == 12, "the header's section table: 12 entries");
 _Static_assert(sizeof(struct index_file_seek) == 56, "index_file_seek: 56 bytes");
 _Static_assert(sizeof(struct seek_point) == 32, "seek_point: 32 bytes");
-_Static_assert(sizeof(struct index_file_header) == 400, "header: 400 bytes");
+_Static_assert(sizeof(struct index_file_header) == 424, "header: 424 bytes");
 
 #endif

@@ -281,8 +281,8 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
  * of plain shards and their bytes (two passes over the entries: 70 ms of
  * a 270 ms remount at 5 M members, so the worker makes them after the
  * mount; READs until then are not pushed ahead of).  Returns 0; -EINVAL
- * when order[] does not hold the index's files
- * (shard_index_order_starts() counts differently), -ENOMEM: both logged,
+ * when order[] is not sorted by shard or does not hold as many files as
+ * the entries, -ENOMEM: both logged,
  * and push-ahead then stays off.  Called once, by the worker (or a test,
  * before any READ).
  */

@@ -134,7 +134,7 @@ static void check_child(struct shardfs *fs, uint64_t dir,
 	FUZZ_CHECK(!rc && found == ino,
 		   "lookup of '%s' in %llu: %d, inode %llu; readdir said %llu",
 		   name, (ull)dir, rc, (ull)found, (ull)ino);
-	if (S_ISDIR(shard_index_get(&fs->idx, ino)->mode))
+	if (S_ISDIR(compact_field(&fs->idx.entries, (uint32_t)(ino - 1), COMPACT_MODE)))
 		FUZZ_CHECK(shardfs_parent(fs, ino) == dir,
 			   "parent of %llu is %llu, not %llu", (ull)ino,
 			   (ull)shardfs_parent(fs, ino), (ull)dir);
@@ -143,15 +143,16 @@ static void check_child(struct shardfs *fs, uint64_t dir,
 /* Every child is listed once, in name order, and found by lookup. */
 static void walk_dir(struct shardfs *fs, uint64_t dir)
 {
-	const char *name, *prev = NULL;
-	uint64_t pos, ino;
+	struct shardfs_dirent de = { 0 };
+	char prev[PATH_COMPONENT_MAX + 1] = "";
+	uint64_t pos;
 	int rc;
 
-	for (pos = 0; !(rc = shardfs_readdir_entry(fs, dir, pos, &name, &ino)); pos++) {
-		FUZZ_CHECK(!prev || strcmp(prev, name) < 0,
-			   "directory %llu lists '%s' before '%s'", (ull)dir, prev, name);
-		check_child(fs, dir, name, ino);
-		prev = name;
+	for (pos = 0; !(rc = shardfs_readdir_entry(fs, dir, pos, &de)); pos++) {
+		FUZZ_CHECK(!pos || strcmp(prev, de.name) < 0,
+			   "directory %llu lists '%s' before '%s'", (ull)dir, prev, de.name);
+		check_child(fs, dir, de.name, de.ino);
+		snprintf(prev, sizeof(prev), "%s", de.name);
 	}
 	FUZZ_CHECK(rc == -ENOENT, "readdir of %llu at %llu: %d", (ull)dir, (ull)pos, rc);
 }
@@ -184,12 +185,13 @@ static void sparse_oracle(const struct shardfs *fs, const struct shard_inode *in
 static void read_at(struct shardfs *fs, uint64_t ino, uint64_t off)
 {
 	static char got[READ_SIZE], want[READ_SIZE];
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode entry = { 0 }, *in = &entry;
+	bool found = shard_index_get(&fs->idx, ino, in);
 	uint64_t left = off < in->size ? in->size - off : 0;
 	size_t expect = left < READ_SIZE ? (size_t)left : READ_SIZE;
 	ssize_t n = shardfs_read(fs, ino, got, READ_SIZE, off);
 
-	FUZZ_CHECK(n >= 0 && (size_t)n == expect,
+	FUZZ_CHECK(found && n >= 0 && (size_t)n == expect,
 		   "read of file %llu (%llu bytes, shard %u) at %llu: %zd, wanted %zu",
 		   (ull)ino, (ull)in->size, in->shard, (ull)off, n, expect);
 	if (!(in->flags & SHARD_INODE_SPARSE) || !n)
@@ -223,7 +225,9 @@ static void walk_xattrs(const struct shardfs *fs, uint64_t ino)
 /* Read the start, the end, past the end and the edges of sparse runs. */
 static void walk_file(struct shardfs *fs, uint64_t ino)
 {
-	const struct shard_inode *in = shard_index_get(&fs->idx, ino);
+	struct shard_inode entry, *in = &entry;
+
+	FUZZ_CHECK(shard_index_get(&fs->idx, ino, in), "no entry for file %llu", (ull)ino);
 
 	walk_xattrs(fs, ino);
 	read_at(fs, ino, 0);
@@ -260,16 +264,16 @@ static void read_generated(struct shardfs *fs, uint64_t ino, off_t size)
 /* Every file of /.shardfs renders, members and shards included. */
 static void walk_control(struct shardfs *fs)
 {
+	struct shardfs_dirent de = { 0 };
 	uint64_t dir, pos, ino;
-	const char *name;
 	struct stat st;
 
 	FUZZ_CHECK(!shardfs_lookup(fs, SHARDFS_ROOT_INO, CONTROL_DIR_NAME, &dir),
 		   "no %s in the root", CONTROL_DIR_NAME);
-	for (pos = 0; !shardfs_readdir_entry(fs, dir, pos, &name, &ino); pos++) {
-		FUZZ_CHECK(!shardfs_lookup(fs, dir, name, &ino) &&
+	for (pos = 0; !shardfs_readdir_entry(fs, dir, pos, &de); pos++) {
+		FUZZ_CHECK(!shardfs_lookup(fs, dir, de.name, &ino) &&
 			   !shardfs_getattr(fs, ino, &st) && S_ISREG(st.st_mode),
-			   "%s/%s is not a file", CONTROL_DIR_NAME, name);
+			   "%s/%s is not a file", CONTROL_DIR_NAME, de.name);
 		read_generated(fs, ino, st.st_size);
 	}
 }
@@ -280,7 +284,7 @@ static void walk(struct shardfs *fs)
 	struct statvfs sv;
 
 	shardfs_statfs(fs, &sv);
-	for (uint64_t ino = 1; ino <= fs->idx.nr_inodes; ino++) {
+	for (uint64_t ino = 1; ino <= shard_index_nr(&fs->idx); ino++) {
 		const char *target;
 		struct stat st;
 

@@ -42,20 +42,21 @@ static void walk(const struct shardfs *fs)
 	const struct shard_index *idx = &fs->idx;
 	char path[4096];
 
-	for (uint32_t e = 0; e < idx->nr_inodes; e++) {
-		const struct shard_inode *in = &idx->inodes[e];
-		const char *name;
-		uint64_t ino;
+	for (uint32_t e = 0; e < shard_index_nr(idx); e++) {
+		struct shardfs_dirent de = { 0 };
+		char name[PATH_COMPONENT_MAX + 1];
+		struct shard_inode in;
 
-		fuzz_touch(shard_index_name(idx, in), in->name_len + 1);
-		FUZZ_CHECK(shard_index_ino(idx, e) <= idx->nr_inodes, "entry %u", e);
+		shard_index_entry(idx, e, &in);
+		fuzz_touch(name, shard_index_name(idx, e, name) + 1);
+		FUZZ_CHECK(shard_index_ino(idx, e) <= shard_index_nr(idx), "entry %u", e);
 		shard_index_entry_path(&fs->idx, e, path, sizeof(path));
-		if (S_ISLNK(in->mode))
-			fuzz_touch(idx->names + in->data, in->size + 1);
-		for (uint64_t i = 0; S_ISDIR(in->mode) &&
-		     !shardfs_readdir_entry(fs, e + 1, i, &name, &ino); i++)
-			FUZZ_CHECK(shard_index_lookup(idx, e, name, strlen(name)) ==
-				   (int64_t)(in->data + i), "lookup of child %llu of %u",
+		if (S_ISLNK(in.mode))
+			fuzz_touch(shard_index_target(idx, &in), in.size + 1);
+		for (uint64_t i = 0; S_ISDIR(in.mode) &&
+		     !shardfs_readdir_entry(fs, e + 1, i, &de); i++)
+			FUZZ_CHECK(shard_index_lookup(idx, e, de.name, strlen(de.name)) ==
+				   (int64_t)(in.data + i), "lookup of child %llu of %u",
 				   (ull)i, e);
 	}
 }
@@ -71,7 +72,7 @@ static void load_and_walk(void)
 		return;
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
 	for (uint64_t i = 0; i < fs.idx.nr_order; i++)
-		FUZZ_CHECK(fs.idx.order[i] < fs.idx.nr_inodes, "order[%llu]", (ull)i);
+		FUZZ_CHECK(fs.idx.order[i] < shard_index_nr(&fs.idx), "order[%llu]", (ull)i);
 	/* shards not opened (no source: none is plain), as many as it names */
 	fs.set.shards = calloc(sh.nr ? sh.nr : 1, sizeof(*fs.set.shards));
 	FUZZ_CHECK(fs.set.shards, "out of memory");

@@ -4,8 +4,9 @@
 #
 # usage: tests/fuzz/make-corpus.sh OUTDIR
 #
-# Writes OUTDIR/tar (seeds for fuzz_tar), OUTDIR/index (for fuzz_index)
-# and OUTDIR/zstd_seek_table (for fuzz_zstd_seek_table).
+# Writes OUTDIR/tar (seeds for fuzz_tar), OUTDIR/index (for fuzz_index),
+# OUTDIR/zstd_seek_table (for fuzz_zstd_seek_table) and
+# OUTDIR/index_compact (for fuzz_index_compact).
 # The seeds are real archives of one small tree, written by every writer
 # shardfs meets in practice: GNU tar in each --format (v7, oldgnu, gnu,
 # ustar, posix) and each sparse version, with a label, an incremental
@@ -204,6 +205,62 @@ zstd_seek_table_seeds() {
 	printf '\x00not a seek table' >"$d/no-table"
 }
 
+# Seeds for fuzz_index_compact, framed as that target reads them (the
+# entry count, the length of ENTRIES, BLOCKS, ENTRIES, TARGETS): a root
+# alone; a small tree with a link; a directory of 150 ImageNet-like
+# names, three blocks.  The blocks are laid out as index_compact.h says,
+# by this second encoder: the bytes match what compact_encoder_add()
+# writes for the same entries.
+index_compact_seeds() {
+	mkdir -p "$out/index_compact"
+	python3 - "$out/index_compact" <<'EOF'
+import struct, sys
+out = sys.argv[1]
+IFDIR, IFREG, IFLNK = 0o40000, 0o100000, 0o120000
+def block(entries):
+    """One block of (fields, name) pairs."""
+    base = [min(f[i] for f, _ in entries) for i in range(11)]
+    width = [(max(f[i] for f, _ in entries) - base[i]).bit_length() for i in range(11)]
+    acc = bits = 0
+    for f, _ in entries:
+        for i in range(11):
+            acc |= (f[i] - base[i]) << bits
+            bits += width[i]
+    body = acc.to_bytes((bits + 7) // 8, "little") + bytes(8)
+    groups = []
+    for g in range(0, 64, 16):
+        groups.append(112 + len(body))
+        prev = None
+        for _, name in entries[g:g + 16]:
+            if prev is None:
+                body += bytes([len(name)]) + name
+            else:
+                shared = next((i for i, (a, b) in enumerate(zip(prev, name)) if a != b),
+                              min(len(prev), len(name)))
+                body += bytes([shared, len(name) - shared]) + name[shared:]
+            prev = name
+    return (bytes(width) + bytes([len(entries)]) + bytes(4) + struct.pack("<11Q", *base)
+            + struct.pack("<4H", *groups) + body)
+def seed(path, entries, targets=b""):
+    """Entries of (data, size, mode, parent, name), framed."""
+    blocks = [block([((d, s, 1700000000, 0, m, 0, 0, p, 0, 1, 0), n)
+                     for d, s, m, p, n in entries[i:i + 64]])
+              for i in range(0, len(entries), 64)]
+    offsets = [sum(map(len, blocks[:i])) for i in range(len(blocks) + 1)]
+    with open(f"{out}/{path}", "wb") as f:
+        f.write(struct.pack("<II", len(entries), offsets[-1])
+                + struct.pack(f"<{len(offsets)}Q", *offsets) + b"".join(blocks) + targets)
+seed("root", [(1, 0, IFDIR | 0o755, 0, b"")])
+seed("tree", [(1, 3, IFDIR | 0o755, 0, b""), (4, 2, IFDIR | 0o755, 0, b"a"),
+              (0, 7, IFLNK | 0o777, 0, b"link"), (512, 10, IFREG | 0o644, 0, b"zz"),
+              (1536, 5, IFREG | 0o644, 1, b"x.cls"), (2560, 1 << 40, IFREG | 0o644, 1, b"x.jpg")],
+     b"a/x.jpg\0")
+seed("samples", [(1, 150, IFDIR | 0o755, 0, b"")] +
+     [(i * 100352, 99840 + i, IFREG | 0o644, 0, b"n01440764_%05d.JPEG" % (10026 + 7 * i))
+      for i in range(150)])
+EOF
+}
+
 copy_committed_seeds() {
 	local f
 
@@ -219,6 +276,7 @@ python_seeds
 copy_committed_seeds
 index_seeds
 zstd_seek_table_seeds
+index_compact_seeds
 tar_seeds=("$out"/tar/*)
 index_seeds=("$out"/index/*)
 echo "make-corpus: ${#tar_seeds[@]} tar seeds, ${#index_seeds[@]} index seeds in $out"

@@ -687,8 +687,10 @@ def test_a_checked_index_is_not_read_whole_again_until_it_changes(tmp_path):
     assert run_index(d, "--check").returncode == 0
 
 
-SECTIONS = ["SHARDS", "SHARD_NAMES", "INODES", "NAMES", "SPARSE", "EXTENTS",
-            "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER"]
+SECTIONS = ["SHARDS", "SHARD_NAMES", "ENTRIES", "BLOCKS", "TARGETS", "SPARSE",
+            "EXTENTS", "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
+            "ORDER"]
+ENTRIES_PARTS = ["  block headers", "  fields", "  names"]
 STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
                            r"(?P<members>\d+) members, (?P<entries>\d+) entries, "
                            r"(?P<shards>\d+) shards$")
@@ -696,8 +698,9 @@ STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
 
 def test_index_tool_stats(tmp_path):
     """--stats prints the file's bytes per section and per member: the
-    sections and the header add up to the file, the entries are 64 bytes
-    each, and the names are what the members' names take."""
+    sections and the header add up to the file, the packed entries' parts
+    add up to their section, and the names take at most what the members'
+    names take whole."""
     d = tmp_path / "shards"
     make_set(d, 3)
     r = run_index(d, "--stats")               # builds, then prints
@@ -705,7 +708,7 @@ def test_index_tool_stats(tmp_path):
     lines = r.stdout.splitlines()
     head = STATS_HEAD_RE.match(lines[0])
     assert head, r.stdout
-    size, members = int(head["size"]), int(head["members"])
+    size, members, entries = int(head["size"]), int(head["members"]), int(head["entries"])
     assert head["path"] == os.path.realpath(index_of(d))
     assert size == os.path.getsize(index_of(d))
     assert members == 3 * len(shard_members(0))
@@ -713,16 +716,25 @@ def test_index_tool_stats(tmp_path):
     assert lines[1].split() == ["section", "bytes", "bytes/member"]
     rows = {ln.rsplit(None, 2)[0]: (int(ln.split()[-2]), float(ln.split()[-1]))
             for ln in lines[2:]}
-    assert list(rows) == SECTIONS + ["header+padding", "total"], r.stdout
+    assert list(rows) == (SECTIONS[:3] + ENTRIES_PARTS + SECTIONS[3:] +
+                          ["header+padding", "total"]), r.stdout
     assert rows["total"][0] == size
     assert sum(rows[s][0] for s in SECTIONS) + rows["header+padding"][0] == size
-    assert rows["INODES"][0] == 64 * int(head["entries"])
+    assert sum(rows[p][0] for p in ENTRIES_PARTS) == rows["ENTRIES"][0]
+    blocks = (entries + 63) // 64
+    assert rows["BLOCKS"][0] == 8 * (blocks + 1)
     assert rows["SHARDS"][0] == 72 * 3
-    assert 0 < rows["header+padding"][0] < 400 + 64 * len(SECTIONS)
-    # every name once, NUL-terminated, plus the symlink targets
-    assert rows["NAMES"][0] >= sum(len(os.path.basename(m[0] if isinstance(m, tuple)
-                                                        else m["name"])) + 1
-                                   for i in range(3) for m in shard_members(i))
+    assert 0 < rows["header+padding"][0] < 424 + 64 * len(SECTIONS)
+    # every entry's name once, front-coded: at most its bytes and two of
+    # lengths (the root's is empty)
+    paths = {m[0] if isinstance(m, tuple) else m["name"]
+             for i in range(3) for m in shard_members(i)}
+    for p in list(paths):
+        while "/" in p:
+            p = os.path.dirname(p)
+            paths.add(p)
+    assert len(paths) + 1 == entries
+    assert 0 < rows["  names"][0] <= 1 + sum(len(os.path.basename(p)) + 2 for p in paths)
     for name, (nbytes, per_member) in rows.items():
         assert abs(per_member - nbytes / members) < 0.006, (name, nbytes, per_member)
     # a loaded index gives the same figures; without an index file, no stats

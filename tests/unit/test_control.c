@@ -176,7 +176,7 @@ static void test_directory_and_names(void **state)
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
 	const char *names[] = { "stats", "shards", "members", "metrics" };
-	const char *name;
+	struct shardfs_dirent de = { 0 };
 	uint64_t dir, ino;
 	struct stat st;
 
@@ -190,12 +190,12 @@ static void test_directory_and_names(void **state)
 	assert_true(S_ISDIR(st.st_mode));
 	assert_false(shardfs_changes(&e->fs, dir));
 	for (uint64_t pos = 0; pos < 4; pos++) {
-		assert_int_equal(shardfs_readdir_entry(&e->fs, dir, pos, &name, &ino), 0);
-		assert_string_equal(name, names[pos]);
-		assert_int_equal(shardfs_getattr(&e->fs, ino, &st), 0);
+		assert_int_equal(shardfs_readdir_entry(&e->fs, dir, pos, &de), 0);
+		assert_string_equal(de.name, names[pos]);
+		assert_int_equal(shardfs_getattr(&e->fs, de.ino, &st), 0);
 		assert_true(S_ISREG(st.st_mode) && st.st_size > 0);
 	}
-	assert_int_equal(shardfs_readdir_entry(&e->fs, dir, 4, &name, &ino), -ENOENT);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, dir, 4, &de), -ENOENT);
 	assert_int_equal(shardfs_lookup(&e->fs, dir, "nothing", &ino), -ENOENT);
 	assert_false(shardfs_changes(&e->fs, control_file(&e->fs, "members")));
 }

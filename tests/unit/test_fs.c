@@ -118,6 +118,7 @@ static void test_unknown_inodes_and_wrong_types(void **state)
 {
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
+	struct shardfs_dirent de = { 0 };
 	const char *s;
 	uint64_t ino;
 	struct stat st;
@@ -140,10 +141,10 @@ static void test_unknown_inodes_and_wrong_types(void **state)
 	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "sym"), &s), 0);
 	assert_string_equal(s, "some/where");
 	assert_int_equal(shardfs_readlink(&e->fs, tb_ino(&e->fs, "file"), &s), -EINVAL);
-	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "file"), 0, &s,
-					       &ino), -ENOTDIR);
-	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "dir"), 0, &s,
-					       &ino), -ENOENT);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "file"), 0, &de),
+			 -ENOTDIR);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, tb_ino(&e->fs, "dir"), 0, &de),
+			 -ENOENT);
 	assert_int_equal(shardfs_lookup(&e->fs, tb_ino(&e->fs, "file"), "x", &ino),
 			 -ENOTDIR);
 }
@@ -201,7 +202,7 @@ static void test_read_drops_the_shard_pages_it_consumed(void **state)
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
 	char *content = malloc(SIZE), *buf = malloc(SIZE), path[4096];
-	const struct shard_inode *in;
+	struct shard_inode in;
 	struct statfs sfs;
 	uint64_t data;
 	int fd;
@@ -213,8 +214,8 @@ static void test_read_drops_the_shard_pages_it_consumed(void **state)
 	tb_add(&a, "big", '0', content, SIZE);
 	tb_env_shard(e, "s.tar", &a);
 	tb_env_build(e);
-	in = shard_index_get(&e->fs.idx, tb_ino(&e->fs, "big"));
-	data = shard_index_data_offset(&e->fs.idx, in);
+	assert_true(shard_index_get(&e->fs.idx, tb_ino(&e->fs, "big"), &in));
+	data = shard_index_data_offset(&e->fs.idx, &in);
 	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
@@ -457,8 +458,8 @@ static void test_dot_shardfs_member_is_reserved(void **state)
 {
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
-	const char *name;
-	uint64_t listed, found;
+	struct shardfs_dirent de = { 0 };
+	uint64_t found;
 
 	/* the control directory owns the name: the member is skipped, so
 	 * readdir and lookup cannot disagree about what it is */
@@ -468,11 +469,9 @@ static void test_dot_shardfs_member_is_reserved(void **state)
 	tb_env_build(e);
 
 	assert_int_equal(e->fs.idx.counts.skipped, 1);
-	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 0, &name,
-					       &listed), 0);
-	assert_string_equal(name, "kept");
-	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 1, &name,
-					       &listed), -ENOENT);
+	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 0, &de), 0);
+	assert_string_equal(de.name, "kept");
+	assert_int_equal(shardfs_readdir_entry(&e->fs, SHARDFS_ROOT_INO, 1, &de), -ENOENT);
 	assert_int_equal(shardfs_lookup(&e->fs, SHARDFS_ROOT_INO, ".shardfs", &found), 0);
 	assert_int_equal(found, control_ino(&e->fs.control, CONTROL_DIR));
 }

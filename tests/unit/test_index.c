@@ -26,25 +26,31 @@
 /* (shard, data offset, entry) of order[] entries @x < @y. */
 static bool order_before(const struct shard_index *idx, uint32_t x, uint32_t y)
 {
-	const struct shard_inode *a = &idx->inodes[x], *b = &idx->inodes[y];
+	struct shard_inode a, b;
 
-	if (a->shard != b->shard)
-		return a->shard < b->shard;
-	return a->data != b->data ? a->data < b->data : x < y;
+	shard_index_entry(idx, x, &a);
+	shard_index_entry(idx, y, &b);
+	if (a.shard != b.shard)
+		return a.shard < b.shard;
+	return a.data != b.data ? a.data < b.data : x < y;
 }
 
 /* order[] holds every file with data in a shard once, in (shard, data
  * offset, entry) order: strictly increasing, and as many as there are. */
 static void check_order(const struct shard_index *idx)
 {
+	struct shard_inode in;
 	uint64_t files = 0;
 
-	for (uint32_t e = 0; e < idx->nr_inodes; e++)
-		files += shard_index_orderable(&idx->inodes[e], UINT32_MAX);
+	for (uint32_t e = 0; e < shard_index_nr(idx); e++) {
+		shard_index_entry(idx, e, &in);
+		files += shard_index_orderable(&in, UINT32_MAX);
+	}
 	assert_int_equal(idx->nr_order, files);
 	for (uint64_t i = 0; i < idx->nr_order; i++) {
-		assert_true(idx->order[i] < idx->nr_inodes);
-		assert_true(shard_index_orderable(&idx->inodes[idx->order[i]], UINT32_MAX));
+		assert_true(idx->order[i] < shard_index_nr(idx));
+		shard_index_entry(idx, idx->order[i], &in);
+		assert_true(shard_index_orderable(&in, UINT32_MAX));
 		if (i)
 			assert_true(order_before(idx, idx->order[i - 1], idx->order[i]));
 	}
@@ -53,25 +59,30 @@ static void check_order(const struct shard_index *idx)
 /* Check the layout invariants of index.h over every directory. */
 static void check_tree(const struct shard_index *idx)
 {
-	for (uint32_t d = 0; d < idx->nr_inodes; d++) {
-		const struct shard_inode *dir = &idx->inodes[d];
+	char prev[PATH_COMPONENT_MAX + 1], name[PATH_COMPONENT_MAX + 1];
+
+	for (uint32_t d = 0; d < shard_index_nr(idx); d++) {
+		struct shard_inode dir, in;
 		uint32_t subdirs = 0;
+		size_t prev_len = 0;
 
-		if (!S_ISDIR(dir->mode))
+		shard_index_entry(idx, d, &dir);
+		if (!S_ISDIR(dir.mode))
 			continue;
-		assert_true(dir->data + dir->size <= idx->nr_inodes);
-		for (uint64_t c = dir->data; c < dir->data + dir->size; c++) {
-			const struct shard_inode *in = &idx->inodes[c];
+		assert_true(dir.data + dir.size <= shard_index_nr(idx));
+		for (uint64_t c = dir.data; c < dir.data + dir.size; c++) {
+			size_t len = shard_index_name(idx, (uint32_t)c, name);
 
-			assert_int_equal(in->parent, d);
+			shard_index_entry(idx, (uint32_t)c, &in);
+			assert_int_equal(in.parent, d);
 			assert_true(c > d);		/* breadth first */
-			subdirs += S_ISDIR(in->mode);
-			if (c > dir->data)		/* strictly increasing */
-				assert_true(shard_index_name_cmp(
-					shard_index_name(idx, in - 1), in[-1].name_len,
-					shard_index_name(idx, in), in->name_len) < 0);
+			subdirs += S_ISDIR(in.mode);
+			if (c > dir.data)		/* strictly increasing */
+				assert_true(shard_index_name_cmp(prev, prev_len, name, len) < 0);
+			memcpy(prev, name, len);
+			prev_len = len;
 		}
-		assert_int_equal(dir->nlink, 2 + subdirs);
+		assert_int_equal(dir.nlink, 2 + subdirs);
 	}
 	check_order(idx);
 }
@@ -80,29 +91,31 @@ static void check_tree(const struct shard_index *idx)
 static void expect_listing(struct shardfs *fs, const char *path,
 			   const char *const *names)
 {
-	uint64_t dir = tb_ino(fs, path), ino, found, pos;
-	const char *name;
+	uint64_t dir = tb_ino(fs, path), found, pos;
+	struct shardfs_dirent de = { 0 };
 
 	assert_true(dir != 0);
 	for (pos = 0; names[pos]; pos++) {
-		assert_int_equal(shardfs_readdir_entry(fs, dir, pos, &name, &ino), 0);
-		if (strcmp(name, names[pos]))
+		assert_int_equal(shardfs_readdir_entry(fs, dir, pos, &de), 0);
+		if (strcmp(de.name, names[pos]))
 			fail_msg("'%s' entry %llu is '%s', expected '%s'", path,
-				 (unsigned long long)pos, name, names[pos]);
-		assert_int_equal(shardfs_lookup(fs, dir, name, &found), 0);
-		assert_int_equal(found, ino);
+				 (unsigned long long)pos, de.name, names[pos]);
+		assert_int_equal(shardfs_lookup(fs, dir, de.name, &found), 0);
+		assert_int_equal(found, de.ino);
 	}
-	assert_int_equal(shardfs_readdir_entry(fs, dir, pos, &name, &ino), -ENOENT);
+	assert_int_equal(shardfs_readdir_entry(fs, dir, pos, &de), -ENOENT);
 }
 
 /* The index entry at @path, which must exist. */
-static const struct shard_inode *entry_at(const struct tb_env *e, const char *path)
+static struct shard_inode entry_at(const struct tb_env *e, const char *path)
 {
 	int64_t n = tb_entry(&e->fs.idx, path);
+	struct shard_inode in = { 0 };
 
 	if (n < 0)
 		fail_msg("'%s' not in the index (%lld)", path, (long long)n);
-	return &e->fs.idx.inodes[n];
+	shard_index_entry(&e->fs.idx, (uint32_t)n, &in);
+	return in;
 }
 
 /* Read all of file @path into @buf (NUL-terminated); return its length. */
@@ -169,7 +182,7 @@ static void test_duplicates_last_wins(void **state)
 	assert_int_equal(e->fs.idx.counts.duplicates, 3);
 	assert_int_equal(read_all(e, "f", buf, sizeof(buf)), 6);
 	assert_string_equal(buf, "three!");
-	assert_int_equal(entry_at(e, "f")->shard, 1);
+	assert_int_equal(entry_at(e, "f").shard, 1);
 	read_all(e, "d/g", buf, sizeof(buf));
 	assert_string_equal(buf, "yy");
 	assert_int_equal(e->fs.idx.counts.files, 2);
@@ -181,7 +194,7 @@ static void test_synthesized_directories(void **state)
 {
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
-	const struct shard_inode *c;
+	struct shard_inode c;
 
 	tb_file(&a, "a/b/c.txt", "c");
 	tb_env_shard(e, "s.tar", &a);
@@ -190,19 +203,19 @@ static void test_synthesized_directories(void **state)
 	check_tree(&e->fs.idx);
 	c = entry_at(e, "a/b/c.txt");
 	for (const char *const *p = TB_LIST("a", "a/b"); *p; p++) {
-		const struct shard_inode *d = entry_at(e, *p);
+		struct shard_inode d = entry_at(e, *p);
 
 		/* from the content only: root-owned, as new as the newest entry */
-		assert_int_equal(d->mode, S_IFDIR | 0755);
-		assert_true(d->flags & SHARD_INODE_SYNTHESIZED);
-		assert_int_equal(d->uid, 0);
-		assert_int_equal(d->gid, 0);
-		assert_int_equal(d->mtime_sec, c->mtime_sec);
-		assert_int_equal(d->mtime_nsec, c->mtime_nsec);
+		assert_int_equal(d.mode, S_IFDIR | 0755);
+		assert_true(d.flags & SHARD_INODE_SYNTHESIZED);
+		assert_int_equal(d.uid, 0);
+		assert_int_equal(d.gid, 0);
+		assert_int_equal(d.mtime_sec, c.mtime_sec);
+		assert_int_equal(d.mtime_nsec, c.mtime_nsec);
 	}
-	assert_int_equal(entry_at(e, "")->nlink, 3);
-	assert_int_equal(entry_at(e, "a")->nlink, 3);
-	assert_int_equal(entry_at(e, "a/b")->nlink, 2);
+	assert_int_equal(entry_at(e, "").nlink, 3);
+	assert_int_equal(entry_at(e, "a").nlink, 3);
+	assert_int_equal(entry_at(e, "a/b").nlink, 2);
 	assert_int_equal(shardfs_parent(&e->fs, tb_ino(&e->fs, "a/b")),
 			 tb_ino(&e->fs, "a"));
 	assert_int_equal(shardfs_parent(&e->fs, SHARDFS_ROOT_INO), SHARDFS_ROOT_INO);
@@ -222,12 +235,12 @@ static void test_explicit_directory_attributes_win(void **state)
 	tb_env_shard(e, "s.tar", &a);
 	tb_env_build(e);
 
-	assert_int_equal(entry_at(e, "d")->mode, S_IFDIR | 0700);
-	assert_int_equal(entry_at(e, "d")->uid, 5);
-	assert_int_equal(entry_at(e, "d")->gid, 6);
-	assert_int_equal(entry_at(e, "d")->mtime_sec, 42);
-	assert_int_equal(entry_at(e, "")->mode, S_IFDIR | 0750);
-	assert_int_equal(entry_at(e, "")->mtime_sec, 43);
+	assert_int_equal(entry_at(e, "d").mode, S_IFDIR | 0700);
+	assert_int_equal(entry_at(e, "d").uid, 5);
+	assert_int_equal(entry_at(e, "d").gid, 6);
+	assert_int_equal(entry_at(e, "d").mtime_sec, 42);
+	assert_int_equal(entry_at(e, "").mode, S_IFDIR | 0750);
+	assert_int_equal(entry_at(e, "").mtime_sec, 43);
 	expect_listing(&e->fs, "", TB_LIST("d"));
 }
 
@@ -301,7 +314,7 @@ static void test_hard_link_across_shards(void **state)
 	tb_env_build(e);
 
 	assert_int_equal(tb_stat(&e->fs, "back").st_ino, tb_stat(&e->fs, "f").st_ino);
-	assert_int_equal(entry_at(e, "back")->shard, 0);	/* f's data */
+	assert_int_equal(entry_at(e, "back").shard, 0);	/* f's data */
 	read_all(e, "back", buf, sizeof(buf));
 	assert_string_equal(buf, "abc");
 	assert_int_equal(tb_entry(&e->fs.idx, "forward"), -ENOENT);
@@ -325,12 +338,12 @@ static void test_file_and_directory_conflicts(void **state)
 	tb_env_build(e);
 
 	check_tree(&e->fs.idx);
-	assert_true(S_ISDIR(entry_at(e, "a")->mode));
-	assert_true(S_ISDIR(entry_at(e, "d")->mode));
+	assert_true(S_ISDIR(entry_at(e, "a").mode));
+	assert_true(S_ISDIR(entry_at(e, "d").mode));
 	expect_listing(&e->fs, "d", TB_LIST("x"));
-	assert_true(S_ISREG(entry_at(e, "f")->mode));
-	assert_true(S_ISREG(entry_at(e, "e")->mode));
-	assert_int_equal(entry_at(e, "e")->size, strlen("replaces an empty directory"));
+	assert_true(S_ISREG(entry_at(e, "f").mode));
+	assert_true(S_ISREG(entry_at(e, "e").mode));
+	assert_int_equal(entry_at(e, "e").size, strlen("replaces an empty directory"));
 	assert_int_equal(e->fs.idx.counts.skipped, 2);
 }
 
@@ -396,7 +409,7 @@ static void test_directory_walk_shortcut_keeps_conflicts(void **state)
 	check_tree(&e->fs.idx);
 	expect_listing(&e->fs, "", TB_LIST("ab", "ac", "d", "e", "p"));
 	expect_listing(&e->fs, "d", TB_LIST("x", "y"));
-	assert_true(S_ISREG(entry_at(e, "e")->mode));
+	assert_true(S_ISREG(entry_at(e, "e").mode));
 	expect_listing(&e->fs, "ab", TB_LIST("1"));
 	expect_listing(&e->fs, "ac", TB_LIST("2"));
 	expect_listing(&e->fs, "p/q", TB_LIST("1", "3", "r"));
@@ -515,8 +528,11 @@ static void build(struct shard_set *set, struct shard_index *idx,
 static void expect_same_index(const struct shard_index *x,
 			      const struct shard_index *y)
 {
-	ASSERT_SAME_ARRAY(x, y, inodes, nr_inodes);
-	ASSERT_SAME_ARRAY(x, y, names, names_len);
+	ASSERT_SAME_ARRAY(x, y, entries.entries, entries.entries_len);
+	ASSERT_SAME_ARRAY(x, y, entries.targets, entries.targets_len);
+	assert_int_equal(x->entries.nr, y->entries.nr);
+	assert_memory_equal(x->entries.blocks, y->entries.blocks,
+			    (compact_nr_blocks(x->entries.nr) + 1) * sizeof(uint64_t));
 	ASSERT_SAME_ARRAY(x, y, sparse, nr_sparse);
 	ASSERT_SAME_ARRAY(x, y, extents, nr_extents);
 	ASSERT_SAME_ARRAY(x, y, hardlinks, nr_hardlinks);
@@ -584,7 +600,7 @@ static void test_bad_shard_fails_or_is_skipped(void **state)
 	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
 
 	assert_int_equal(shard_index_build(&idx, &set, &opt), -EINVAL);
-	assert_null(idx.inodes);
+	assert_null(idx.entries.entries);
 	opt.skip_bad_shards = true;
 	assert_int_equal(shard_index_build(&idx, &set, &opt), 0);
 	assert_int_equal(idx.counts.bad_shards, 1);
@@ -696,7 +712,7 @@ static void test_bad_header_mid_set_names_its_shard_and_offset(void **state)
 		 e->dir);
 	if (!strstr(log, want))
 		fail_msg("expected '%s' in the log:\n%s", want, log);
-	assert_null(idx.inodes);
+	assert_null(idx.entries.entries);
 
 	opt.skip_bad_shards = true;
 	log_set_level(LOG_LEVEL_WARN);		/* a skipped shard is a warning */

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
 #include "shardfs/util.h"
 #include "tarbuild.h"
@@ -131,6 +132,51 @@ static void test_built_loaded_extended(void **state)
 	opened_release(&o);
 }
 
+/* The version of the index file at @path, set to @version (checksums
+ * fixed up) when it is not 0; returns the version it had. */
+static uint32_t file_version(const char *path, uint32_t version)
+{
+	struct index_file_header h;
+	int fd = open(path, O_RDWR);
+	uint32_t had;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &h, sizeof(h), 0), sizeof(h));
+	had = h.version;
+	if (version) {
+		h.version = version;
+		assert_int_equal(index_file_reseal(&h, sizeof(h)), 0);
+		assert_int_equal(pwrite(fd, &h, sizeof(h), 0), sizeof(h));
+	}
+	close(fd);
+	return had;
+}
+
+/* A file of an older format (version 3: 64-byte entries) is never read:
+ * the index is built again and the file replaced. */
+static void test_older_version_is_rebuilt(void **state)
+{
+	struct tb_env *e = *state;
+	struct index_store_options so = { .mode = INDEX_MODE_AUTO };
+	char path[4096];
+	struct opened o;
+
+	shard(e, "s-000.tar", "a.txt", "a");
+	store_open(&o, e, &so);
+	assert_int_equal(o.res.origin, INDEX_BUILT);
+	snprintf(path, sizeof(path), "%s", o.res.path);
+	opened_release(&o);
+	assert_int_equal(file_version(path, 3), INDEX_FILE_VERSION);
+
+	store_open(&o, e, &so);
+	assert_int_equal(o.rc, 0);
+	assert_int_equal(o.res.origin, INDEX_BUILT);
+	assert_true(o.res.saved);
+	assert_true(has(&o.idx, "a.txt"));
+	opened_release(&o);
+	assert_int_equal(file_version(path, 0), INDEX_FILE_VERSION);
+}
+
 /* Times alone moved: the headers are rescanned, the index kept and the
  * new times saved; a changed shard makes the index stale. */
 static void test_touched_and_changed_shards(void **state)
@@ -233,6 +279,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mode_names),
 		STORE_TEST(test_built_loaded_extended),
+		STORE_TEST(test_older_version_is_rebuilt),
 		STORE_TEST(test_touched_and_changed_shards),
 		STORE_TEST(test_modes),
 		STORE_TEST(test_paths),

@@ -54,9 +54,11 @@ static void member_content(int i, char *buf)
 /* Member number of entry @e (named m00..). */
 static int member_of(struct shardfs *fs, uint32_t e)
 {
+	char name[PATH_COMPONENT_MAX + 1];
 	int i = -1;
 
-	sscanf(shard_index_name(&fs->idx, &fs->idx.inodes[e]), "m%d", &i);
+	shard_index_name(&fs->idx, e, name);
+	sscanf(name, "m%d", &i);
 	assert_true(i >= 0 && i < MEMBERS);
 	return i;
 }
