@@ -160,16 +160,20 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 
 	if (control_node_of(&fs->control, dir) == CONTROL_DIR)
 		return control_readdir_entry(&fs->control, pos, &de->name, &de->ino);
-	if (!shard_index_get(&fs->idx, dir, &d))
+	if (de->dir != dir || de->cur.c != &fs->idx.entries) {	/* a new listing */
+		if (!shard_index_get(&fs->idx, dir, &d))
+			return -ENOENT;
+		if (!S_ISDIR(d.mode))
+			return -ENOTDIR;
+		*de = (struct shardfs_dirent){ .dir = dir, .first = d.data, .count = d.size };
+		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)d.data);
+	}
+	if (pos >= de->count)
 		return -ENOENT;
-	if (!S_ISDIR(d.mode))
-		return -ENOTDIR;
-	if (pos >= d.size)
-		return -ENOENT;
-	e = d.data + pos;
-	if (de->cur.c != &fs->idx.entries || de->cur.next != e)
+	e = de->first + pos;
+	if (de->cur.next != e)
 		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)e);
-	compact_cursor_next(&de->cur, &d);
+	compact_cursor_next(&de->cur, NULL);
 	de->name = de->cur.name;
 	de->ino = shard_index_ino(&fs->idx, (uint32_t)e);
 	return 0;

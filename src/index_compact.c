@@ -675,7 +675,8 @@ bool compact_cursor_next(struct compact_cursor *cur, struct shard_inode *out)
 		cur->coded = group_names(cur->c, e / COMPACT_GROUP_NAMES);
 	cur->coded = name_next(cur->coded, first, cur->name, &cur->name_len);
 	cur->name[cur->name_len] = '\0';
-	compact_entry(cur->c, e, out);
+	if (out)
+		compact_entry(cur->c, e, out);
 	cur->next++;
 	return true;
 }

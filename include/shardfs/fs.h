@@ -115,6 +115,9 @@ int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 struct shardfs_dirent {
 	struct compact_cursor cur;	/* where its name was decoded: the
 					 * next position follows on from it */
+	uint64_t dir;			/* the directory cur walks; 0: none */
+	uint64_t first;			/* the directory's first child */
+	uint64_t count;			/* its children */
 	const char *name;		/* its name, NUL-terminated, valid
 					 * until the next call */
 	uint64_t ino;			/* its inode */

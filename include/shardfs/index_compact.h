@@ -229,8 +229,9 @@ void compact_cursor_init(struct compact_cursor *cur, const struct compact_entrie
 			 uint32_t e);
 
 /*
- * The next entry into *@out and its name into cur->name; false at the
- * end.  A walk of all entries decodes each name once.
+ * The next entry into *@out (unless @out is NULL: its name alone) and its
+ * name into cur->name; false at the end.  A walk of all entries decodes
+ * each name once.
  */
 bool compact_cursor_next(struct compact_cursor *cur, struct shard_inode *out);
 
