@@ -116,6 +116,21 @@ static inline uint32_t record_bytes(uint32_t n, uint32_t bits)
 	return (n * bits + 7) / 8 + COMPACT_RECORD_SLACK;
 }
 
+/*
+ * The bits of struct shard_inode's member for each field.  A field is
+ * read as that member holds it, whether whole (compact_entry) or alone
+ * (compact_field): a block that packs a wider value cannot show the checks
+ * one value and a request another.
+ */
+static const uint64_t field_mask[COMPACT_NR_FIELDS] = {
+	[COMPACT_DATA] = UINT64_MAX, [COMPACT_SIZE] = UINT64_MAX,
+	[COMPACT_MTIME_SEC] = UINT64_MAX, [COMPACT_MTIME_NSEC] = UINT32_MAX,
+	[COMPACT_MODE] = UINT32_MAX, [COMPACT_UID] = UINT32_MAX,
+	[COMPACT_GID] = UINT32_MAX, [COMPACT_PARENT] = UINT32_MAX,
+	[COMPACT_SHARD] = UINT32_MAX, [COMPACT_NLINK] = UINT32_MAX,
+	[COMPACT_FLAGS] = UINT16_MAX,
+};
+
 /* @in's fields in enum compact_field order. */
 static void fields_of(const struct shard_inode *in, uint64_t *v)
 {
@@ -578,9 +593,9 @@ uint64_t compact_field(const struct compact_entries *c, uint32_t e, enum compact
 		before += i < (int)f ? blk[i] : 0;
 		bits += blk[i];
 	}
-	return load_le64(blk + HDR_BASE + 8 * f) +
-	       read_bits(blk + COMPACT_HEADER_BYTES,
-			 e % COMPACT_BLOCK_ENTRIES * bits + before, blk[f]);
+	return (load_le64(blk + HDR_BASE + 8 * f) +
+		read_bits(blk + COMPACT_HEADER_BYTES,
+			  e % COMPACT_BLOCK_ENTRIES * bits + before, blk[f])) & field_mask[f];
 }
 
 size_t compact_name(const struct compact_entries *c, uint32_t e, char *buf)

@@ -187,7 +187,8 @@ int compact_check(const struct compact_entries *c, uint32_t *bad, const char **w
 /* Entry @e (< c->nr) into *@out, name and name_len zero. */
 void compact_entry(const struct compact_entries *c, uint32_t e, struct shard_inode *out);
 
-/* One field of entry @e, without decoding the others. */
+/* One field of entry @e, without decoding the others, as the member of
+ * struct shard_inode holds it (a narrow field's low bits). */
 uint64_t compact_field(const struct compact_entries *c, uint32_t e, enum compact_field f);
 
 /*

@@ -580,6 +580,52 @@ static void test_link_targets(void **state)
 	samples_free(s, n);
 }
 
+/*
+ * A block whose bytes hold a value wider than its field's member (a base
+ * past 32 bits for a 32-bit field) passes the check of the bytes; whole or
+ * alone, the field reads as the member holds it, so that what the load's
+ * checks see is what a request reads.
+ */
+static void test_a_wider_value_reads_as_its_member(void **state)
+{
+	enum {	/* where the bases are in a block's header */
+		BASES = COMPACT_NR_FIELDS + 1 + COMPACT_HEADER_PAD,
+		SHARD_BASE = BASES + 8 * COMPACT_SHARD,
+		FLAGS_BASE = BASES + 8 * COMPACT_FLAGS,
+	};
+	struct sample *s = samples_new(3);
+	struct shard_inode in;
+	const char *why;
+	struct coded k;
+	uint64_t base;
+	uint32_t bad;
+
+	(void)state;
+	for (uint32_t e = 0; e < 3; e++) {
+		s[e].in = (struct shard_inode){ .mode = S_IFREG | 0644, .shard = 7,
+						.flags = SHARD_INODE_SPARSE };
+		if (e)
+			set_name(&s[e], e == 1 ? "a" : "b", 1);
+	}
+	encode(&k, s, 3);
+	memcpy(&base, k.entries + SHARD_BASE, sizeof(base));
+	base = htole64(le64toh(base) + (UINT64_C(1) << 32));
+	memcpy(k.entries + SHARD_BASE, &base, sizeof(base));
+	memcpy(&base, k.entries + FLAGS_BASE, sizeof(base));
+	base = htole64(le64toh(base) + (UINT64_C(1) << 16));
+	memcpy(k.entries + FLAGS_BASE, &base, sizeof(base));
+	assert_int_equal(compact_check(&k.c, &bad, &why), 0);
+	for (uint32_t e = 0; e < 3; e++) {
+		compact_entry(&k.c, e, &in);
+		assert_int_equal(in.shard, 7);
+		assert_int_equal(compact_field(&k.c, e, COMPACT_SHARD), 7);
+		assert_int_equal(in.flags, SHARD_INODE_SPARSE);
+		assert_int_equal(compact_field(&k.c, e, COMPACT_FLAGS), SHARD_INODE_SPARSE);
+	}
+	coded_free(&k);
+	samples_free(s, 3);
+}
+
 static int emit_fails(void *arg, const void *block, size_t len)
 {
 	return -EIO;
@@ -971,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(test_awkward_names),
 		cmocka_unit_test(test_lookup_in_sorted_ranges),
 		cmocka_unit_test(test_link_targets),
+		cmocka_unit_test(test_a_wider_value_reads_as_its_member),
 		cmocka_unit_test(test_emit_error_ends_the_encoding),
 		cmocka_unit_test(test_check_refuses_damage),
 		cmocka_unit_test(test_check_survives_flipped_bytes),
