@@ -349,16 +349,19 @@ static int tail_emit(void *arg, const void *block, size_t len)
 /* Put @len bytes of @bytes as section @s at *@off of the copy. */
 static void tail_section(struct fx *f, int s, const void *bytes, uint64_t len, uint64_t *off)
 {
-	if (*off + len + 64 > f->cap) {
-		f->cap = *off + len + 64;
+	uint64_t end = (*off + len + 63) & ~(uint64_t)63;
+
+	if (end > f->cap) {
+		f->cap = end;
 		f->buf = realloc(f->buf, f->cap);
 		assert_non_null(f->buf);
 	}
 	if (len)
 		memmove(f->buf + *off, bytes, len);
+	memset(f->buf + *off + len, 0, end - *off - len);	/* the padding */
 	hdr(f)->sections[s].offset = *off;
 	hdr(f)->sections[s].length = len;
-	*off = (*off + len + 63) & ~(uint64_t)63;
+	*off = end;
 }
 
 /*
