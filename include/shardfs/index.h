@@ -6,8 +6,9 @@
  * read-only afterwards:
  *
  *   entries    the entries and their names, packed in blocks of 64
- *              (index_compact.h: 13-25 bytes an entry for WebDataset
- *              names, not 64 plus the name), in breadth-first order, so
+ *              (index_compact.h: 13-17 bytes an entry for WebDataset
+ *              names, 32 for UUIDs, not 64 plus the name), in
+ *              breadth-first order, so
  *              that the children of every directory are contiguous and
  *              sorted by name: readdir is a range scan and lookup a binary
  *              search over that range.  An entry decodes into a struct
