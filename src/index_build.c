@@ -637,14 +637,14 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	for (uint32_t e = 0; !rc && compact_cursor_next(&cur, &in); e++) {
 		uint64_t first = shard_index_ino(base, e) - 1;
 		uint32_t len = (uint32_t)cur.name_len;
-		const char *name = len ? bump_alloc(&b->dir_arena, len) : "";
+		char *copy = len ? bump_alloc(&b->dir_arena, len) : NULL; /* nodes keep it */
+		const char *name = copy ? memcpy(copy, cur.name, len) : "";
 		int64_t id = 0;
 
-		if (!name) {
+		if (len && !copy) {
 			rc = -ENOMEM;
 			break;
 		}
-		name = memcpy((char *)name, cur.name, len);	/* nodes keep it */
 		if (e && in.parent == 0 && classes_layout(b))
 			unpad_number(&name, &len);
 		if (e)
