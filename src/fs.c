@@ -569,45 +569,37 @@ static void sample_extent(const struct shard_index *idx, uint32_t e,
 	}
 }
 
-/* shardfs_read() and shardfs_splice(): a read of @ino to @to. */
-static ssize_t read_member(struct shardfs *fs, uint64_t ino,
-			   const struct read_to *to, size_t size, uint64_t off)
+/* shardfs_read() and shardfs_splice(): a read of regular file entry @e,
+ * @in, to @to. */
+static ssize_t read_file(struct shardfs *fs, uint32_t e, const struct shard_inode *in,
+			 const struct read_to *to, size_t size, uint64_t off)
 {
-	int node = control_node_of(&fs->control, ino);
-	struct shard_inode in;
 	unsigned forward;
 	ssize_t rc;
 
-	if (node == CONTROL_DIR)
-		return -EISDIR;
-	if (node > CONTROL_DIR)
-		return control_read(&fs->control, node, to->buf, size, off);
-	if (!shard_index_get(&fs->idx, ino, &in))
-		return -ENOENT;
-	if (!S_ISREG(in.mode))
-		return -EISDIR;
-	if (off >= in.size)
+	assert(S_ISREG(in->mode));
+	if (off >= in->size)
 		return 0;
-	if (size > in.size - off)
-		size = in.size - off;
-	if (in.flags & SHARD_INODE_SPARSE) {
+	if (size > in->size - off)
+		size = in->size - off;
+	if (in->flags & SHARD_INODE_SPARSE) {
 		assert(to->pipe < 0);	/* shardfs_splice() sends none here */
-		rc = read_sparse(fs, &in, to->buf, size, off);
+		rc = read_sparse(fs, in, to->buf, size, off);
 	} else {
 		uint64_t lo, hi;
 
 		if (!off) {
-			sample_extent(&fs->idx, (uint32_t)(ino - 1), &in, &lo, &hi);
-			shard_source_advise(fs->set.shards[in.shard].src, lo, hi - lo,
+			sample_extent(&fs->idx, e, in, &lo, &hi);
+			shard_source_advise(fs->set.shards[in->shard].src, lo, hi - lo,
 					    SHARD_SOURCE_WILLREAD);
 		}
-		rc = shard_pread(fs, in.shard, to, size, in.data + off, &forward);
+		rc = shard_pread(fs, in->shard, to, size, in->data + off, &forward);
 		if (rc >= 0 && !forward)
 			atomic_fetch_add_explicit(&fs->counters.random_read_bytes,
 						  rc, memory_order_relaxed);
 		if (rc >= 0)
-			pushahead_read(&fs->push, (uint32_t)(ino - 1), in.data + off,
-				       in.data + off + size, forward);
+			pushahead_read(&fs->push, e, in->data + off, in->data + off + size,
+				       forward);
 	}
 	if (rc < 0)
 		atomic_fetch_add_explicit(&fs->counters.errors, 1,
@@ -621,30 +613,42 @@ static ssize_t read_member(struct shardfs *fs, uint64_t ino,
 ssize_t shardfs_read(struct shardfs *fs, uint64_t ino, char *buf, size_t size,
 		     uint64_t off)
 {
-	return read_member(fs, ino, &(struct read_to){ buf, -1 }, size, off);
+	int node = control_node_of(&fs->control, ino);
+	struct shard_inode in;
+
+	if (node == CONTROL_DIR)
+		return -EISDIR;
+	if (node > CONTROL_DIR)
+		return control_read(&fs->control, node, buf, size, off);
+	if (!shard_index_get(&fs->idx, ino, &in))
+		return -ENOENT;
+	if (!S_ISREG(in.mode))
+		return -EISDIR;
+	return read_file(fs, (uint32_t)(ino - 1), &in, &(struct read_to){ buf, -1 }, size, off);
 }
 
 /* Whether [@off, @off + @size) of member @ino, clamped to its end, is at
- * least @min bytes that can be spliced. */
+ * least @min bytes that can be spliced; its entry into *@in. */
 static bool splice_member(const struct shardfs *fs, uint64_t ino, size_t size,
-			  uint64_t off, size_t min)
+			  uint64_t off, size_t min, struct shard_inode *in)
 {
-	struct shard_inode in;
-
-	if (control_node_of(&fs->control, ino) >= 0 || !shard_index_get(&fs->idx, ino, &in) ||
-	    !S_ISREG(in.mode) || (in.flags & SHARD_INODE_SPARSE) ||
-	    !fs->set.shards[in.shard].src->ops->splice || off >= in.size)
+	if (control_node_of(&fs->control, ino) >= 0 || !shard_index_get(&fs->idx, ino, in) ||
+	    !S_ISREG(in->mode) || (in->flags & SHARD_INODE_SPARSE) ||
+	    !fs->set.shards[in->shard].src->ops->splice || off >= in->size)
 		return false;
-	return (size < in.size - off ? size : in.size - off) >= min;
+	return (size < in->size - off ? size : in->size - off) >= min;
 }
 
 ssize_t shardfs_splice(struct shardfs *fs, uint64_t ino, int pipe_fd,
 		       size_t size, uint64_t off, size_t min)
 {
+	struct shard_inode in;
+
 	assert(pipe_fd >= 0);
-	if (!splice_member(fs, ino, size, off, min))
+	if (!splice_member(fs, ino, size, off, min, &in))
 		return -EAGAIN;
-	return read_member(fs, ino, &(struct read_to){ NULL, pipe_fd }, size, off);
+	return read_file(fs, (uint32_t)(ino - 1), &in, &(struct read_to){ NULL, pipe_fd },
+			 size, off);
 }
 
 void shardfs_splice_done(struct shardfs *fs, uint64_t ino, size_t len,
