@@ -383,14 +383,23 @@ static int section_hash(struct index_file_writer *w, enum index_section s, char 
 	return rc;
 }
 
+/* Section @s, already placed, whole from @buf. */
+static int section_put(struct index_file_writer *w, enum index_section s, const void *buf)
+{
+	struct index_section_entry *e = &w->h.sections[s];
+
+	e->xxh3 = XXH3_64bits(buf, e->length);
+	w->hashed[s] = true;
+	return write_all(w->fd, buf, e->length, e->offset);
+}
+
 /* Section @s, @len bytes from @buf, next at w->tail. */
 static int tail_put(struct index_file_writer *w, enum index_section s, const void *buf,
 		    uint64_t len)
 {
-	w->h.sections[s] = (struct index_section_entry){ w->tail, len, XXH3_64bits(buf, len) };
-	w->hashed[s] = true;
+	w->h.sections[s] = (struct index_section_entry){ w->tail, len, 0 };
 	w->tail = section_align(w->tail + len);
-	return write_all(w->fd, buf, len, w->h.sections[s].offset);
+	return section_put(w, s, buf);
 }
 
 /* Packed blocks on their way into ENTRIES, a buffer at a time. */
@@ -545,16 +554,6 @@ static int writer_entries(struct index_file_writer *w, uint32_t n)
 	if (map != MAP_FAILED)
 		munmap(map, map_len);
 	return rc;
-}
-
-/* Section @s, placed by _place(), whole from @buf. */
-static int section_put(struct index_file_writer *w, enum index_section s, const void *buf)
-{
-	struct index_section_entry *e = &w->h.sections[s];
-
-	e->xxh3 = XXH3_64bits(buf, e->length);
-	w->hashed[s] = true;
-	return write_all(w->fd, buf, e->length, e->offset);
 }
 
 /* Every section, every checksum, then the header. */
