@@ -131,7 +131,8 @@ static void render_stats_push(const struct control_source *src,
 	buf_printf(b, "  \"pushahead\": {\"bound\": %llu, \"bytes\": %llu, "
 		   "\"files\": %llu, \"passed\": %llu, \"unconfirmed\": %llu, "
 		   "\"read_anyway\": %llu, \"refused\": %llu, \"unknown\": %llu, "
-		   "\"probes\": %llu, \"listings\": %llu, \"listed\": %llu, \"spans\": %llu, "
+		   "\"probes\": %llu, \"listings\": %llu, \"listed\": %llu, \"bare\": %llu, "
+		   "\"spans\": %llu, "
 		   "\"ahead\": %llu, \"ahead_max\": %llu, "
 		   "\"window_fetched\": %llu, \"span_fetched\": %llu, "
 		   "\"passes\": %llu, \"pass_bytes\": %llu, \"density\": %.4f},\n",
@@ -139,7 +140,7 @@ static void render_stats_push(const struct control_source *src,
 		   counter(&p->files), counter(&p->passed), counter(&p->unconfirmed),
 		   counter(&p->read_anyway), counter(&p->refused),
 		   counter(&p->unknown), counter(&p->probes), counter(&p->listings),
-		   counter(&p->listed),
+		   counter(&p->listed), counter(&p->bare),
 		   counter(&p->spans), counter(&p->ahead), counter(&p->ahead_max),
 		   counter(&p->window_fetched), counter(&p->span_fetched),
 		   counter(&p->passes), counter(&p->pass_bytes), push_density(p));
@@ -258,6 +259,10 @@ static void render_metrics_push(const struct control_source *src,
 		  "the files to push.", &p->listings },
 		{ "pushahead_listed_total", "counter", "Entries those listings read.",
 		  &p->listed },
+		{ "pushahead_bare_listings_total", "counter",
+		  "Directories of more than 4,096 entries a reader listed without "
+		  "their inodes, to be listed with them at its second lookup in them.",
+		  &p->bare },
 		{ "pushahead_spans_total", "counter",
 		  "Spans (decoded, or 4 MiB of a plain shard) whose other files "
 		  "were pushed after a random READ in them.", &p->spans },

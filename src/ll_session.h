@@ -10,6 +10,7 @@
 #define SHARDFS_LL_SESSION_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "shardfs/fs.h"
 
@@ -24,6 +25,10 @@ struct ll_session {
 	struct fuse_session *se; /* the session, for notifications */
 	const char *mountpoint;	/* absolute; set before the session runs */
 	struct prelist *prelist; /* lists for push-ahead (prelist.h), or NULL */
+	pid_t lister_tid;	/* its thread, whose requests are its listings
+				 * (0: none); kept here, as the request
+				 * threads may outlive prelist_stop() */
+	bool lists_long;	/* it may list a huge directory whole */
 	bool no_open;		/* the kernel accepts ENOSYS for OPEN */
 };
 

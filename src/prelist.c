@@ -43,6 +43,9 @@ struct prelist {
 	pthread_cond_t asked;	/* a request or the stop is posted */
 	pthread_cond_t answered; /* a listing finished */
 	atomic_int refs;	/* the caller's and the thread's */
+	pid_t tid;		/* the thread's id (set before prelist_start()
+				 * returns) */
+	bool clones;		/* this process may clone a mount (open_tree) */
 	bool stop;		/* prelist_stop() was called */
 	bool stale;		/* a path led elsewhere: refuse all */
 	uint64_t asked_seq;	/* number of the latest request */
@@ -50,6 +53,7 @@ struct prelist {
 	ssize_t result;		/* what the latest finished one returned */
 	uint64_t dir_ino;	/* request: the directory's inode */
 	uint64_t pos;		/* request: its first entry to list */
+	uint64_t count;		/* request: the most entries to list */
 	char dir[PATH_MAX];	/* request: the directory, relative to root
 				 * ("" for root itself) */
 	char root[PATH_MAX];	/* the mountpoint */
@@ -102,9 +106,20 @@ static int open_dir(const struct prelist *pl, int *tree)
 	return fd;
 }
 
-/* Read PRELIST_ENTRIES entries of the requested directory from entry
- * @pos on. */
-static ssize_t list_dir(struct prelist *pl, uint64_t dir_ino, uint64_t pos)
+/* Whether prelist_stop() was called: a long listing ends early. */
+static bool stopped(struct prelist *pl)
+{
+	bool stop;
+
+	pthread_mutex_lock(&pl->lock);
+	stop = pl->stop;
+	pthread_mutex_unlock(&pl->lock);
+	return stop;
+}
+
+/* Read @count entries of the requested directory from entry @pos on. */
+static ssize_t list_dir(struct prelist *pl, uint64_t dir_ino, uint64_t pos,
+			uint64_t count)
 {
 	struct statfs sfs;
 	struct stat st;
@@ -125,7 +140,7 @@ static ssize_t list_dir(struct prelist *pl, uint64_t dir_ino, uint64_t pos)
 		listed = -errno;
 		goto out_close_fd;
 	}
-	while (listed < PRELIST_ENTRIES) {
+	while ((uint64_t)listed < count && !stopped(pl)) {
 		ssize_t n = getdents64(fd, pl->buf, sizeof(pl->buf));
 
 		if (n <= 0) {
@@ -149,6 +164,8 @@ static void *thread_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "shardfs-list");
 	pthread_mutex_lock(&pl->lock);
+	pl->tid = gettid();
+	pthread_cond_broadcast(&pl->answered);
 	for (;;) {
 		uint64_t seq;
 		ssize_t n;
@@ -159,8 +176,8 @@ static void *thread_main(void *arg)
 			break;
 		seq = pl->asked_seq;
 		pthread_mutex_unlock(&pl->lock);
-		/* dir, dir_ino and pos stay put until done_seq catches up */
-		n = list_dir(pl, pl->dir_ino, pl->pos);
+		/* the request stays put until done_seq catches up */
+		n = list_dir(pl, pl->dir_ino, pl->pos, pl->count);
 		pthread_mutex_lock(&pl->lock);
 		pl->result = n;
 		pl->stale |= n == -ESTALE;
@@ -170,6 +187,18 @@ static void *thread_main(void *arg)
 	pthread_mutex_unlock(&pl->lock);
 	put(pl);
 	return NULL;
+}
+
+/* Whether open_dir() can list through a clone: cloning "/" takes the
+ * same capability as cloning the mount, without a request to it. */
+static bool may_clone(void)
+{
+	int tree = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+
+	if (tree < 0)
+		return false;
+	close(tree);
+	return true;
 }
 
 int prelist_start(struct prelist **out, const char *mountpoint)
@@ -188,6 +217,7 @@ int prelist_start(struct prelist **out, const char *mountpoint)
 		return -ENAMETOOLONG;
 	}
 	strcpy(pl->root, mountpoint);
+	pl->clones = may_clone();
 	pthread_mutex_init(&pl->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -207,13 +237,17 @@ int prelist_start(struct prelist **out, const char *mountpoint)
 		put(pl);
 		return -rc;
 	}
+	pthread_mutex_lock(&pl->lock);
+	while (!pl->tid)
+		pthread_cond_wait(&pl->answered, &pl->lock);
+	pthread_mutex_unlock(&pl->lock);
 	*out = pl;
 	return 0;
 }
 
 /* Post a request: a copy of @dir. */
 static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
-		uint64_t pos)
+		uint64_t pos, uint64_t count)
 {
 	size_t len = strlen(dir);
 
@@ -226,13 +260,14 @@ static int post(struct prelist *pl, const char *dir, uint64_t dir_ino,
 	memcpy(pl->dir, dir, len + 1);
 	pl->dir_ino = dir_ino;
 	pl->pos = pos;
+	pl->count = count;
 	pl->asked_seq++;
 	pthread_cond_signal(&pl->asked);
 	return 0;
 }
 
 ssize_t prelist_list(struct prelist *pl, const char *dir, uint64_t dir_ino,
-		     uint64_t pos)
+		     uint64_t pos, uint64_t count)
 {
 	/* the condition variable waits on CLOCK_MONOTONIC (prelist_start()) */
 	struct timespec until = deadline_after_ms(CLOCK_MONOTONIC, PRELIST_WAIT_MS);
@@ -240,7 +275,7 @@ ssize_t prelist_list(struct prelist *pl, const char *dir, uint64_t dir_ino,
 	uint64_t seq;
 
 	pthread_mutex_lock(&pl->lock);
-	rc = post(pl, dir, dir_ino, pos);
+	rc = post(pl, dir, dir_ino, pos, count);
 	seq = pl->asked_seq;
 	while (!rc && pl->done_seq != seq &&
 	       !pthread_cond_timedwait(&pl->answered, &pl->lock, &until))
@@ -249,6 +284,16 @@ ssize_t prelist_list(struct prelist *pl, const char *dir, uint64_t dir_ino,
 		rc = pl->done_seq == seq ? pl->result : -ETIMEDOUT;
 	pthread_mutex_unlock(&pl->lock);
 	return rc;
+}
+
+pid_t prelist_thread_id(const struct prelist *pl)
+{
+	return pl->tid;
+}
+
+bool prelist_clones(const struct prelist *pl)
+{
+	return pl->clones;
 }
 
 void prelist_stop(struct prelist *pl)

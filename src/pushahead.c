@@ -13,7 +13,7 @@
  *
  * Memory (issue 30): the members of a shard in offset order are the
  * index's order[], served from the index file like the rest of it; per
- * entry, push-ahead keeps six bit arrays (enum pushahead_bit) and a byte
+ * entry, push-ahead keeps seven bit arrays (enum pushahead_bit) and a byte
  * (pass_of[]), each calloc'ed and touched only where its event happens.
  * It sorted its own order[] at mount (4 bytes per file) and counted the
  * kernel's references in 4 bytes per entry before: 8 bytes per member of
@@ -313,6 +313,7 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 	bit_clear(p, PUSHAHEAD_HELD, e);
 	bit_clear(p, PUSHAHEAD_LISTED, e);
 	bit_clear(p, PUSHAHEAD_SEEN, e);
+	bit_clear(p, PUSHAHEAD_BARE, e);
 }
 
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
@@ -320,8 +321,10 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 	unsigned expected = 0;
 	uint32_t d = (uint32_t)(dir_ino - 1);
 
-	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx) ||
-	    entry_field(p, d, COMPACT_SIZE) > SHARDFS_PUSHAHEAD_LIST_DIR_MAX)
+	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx))
+		return;
+	if (entry_field(p, d, COMPACT_SIZE) > SHARDFS_PUSHAHEAD_LIST_DIR_MAX &&
+	    !bit_test(p, PUSHAHEAD_BARE, d))
 		return;
 	/* bit_set() loads first: LOOKUPs in a listed directory write
 	 * nothing shared */
@@ -334,6 +337,18 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 		return;
 	}
 	sem_post(&p->wake);
+}
+
+bool pushahead_list_bare(struct pushahead *p, uint64_t dir_ino)
+{
+	uint32_t d = (uint32_t)(dir_ino - 1);
+
+	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx) ||
+	    entry_field(p, d, COMPACT_SIZE) <= SHARDFS_PUSHAHEAD_BARE_MIN)
+		return false;
+	if (!bit_set(p, PUSHAHEAD_BARE, d))
+		relaxed_add(&p->counters.bare, 1);
+	return true;
 }
 
 /* Clear the stored mark of entry @e; true when it was set. */
@@ -745,10 +760,11 @@ static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 	return 0;
 }
 
-/* Have entry @e's directory listed from @e on; true if it listed any. */
-static bool list_from(struct pushahead *p, uint32_t e)
+/* Have entry @e's directory listed, @count entries from @e on (a
+ * directory of at most @count: whole); true if it listed any. */
+static bool list_from(struct pushahead *p, uint32_t e, uint32_t count)
 {
-	ssize_t n = p->lister(p->store_arg, e);
+	ssize_t n = p->lister(p->store_arg, e, count);
 
 	if (n <= 0)
 		return false;
@@ -781,7 +797,7 @@ static bool known(struct pushahead *p, uint32_t e)
 		return true;
 	if (!p->lister || bit_set(p, PUSHAHEAD_LISTED, e))
 		return false;
-	return list_from(p, e) && held(p, e);
+	return list_from(p, e, SHARDFS_PUSHAHEAD_LIST_DIR_MAX) && held(p, e);
 }
 
 /* List the directory pushahead_lookup_in() asked for, if any. */
@@ -789,8 +805,11 @@ static void list_wanted_dir(struct pushahead *p)
 {
 	unsigned d = atomic_exchange(&p->dir_wanted, 0);
 
-	if (d && entry_field(p, d - 1, COMPACT_SIZE))
-		list_from(p, (uint32_t)entry_field(p, d - 1, COMPACT_DATA));
+	uint64_t size = d ? entry_field(p, d - 1, COMPACT_SIZE) : 0;
+
+	if (size)
+		list_from(p, (uint32_t)entry_field(p, d - 1, COMPACT_DATA),
+			  (uint32_t)size);
 }
 
 /*

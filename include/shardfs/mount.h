@@ -115,6 +115,8 @@ struct pushahead_counters {
 					 * mount so that the kernel holds
 					 * the members (prelist.h) */
 	atomic_ullong listed;		/* entries those listings read */
+	atomic_ullong bare;		/* directories a reader listed bare:
+					 * no inodes (pushahead_list_bare()) */
 	atomic_ullong spans;		/* spans (decoded ones of compressed
 					 * shards, 4 MiB pieces of plain ones)
 					 * whose other members were pushed

@@ -118,8 +118,11 @@
 #define SHARDFS_PUSHAHEAD_REREADS 4
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
-/* Largest directory a reader's LOOKUPs in it have listed (entries). */
+/* Largest directory a reader's LOOKUPs in it have listed (entries),
+ * unless it was listed bare (pushahead_list_bare()). */
 #define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
+/* Directories of more entries are listed bare while listings work. */
+#define SHARDFS_PUSHAHEAD_BARE_MIN 4096
 /* Files pushed before span pushes are judged by what the kernel kept. */
 #define SHARDFS_PUSHAHEAD_SPAN_PROBE 1024
 /* The span of a plain shard: the aligned region around a READ at random
@@ -147,10 +150,12 @@ typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
 
 /*
  * Have the kernel take a reference on member entry @e's inode, and on
- * those of the entries after it in its directory.  Returns the entries
- * listed, or -errno.  May block, for a bounded time.
+ * those of the @count entries after it in its directory (a directory of
+ * at most @count entries: on all of them).  Returns the entries listed,
+ * or -errno.  May block, for a bounded time; a listing that outlasts it
+ * goes on without the caller (-ETIMEDOUT).
  */
-typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e);
+typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e, uint32_t count);
 
 /*
  * Read @size bytes at @off of member entry @e, checked as a READ is
@@ -206,6 +211,8 @@ enum pushahead_bit {
 				 * on; directory: queued for listing (once
 				 * until the kernel forgets the entry) */
 	PUSHAHEAD_SEEN,		/* directory: a LOOKUP in it */
+	PUSHAHEAD_BARE,		/* directory: listed bare, so LOOKUPs in it
+				 * have it listed whole */
 	PUSHAHEAD_STORED,	/* member: its bytes were stored, and no READ
 				 * or window settled it since */
 	PUSHAHEAD_SPANNED,	/* compressed member: its span was pushed */
@@ -304,12 +311,27 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
 /*
  * The kernel looked up a name in directory @dir_ino: it lacks the
  * directory's entries.  At the second such LOOKUP in a directory of at
- * most SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries the worker has it listed
- * (the lister), once until the kernel forgets the directory, so that a
+ * most SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries, or in one listed bare, the
+ * worker has it listed whole (the lister), once until the kernel forgets
+ * the directory, so that a
  * reader that never lists, shuffled or not, costs a LOOKUP per directory
  * instead of one per file.  Never blocks.
  */
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
+
+/*
+ * A reader lists directory @dir_ino (READDIRPLUS): whether its entries
+ * go bare, without attributes, so that the kernel makes no inode for
+ * them, as for a plain READDIR.  Yes for a directory of more than
+ * SHARDFS_PUSHAHEAD_BARE_MIN entries when the worker can have it listed:
+ * then the second LOOKUP in it has it listed whole, once until the
+ * kernel forgets it (pushahead_lookup_in()), so that stats after the
+ * listing find their inodes made in bulk, ahead of them.  A million
+ * entries listed with their inodes cost the reader's kernel ~2 us each,
+ * bare 0.35 us (docs/benchmarks-scale.md, "os.scandir of a million
+ * entries").  Never blocks.
+ */
+bool pushahead_list_bare(struct pushahead *p, uint64_t dir_ino);
 
 /*
  * Say that a READ costs the daemon little (FUSE over io_uring: a few

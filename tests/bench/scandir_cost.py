@@ -3,8 +3,8 @@
 
 Mounts SHARDS on MNT with BUILD's shardfs (and any -o options after
 them), lists DIR once so that the daemon is warm, drops every cache,
-then times an os.scandir of DIR and a stat of every entry in scandir
-order.  For each, one line: the wall time, the reader's user and system
+then times an os.scandir of DIR, a stat of every entry in scandir
+order and a second os.scandir.  For each, one line: the wall time, the reader's user and system
 CPU (getrusage: the kernel's work for the reader, such as the inodes
 and dentries a READDIRPLUS reply makes, is its system time), the
 daemon's CPU (/proc/PID/stat) and the requests it answered (READDIR and
@@ -86,8 +86,11 @@ def main():
         with Phase(pid, mnt) as stat:
             for name in names:
                 os.stat(os.path.join(root, name))
+        with Phase(pid, mnt) as again:
+            n = sum(1 for _ in os.scandir(root))
         print(scan.line("%s: os.scandir, cold" % build, len(names)))
         print(stat.line("%s: stat of every entry after it" % build, len(names)))
+        print(again.line("%s: os.scandir again" % build, n))
     finally:
         subprocess.run(["umount", mnt])
 

@@ -2,14 +2,18 @@
 """Push-ahead (-o pushahead=): the members after a forward reader are
 stored into the kernel's page cache before they are asked for.
 
-What it must never do: a daemon stopped while it lists ahead of a fresh
-reader still exits; a shard changed under the mount while a reader
+What it must never do: a huge directory listed bare (no inode per
+entry) lists an entry other than as stat finds it; a daemon stopped
+while it lists ahead of a fresh reader still exits; a shard changed under the mount while a reader
 streams through it gives EIO or the original bytes, never bytes pushed
 from the changed file; 64 readers at once on 64 shards stay within the
 bound.  What it saves (requests, lookups, bytes decoded) is counted in
 the serial perf group, test_perf_pushahead.py.
 """
+import io
 import os
+import stat
+import tarfile
 import threading
 
 import pytest
@@ -17,6 +21,61 @@ import pytest
 import shardfs_testlib as lib
 
 from pushahead_shards import list_tree, make_shard, read_in_order
+
+
+def make_huge_directory(path, files=4500):
+    """A shard whose directory big/ holds FILES files, 3 directories
+    (each with a file) and a symbolic link: more than 4,096 entries."""
+    content = {}
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(files):
+            data = lib.deterministic_bytes(("big", i), 1 + i % 300)
+            info = tarfile.TarInfo("big/f%05d" % i)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            content["f%05d" % i] = data
+        for i in range(3):
+            info = tarfile.TarInfo("big/sub%d" % i)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+            info = tarfile.TarInfo("big/sub%d/inner" % i)
+            tar.addfile(info, io.BytesIO(b""))
+        info = tarfile.TarInfo("big/link")
+        info.type, info.linkname = tarfile.SYMTYPE, "f00000"
+        tar.addfile(info)
+    return content
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pushahead", ["default", "0"])
+def test_a_huge_directory_lists_each_entry_as_stat_finds_it(tmp_path, pushahead):
+    """A directory of more than 4,096 entries is listed bare while
+    push-ahead lists (the kernel makes no inode per entry; pushahead=0
+    lists it with them): every name is there, with the type and inode
+    number that lstat finds after, also once the daemon listed it whole
+    for the inodes, and every file reads right."""
+    content = make_huge_directory(tmp_path / "a.tar")
+    mnt = tmp_path / "mnt"
+    opts = [] if pushahead == "default" else ["-o", "pushahead=0"]
+    with lib.mounted(tmp_path / "a.tar", mnt, *opts):
+        big = os.path.join(mnt, "big")
+        for _ in range(2):	# bare, then from the kernel's cache
+            listed = {e.name: (e.inode(), e.is_file(follow_symlinks=False),
+                               e.is_dir(follow_symlinks=False),
+                               e.is_symlink()) for e in os.scandir(big)}
+            assert sorted(listed) == sorted(
+                list(content) + ["sub0", "sub1", "sub2", "link"])
+        for name, (ino, is_file, is_dir, is_link) in listed.items():
+            st = os.lstat(os.path.join(big, name))
+            assert (st.st_ino, stat.S_ISREG(st.st_mode), stat.S_ISDIR(st.st_mode),
+                    stat.S_ISLNK(st.st_mode)) == (ino, is_file, is_dir, is_link), name
+        assert os.readlink(os.path.join(big, "link")) == "f00000"
+        assert os.listdir(os.path.join(big, "sub1")) == ["inner"]
+        for name, data in content.items():
+            with open(os.path.join(big, name), "rb") as f:
+                assert f.read() == data, name
+        push = lib.read_stats(mnt)["pushahead"]
+    assert push["bare"] == (1 if pushahead == "default" else 0), push
 
 
 @pytest.mark.timeout(120)

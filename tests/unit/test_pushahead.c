@@ -8,7 +8,8 @@
  * forward, the members after it are stored whole with their own bytes,
  * except the trip member; a member the kernel lacks is listed once (the
  * lister callback) and pushed if the listing made it known; a directory
- * is listed at the second LOOKUP in it; the bytes held
+ * is listed at the second LOOKUP in it, a huge one only once it was
+ * listed bare (and then whole); the bytes held
  * ahead never exceed the bound; a shard that changed size is never pushed
  * from; a READ at random in a compressed shard has the rest of its
  * decoded span pushed, until the kernel is seen to drop such pushes; a
@@ -101,7 +102,7 @@ static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 }
 
 /* READDIRPLUS of FAKE_LISTED entries from @e on: a reference on each. */
-static ssize_t fake_list(void *arg, uint32_t e)
+static ssize_t fake_list(void *arg, uint32_t e, uint32_t count)
 {
 	struct fake_kernel *k = arg;
 	int from = member_of(k->fs, e), i;
@@ -370,6 +371,88 @@ static void test_second_lookup_in_a_directory_lists_it(void **state)
 	pushahead_lookup_in(&e->fs.push, root);
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.listed_from[0]), 2);
+	assert_int_equal(atomic_load(&kernel.stores), 0);
+}
+
+/* What the listing of a huge directory was asked for. */
+static struct {
+	atomic_uint calls;		/* listings */
+	atomic_uint from;		/* the entry the last one started at */
+	atomic_uint count;		/* the entries it was to list */
+} whole;
+
+static ssize_t record_list(void *arg, uint32_t e, uint32_t count)
+{
+	atomic_fetch_add(&whole.calls, 1);
+	atomic_store(&whole.from, e);
+	atomic_store(&whole.count, count);
+	return -ETIMEDOUT;	/* as a long one: it goes on without the worker */
+}
+
+/*
+ * A directory of more than SHARDFS_PUSHAHEAD_BARE_MIN entries goes bare
+ * when listings work; the second LOOKUP in it has it listed whole, from
+ * its first entry, once until the kernel forgets it.  A smaller one, or
+ * one that was not listed bare, is never listed so.
+ */
+static void test_huge_directory_listed_bare_is_listed_whole(void **state)
+{
+	struct tb_env *e = *state;
+	const uint32_t entries = SHARDFS_PUSHAHEAD_BARE_MIN + 1;
+	struct shard_inode dir;
+	struct tb a = { 0 };
+	uint64_t big, small;
+	char name[32];
+
+	for (uint32_t i = 0; i < entries; i++) {
+		snprintf(name, sizeof(name), "big/f%05u", i);
+		tb_file(&a, name, "x");
+	}
+	tb_file(&a, "small/f", "x");
+	tb_end(&a);
+	tb_save(&a, e->dir, "s.tar");
+	tb_free(&a);
+	tb_env_build(e);
+	big = tb_ino(&e->fs, "big");
+	small = tb_ino(&e->fs, "small");
+	start_push(e, 1 << 20, NULL);
+	assert_false(pushahead_list_bare(&e->fs.push, big));	/* no lister */
+
+	memset(&whole, 0, sizeof(whole));
+	start_push(e, 1 << 20, record_list);
+	assert_false(pushahead_list_bare(&e->fs.push, small));
+	for (int i = 0; i < 3; i++)
+		pushahead_lookup_in(&e->fs.push, big);	/* not listed bare */
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 0);
+
+	assert_true(pushahead_list_bare(&e->fs.push, big));
+	assert_true(pushahead_list_bare(&e->fs.push, big));	/* its next request */
+	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 1);
+	pushahead_lookup_in(&e->fs.push, big);
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 0);
+	for (int i = 0; i < 3; i++) {
+		pushahead_lookup_in(&e->fs.push, big);
+		settle(e);
+	}
+	assert_int_equal(atomic_load(&whole.calls), 1);
+	shard_index_entry(&e->fs.idx, (uint32_t)(big - 1), &dir);
+	assert_int_equal(atomic_load(&whole.from), dir.data);
+	assert_int_equal(atomic_load(&whole.count), entries);
+
+	/* the kernel forgets it: listed whole again once listed bare again */
+	kernel_forget(&e->fs, big, 1);
+	for (int i = 0; i < 2; i++)
+		pushahead_lookup_in(&e->fs.push, big);
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 1);
+	assert_true(pushahead_list_bare(&e->fs.push, big));
+	for (int i = 0; i < 2; i++)
+		pushahead_lookup_in(&e->fs.push, big);
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 2);
+	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 2);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
 }
 
@@ -718,6 +801,7 @@ int main(void)
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
+		TB_ENV_TEST(test_huge_directory_listed_bare_is_listed_whole),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
 		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
