@@ -24,8 +24,9 @@
  * seen no reference.  A READDIRPLUS of a huge directory goes bare, no
  * inode made per entry, and push-ahead has the daemon's own listing
  * thread make them in bulk once LOOKUPs come in it: a cold os.scandir of
- * a million entries 2.7-4.6 -> 0.9-1.0 s, the stats after it as fast
- * (docs/benchmarks-scale.md, "Huge directories listed bare").
+ * a million entries 2.5-4.8 -> 0.8-1.3 s (ext4: 0.8-1.1 s), the stats
+ * after it as fast (docs/benchmarks-scale.md, "Huge directories listed
+ * bare").
  *
  * Read buffers are per thread, allocated on a thread's first read and
  * freed when it ends (a ring thread reads into its reply buffer, see

@@ -313,9 +313,8 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
  * directory's entries.  At the second such LOOKUP in a directory of at
  * most SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries, or in one listed bare, the
  * worker has it listed whole (the lister), once until the kernel forgets
- * the directory, so that a
- * reader that never lists, shuffled or not, costs a LOOKUP per directory
- * instead of one per file.  Never blocks.
+ * the directory, so that a reader that never lists, shuffled or not,
+ * costs a LOOKUP per directory instead of one per file.  Never blocks.
  */
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
 
@@ -328,8 +327,8 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
  * kernel forgets it (pushahead_lookup_in()), so that stats after the
  * listing find their inodes made in bulk, ahead of them.  A million
  * entries listed with their inodes cost the reader's kernel ~2 us each,
- * bare 0.35 us (docs/benchmarks-scale.md, "os.scandir of a million
- * entries").  Never blocks.
+ * bare 0.35 us (docs/benchmarks-scale.md, "Huge directories listed
+ * bare").  Never blocks.
  */
 bool pushahead_list_bare(struct pushahead *p, uint64_t dir_ino);
 
