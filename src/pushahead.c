@@ -761,16 +761,17 @@ static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 }
 
 /* Have entry @e's directory listed, @count entries from @e on (a
- * directory of at most @count: whole); true if it listed any. */
-static bool list_from(struct pushahead *p, uint32_t e, uint32_t count)
+ * directory of at most @count: whole): the entries listed, or -errno
+ * (-ETIMEDOUT: the listing goes on without the worker). */
+static ssize_t list_from(struct pushahead *p, uint32_t e, uint32_t count)
 {
 	ssize_t n = p->lister(p->store_arg, e, count);
 
-	if (n <= 0)
-		return false;
-	relaxed_add(&p->counters.listings, 1);
-	relaxed_add(&p->counters.listed, (unsigned long long)n);
-	return true;
+	if (n > 0) {
+		relaxed_add(&p->counters.listings, 1);
+		relaxed_add(&p->counters.listed, (unsigned long long)n);
+	}
+	return n;
 }
 
 /* Whether the kernel holds entry @e's inode: its held bit, else a probe
@@ -797,19 +798,22 @@ static bool known(struct pushahead *p, uint32_t e)
 		return true;
 	if (!p->lister || bit_set(p, PUSHAHEAD_LISTED, e))
 		return false;
-	return list_from(p, e, SHARDFS_PUSHAHEAD_LIST_DIR_MAX) && held(p, e);
+	return list_from(p, e, SHARDFS_PUSHAHEAD_LIST_DIR_MAX) > 0 && held(p, e);
 }
 
-/* List the directory pushahead_lookup_in() asked for, if any. */
+/*
+ * List the directory pushahead_lookup_in() asked for, if any.  One that
+ * met another listing under way (a huge one takes seconds) is asked for
+ * again by a later LOOKUP in it.
+ */
 static void list_wanted_dir(struct pushahead *p)
 {
 	unsigned d = atomic_exchange(&p->dir_wanted, 0);
-
 	uint64_t size = d ? entry_field(p, d - 1, COMPACT_SIZE) : 0;
 
-	if (size)
-		list_from(p, (uint32_t)entry_field(p, d - 1, COMPACT_DATA),
-			  (uint32_t)size);
+	if (size && list_from(p, (uint32_t)entry_field(p, d - 1, COMPACT_DATA),
+			      (uint32_t)size) == -EBUSY)
+		bit_clear(p, PUSHAHEAD_LISTED, d - 1);
 }
 
 /*

@@ -313,8 +313,10 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
  * directory's entries.  At the second such LOOKUP in a directory of at
  * most SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries, or in one listed bare, the
  * worker has it listed whole (the lister), once until the kernel forgets
- * the directory, so that a reader that never lists, shuffled or not,
- * costs a LOOKUP per directory instead of one per file.  Never blocks.
+ * the directory (again if its listing met another under way: a huge
+ * one's takes seconds), so that a reader that never lists, shuffled or
+ * not, costs a LOOKUP per directory instead of one per file.  Never
+ * blocks.
  */
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino);
 

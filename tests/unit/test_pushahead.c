@@ -379,6 +379,7 @@ static struct {
 	atomic_uint calls;		/* listings */
 	atomic_uint from;		/* the entry the last one started at */
 	atomic_uint count;		/* the entries it was to list */
+	atomic_int busy;		/* listings to refuse with -EBUSY */
 } whole;
 
 static ssize_t record_list(void *arg, uint32_t e, uint32_t count)
@@ -386,14 +387,17 @@ static ssize_t record_list(void *arg, uint32_t e, uint32_t count)
 	atomic_fetch_add(&whole.calls, 1);
 	atomic_store(&whole.from, e);
 	atomic_store(&whole.count, count);
+	if (atomic_fetch_sub(&whole.busy, 1) > 0)
+		return -EBUSY;
 	return -ETIMEDOUT;	/* as a long one: it goes on without the worker */
 }
 
 /*
  * A directory of more than SHARDFS_PUSHAHEAD_BARE_MIN entries goes bare
  * when listings work; the second LOOKUP in it has it listed whole, from
- * its first entry, once until the kernel forgets it.  A smaller one, or
- * one that was not listed bare, is never listed so.
+ * its first entry, once until the kernel forgets it, or until a listing
+ * meets another under way.  A smaller one, or one that was not listed
+ * bare, is never listed so.
  */
 static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 {
@@ -441,18 +445,33 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	assert_int_equal(atomic_load(&whole.from), dir.data);
 	assert_int_equal(atomic_load(&whole.count), entries);
 
+	/* a listing that met another is asked for again by the next LOOKUP;
+	 * one under way is not */
+	kernel_forget(&e->fs, big, 1);
+	assert_true(pushahead_list_bare(&e->fs.push, big));
+	atomic_store(&whole.busy, 1);
+	for (int i = 0; i < 2; i++)
+		pushahead_lookup_in(&e->fs.push, big);
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 2);
+	for (int i = 0; i < 3; i++) {
+		pushahead_lookup_in(&e->fs.push, big);
+		settle(e);
+	}
+	assert_int_equal(atomic_load(&whole.calls), 3);
+
 	/* the kernel forgets it: listed whole again once listed bare again */
 	kernel_forget(&e->fs, big, 1);
 	for (int i = 0; i < 2; i++)
 		pushahead_lookup_in(&e->fs.push, big);
 	settle(e);
-	assert_int_equal(atomic_load(&whole.calls), 1);
+	assert_int_equal(atomic_load(&whole.calls), 3);
 	assert_true(pushahead_list_bare(&e->fs.push, big));
 	for (int i = 0; i < 2; i++)
 		pushahead_lookup_in(&e->fs.push, big);
 	settle(e);
-	assert_int_equal(atomic_load(&whole.calls), 2);
-	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 2);
+	assert_int_equal(atomic_load(&whole.calls), 4);
+	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 3);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
 }
 
