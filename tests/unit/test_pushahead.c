@@ -392,6 +392,32 @@ static ssize_t record_list(void *arg, uint32_t e, uint32_t count)
 	return -ETIMEDOUT;	/* as a long one: it goes on without the worker */
 }
 
+/* A shard of directory big/ with @entries files and small/ with one. */
+static void build_big_and_small(struct tb_env *e, uint32_t entries)
+{
+	struct tb a = { 0 };
+	char name[32];
+
+	for (uint32_t i = 0; i < entries; i++) {
+		snprintf(name, sizeof(name), "big/f%05u", i);
+		tb_file(&a, name, "x");
+	}
+	tb_file(&a, "small/f", "x");
+	tb_end(&a);
+	tb_save(&a, e->dir, "s.tar");
+	tb_free(&a);
+	tb_env_build(e);
+}
+
+/* @n LOOKUPs in directory @dir, the worker settling after each. */
+static void lookups_in(struct tb_env *e, uint64_t dir, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pushahead_lookup_in(&e->fs.push, dir);
+		settle(e);
+	}
+}
+
 /*
  * A directory of more than SHARDFS_PUSHAHEAD_BARE_MIN entries goes bare
  * when listings work; the second LOOKUP in it has it listed whole, from
@@ -404,19 +430,9 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	struct tb_env *e = *state;
 	const uint32_t entries = SHARDFS_PUSHAHEAD_BARE_MIN + 1;
 	struct shard_inode dir;
-	struct tb a = { 0 };
 	uint64_t big, small;
-	char name[32];
 
-	for (uint32_t i = 0; i < entries; i++) {
-		snprintf(name, sizeof(name), "big/f%05u", i);
-		tb_file(&a, name, "x");
-	}
-	tb_file(&a, "small/f", "x");
-	tb_end(&a);
-	tb_save(&a, e->dir, "s.tar");
-	tb_free(&a);
-	tb_env_build(e);
+	build_big_and_small(e, entries);
 	big = tb_ino(&e->fs, "big");
 	small = tb_ino(&e->fs, "small");
 	start_push(e, 1 << 20, NULL);
@@ -425,21 +441,15 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	memset(&whole, 0, sizeof(whole));
 	start_push(e, 1 << 20, record_list);
 	assert_false(pushahead_list_bare(&e->fs.push, small));
-	for (int i = 0; i < 3; i++)
-		pushahead_lookup_in(&e->fs.push, big);	/* not listed bare */
-	settle(e);
+	lookups_in(e, big, 3);			/* not listed bare */
 	assert_int_equal(atomic_load(&whole.calls), 0);
 
 	assert_true(pushahead_list_bare(&e->fs.push, big));
 	assert_true(pushahead_list_bare(&e->fs.push, big));	/* its next request */
 	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 1);
-	pushahead_lookup_in(&e->fs.push, big);
-	settle(e);
+	lookups_in(e, big, 1);
 	assert_int_equal(atomic_load(&whole.calls), 0);
-	for (int i = 0; i < 3; i++) {
-		pushahead_lookup_in(&e->fs.push, big);
-		settle(e);
-	}
+	lookups_in(e, big, 3);
 	assert_int_equal(atomic_load(&whole.calls), 1);
 	shard_index_entry(&e->fs.idx, (uint32_t)(big - 1), &dir);
 	assert_int_equal(atomic_load(&whole.from), dir.data);
@@ -450,26 +460,17 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	kernel_forget(&e->fs, big, 1);
 	assert_true(pushahead_list_bare(&e->fs.push, big));
 	atomic_store(&whole.busy, 1);
-	for (int i = 0; i < 2; i++)
-		pushahead_lookup_in(&e->fs.push, big);
-	settle(e);
+	lookups_in(e, big, 2);
 	assert_int_equal(atomic_load(&whole.calls), 2);
-	for (int i = 0; i < 3; i++) {
-		pushahead_lookup_in(&e->fs.push, big);
-		settle(e);
-	}
+	lookups_in(e, big, 3);
 	assert_int_equal(atomic_load(&whole.calls), 3);
 
 	/* the kernel forgets it: listed whole again once listed bare again */
 	kernel_forget(&e->fs, big, 1);
-	for (int i = 0; i < 2; i++)
-		pushahead_lookup_in(&e->fs.push, big);
-	settle(e);
+	lookups_in(e, big, 2);
 	assert_int_equal(atomic_load(&whole.calls), 3);
 	assert_true(pushahead_list_bare(&e->fs.push, big));
-	for (int i = 0; i < 2; i++)
-		pushahead_lookup_in(&e->fs.push, big);
-	settle(e);
+	lookups_in(e, big, 2);
 	assert_int_equal(atomic_load(&whole.calls), 4);
 	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 3);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
