@@ -7,7 +7,8 @@
  * mounted, so every reply tells the kernel to cache for as long as it can:
  * entries, attributes and negative lookups for a year, file pages and
  * directory listings across opens.  After the first walk of a tree, the
- * kernel answers stat() and readdir() itself.
+ * kernel answers stat() and readdir() itself (stat() in a huge directory
+ * once the daemon listed it for the inodes: below).
  *
  * OPEN is answered ENOSYS, which (FUSE_CAP_NO_OPEN_SUPPORT, Linux 4.19)
  * tells the kernel never to send it, nor RELEASE, again and to keep the
