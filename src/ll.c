@@ -302,7 +302,7 @@ static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (fuse_reply_entry(req, &e))
 		pushahead_forget(&fs->push, e.ino, 1);
 	else if (e.ino)
-		pushahead_lookup_in(&fs->push, parent);
+		pushahead_lookup_in(&fs->push, parent, e.ino);
 }
 
 /* The kernel dropped references: push-ahead must not store there. */

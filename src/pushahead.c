@@ -316,15 +316,29 @@ void pushahead_forget(struct pushahead *p, uint64_t ino, uint64_t n)
 	bit_clear(p, PUSHAHEAD_BARE, e);
 }
 
-void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
+/*
+ * Whether a LOOKUP of @ino in directory entry @d counts toward listing
+ * it: each in a small directory or in one listed bare, one in
+ * SHARDFS_PUSHAHEAD_HUGE_SAMPLE (a multiplicative hash of @ino) in a
+ * bigger one, none past SHARDFS_PUSHAHEAD_LIST_WHOLE_MAX entries.
+ */
+static bool lookup_counts(const struct pushahead *p, uint32_t d, uint64_t ino)
+{
+	uint64_t size = entry_field(p, d, COMPACT_SIZE);
+
+	if (size <= SHARDFS_PUSHAHEAD_LIST_DIR_MAX || bit_test(p, PUSHAHEAD_BARE, d))
+		return true;
+	return size <= SHARDFS_PUSHAHEAD_LIST_WHOLE_MAX &&
+	       (uint32_t)(ino * 0x9e3779b1u) < UINT32_MAX / SHARDFS_PUSHAHEAD_HUGE_SAMPLE;
+}
+
+void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino, uint64_t ino)
 {
 	unsigned expected = 0;
 	uint32_t d = (uint32_t)(dir_ino - 1);
 
-	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx))
-		return;
-	if (entry_field(p, d, COMPACT_SIZE) > SHARDFS_PUSHAHEAD_LIST_DIR_MAX &&
-	    !bit_test(p, PUSHAHEAD_BARE, d))
+	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx) ||
+	    !lookup_counts(p, d, ino))
 		return;
 	/* bit_set() loads first: LOOKUPs in a listed directory write
 	 * nothing shared */
@@ -342,9 +356,12 @@ void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino)
 bool pushahead_list_bare(struct pushahead *p, uint64_t dir_ino)
 {
 	uint32_t d = (uint32_t)(dir_ino - 1);
+	uint64_t size;
 
-	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx) ||
-	    entry_field(p, d, COMPACT_SIZE) <= SHARDFS_PUSHAHEAD_BARE_MIN)
+	if (!p->lister || !dir_ino || dir_ino > shard_index_nr(p->idx))
+		return false;
+	size = entry_field(p, d, COMPACT_SIZE);
+	if (size <= SHARDFS_PUSHAHEAD_BARE_MIN || size > SHARDFS_PUSHAHEAD_LIST_WHOLE_MAX)
 		return false;
 	if (!bit_set(p, PUSHAHEAD_BARE, d))
 		relaxed_add(&p->counters.bare, 1);

@@ -10,8 +10,9 @@ After a listing, or on a fresh mount the daemon lists ahead of the
 reader, a reader in shard order gets its files with almost no request
 reaching the daemon (also when an unprivileged daemon lists through the
 mount itself); a shuffled reader that never lists pays a LOOKUP per
-directory, not per file; stats after a bare listing of a huge directory
-find their inodes made; a READ at random has its span pushed (the
+directory, not per file, and stats at random in a huge one have it
+listed whole; stats after a bare listing of a huge directory find their
+inodes made; a READ at random has its span pushed (the
 second in a compressed span; in a plain shard once the pass took most of
 its piece); a reader that outruns gzip's decoding has each byte decoded
 once, not by the worker and its READs alike.  With pushahead=0 each of
@@ -223,6 +224,31 @@ def test_stats_after_a_bare_listing_find_their_inodes_made(tmp_path):
     # 5-8 of a million in the benchmark; a reader that overtakes the
     # listing on a loaded machine pays a LOOKUP a name until it is behind
     assert lookups <= len(names) // 10, (lookups, after["pushahead"])
+
+
+@pytest.mark.timeout(120)
+def test_random_stats_in_a_huge_directory_never_listed_have_it_listed(tmp_path):
+    """Stats at random in a directory of 20,000 entries that no reader
+    listed: about one LOOKUP in 64 counts, so after about 128 the daemon
+    lists it whole and the rest find their inodes; two stats list
+    nothing."""
+    content = make_shard(tmp_path / "a.tar", "a", files=20000, size=lambda i: 1)
+    names = sorted(content)
+    random.Random(3).shuffle(names)
+    mnt = tmp_path / "mnt"
+    with lib.mounted(tmp_path / "a.tar", mnt):
+        for name in names[:2]:
+            os.stat(os.path.join(mnt, name))
+        time.sleep(0.2)
+        assert lib.read_stats(mnt)["pushahead"]["listings"] == 0
+        before = lib.read_stats(mnt)
+        for name in names[2:10000]:
+            os.stat(os.path.join(mnt, name))
+        after = lib.read_stats(mnt)
+    lookups = after["ops"]["lookup"]["count"] - before["ops"]["lookup"]["count"]
+    # 365 and 624 of 9,998 in two runs; without the listing, one each
+    assert after["pushahead"]["listings"] >= 1, after["pushahead"]
+    assert lookups <= 9998 // 4, (lookups, after["pushahead"])
 
 
 settled_push = lib.settled_stats

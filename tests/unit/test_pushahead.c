@@ -356,19 +356,19 @@ static void test_second_lookup_in_a_directory_lists_it(void **state)
 	const uint64_t root = 1;	/* the members' directory */
 
 	setup_listing(e, 1 << 20, fake_list);
-	pushahead_lookup_in(&e->fs.push, root);
+	pushahead_lookup_in(&e->fs.push, root, ino_of(e, 0));
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.listed_from[0]), 0);
 	for (int i = 0; i < 3; i++) {
-		pushahead_lookup_in(&e->fs.push, root);
+		pushahead_lookup_in(&e->fs.push, root, ino_of(e, 0));
 		settle(e);
 	}
 	assert_int_equal(atomic_load(&kernel.listed_from[0]), 1);
 	assert_int_equal(atomic_load(&e->fs.push.counters.listed), FAKE_LISTED);
 	/* the kernel drops the directory: two LOOKUPs list it again */
 	kernel_forget(&e->fs, root, 1);
-	pushahead_lookup_in(&e->fs.push, root);
-	pushahead_lookup_in(&e->fs.push, root);
+	pushahead_lookup_in(&e->fs.push, root, ino_of(e, 0));
+	pushahead_lookup_in(&e->fs.push, root, ino_of(e, 0));
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.listed_from[0]), 2);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
@@ -409,11 +409,15 @@ static void build_big_and_small(struct tb_env *e, uint32_t entries)
 	tb_env_build(e);
 }
 
-/* @n LOOKUPs in directory @dir, the worker settling after each. */
+/* @n LOOKUPs in directory @dir, of its names big/f00000 on, the worker
+ * settling after each. */
 static void lookups_in(struct tb_env *e, uint64_t dir, int n)
 {
+	char name[32];
+
 	for (int i = 0; i < n; i++) {
-		pushahead_lookup_in(&e->fs.push, dir);
+		snprintf(name, sizeof(name), "big/f%05d", i);
+		pushahead_lookup_in(&e->fs.push, dir, tb_ino(&e->fs, name));
 		settle(e);
 	}
 }
@@ -441,9 +445,10 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	memset(&whole, 0, sizeof(whole));
 	start_push(e, 1 << 20, record_list);
 	assert_false(pushahead_list_bare(&e->fs.push, small));
-	lookups_in(e, big, 3);			/* not listed bare */
+	lookups_in(e, big, 3);		/* not listed bare: few count */
 	assert_int_equal(atomic_load(&whole.calls), 0);
 
+	/* listed bare, each LOOKUP counts: the same names list it */
 	assert_true(pushahead_list_bare(&e->fs.push, big));
 	assert_true(pushahead_list_bare(&e->fs.push, big));	/* its next request */
 	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 1);
@@ -474,6 +479,34 @@ static void test_huge_directory_listed_bare_is_listed_whole(void **state)
 	assert_int_equal(atomic_load(&whole.calls), 4);
 	assert_int_equal(atomic_load(&e->fs.push.counters.bare), 3);
 	assert_int_equal(atomic_load(&kernel.stores), 0);
+}
+
+/*
+ * In a directory of more than SHARDFS_PUSHAHEAD_LIST_DIR_MAX entries that
+ * no reader listed, about one LOOKUP in SHARDFS_PUSHAHEAD_HUGE_SAMPLE
+ * counts: a few list nothing, a reader of all its names has it listed
+ * whole, once.
+ */
+static void test_many_lookups_in_a_huge_directory_list_it(void **state)
+{
+	struct tb_env *e = *state;
+	const uint32_t entries = SHARDFS_PUSHAHEAD_BARE_MIN + 1;
+	uint64_t big;
+	char name[32];
+
+	build_big_and_small(e, entries);
+	big = tb_ino(&e->fs, "big");
+	memset(&whole, 0, sizeof(whole));
+	start_push(e, 1 << 20, record_list);
+	lookups_in(e, big, 2);
+	assert_int_equal(atomic_load(&whole.calls), 0);
+	for (uint32_t i = 0; i < entries; i++) {
+		snprintf(name, sizeof(name), "big/f%05u", i);
+		pushahead_lookup_in(&e->fs.push, big, tb_ino(&e->fs, name));
+	}
+	settle(e);
+	assert_int_equal(atomic_load(&whole.calls), 1);
+	assert_int_equal(atomic_load(&whole.count), entries);
 }
 
 /* A listing that fails is not tried again for the same member. */
@@ -822,6 +855,7 @@ int main(void)
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
 		TB_ENV_TEST(test_huge_directory_listed_bare_is_listed_whole),
+		TB_ENV_TEST(test_many_lookups_in_a_huge_directory_list_it),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
 		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
