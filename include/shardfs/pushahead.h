@@ -327,8 +327,8 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
  * SHARDFS_PUSHAHEAD_HUGE_SAMPLE counts, so that a few stats do not have
  * a million inodes made (2.5 s of the daemon's CPU, 1.1 GiB of slab),
  * while a reader at random has it listed after about 128: random stats
- * in a million entries, cold, 31-35 -> 24 us (ext4: 19.5 us).  Never
- * blocks.
+ * in a million entries, cold, 38-40 -> 22-28 us (ext4: 19-23 us;
+ * docs/benchmarks-scale.md).  Never blocks.
  */
 void pushahead_lookup_in(struct pushahead *p, uint64_t dir_ino, uint64_t ino);
 

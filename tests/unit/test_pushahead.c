@@ -144,9 +144,11 @@ static void build_shard(struct tb_env *e, bool gzip)
 	tb_env_build(e);
 }
 
-/* Push-ahead over the shard with @bound, listing through @lister. */
+/* Push-ahead over the shard with @bound, listing through @lister (a
+ * worker started before is stopped first). */
 static void start_push(struct tb_env *e, uint64_t bound, pushahead_list_fn lister)
 {
+	pushahead_stop(&e->fs.push);
 	pushahead_release(&e->fs.push);
 	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, bound,
 					fetch, &e->fs), 0);
