@@ -331,20 +331,17 @@ void compact_encoder_init(struct compact_encoder *enc, compact_emit_fn emit, voi
 static int add_target(struct compact_encoder *enc, const char *target, uint64_t size,
 		      uint64_t *off)
 {
+	size_t from = enc->targets_len;
 	int rc;
 
 	assert(!memchr(target, '\0', size));
 	if (size >= SIZE_MAX - enc->targets_len)
 		return -E2BIG;
-	rc = array_grow((void **)&enc->targets, &enc->targets_alloc,
-			enc->targets_len + size + 1, 1);
-	if (rc)
-		return rc;
-	memcpy(enc->targets + enc->targets_len, target, size);
-	enc->targets[enc->targets_len + size] = '\0';
-	*off = enc->targets_len;
-	enc->targets_len += size + 1;
-	return 0;
+	rc = pool_append(&enc->targets, &enc->targets_len, &enc->targets_alloc, target,
+			 (size_t)size);
+	if (!rc)
+		*off = from;
+	return rc;
 }
 
 int compact_encoder_add(struct compact_encoder *enc, const struct shard_inode *in,

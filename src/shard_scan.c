@@ -74,20 +74,15 @@ static void tar_warn(void *arg, uint64_t off, const char *msg)
 static int pool_add(struct shard_scan *sc, const char *s, size_t len,
 		    uint32_t *at)
 {
+	size_t from = sc->strings_len;
 	int rc;
 
 	if (sc->strings_len + len + 1 > SHARD_INDEX_MAX_NAME_BYTES_PER_SHARD)
 		return -E2BIG;
-	rc = array_grow((void **)&sc->strings, &sc->strings_cap,
-		  sc->strings_len + len + 1, 1);
-	if (rc)
-		return rc;
-	memcpy(sc->strings + sc->strings_len, s, len);
-	sc->strings[sc->strings_len + len] = '\0';
-	if (at)
-		*at = (uint32_t)sc->strings_len;
-	sc->strings_len += len + 1;
-	return 0;
+	rc = pool_append(&sc->strings, &sc->strings_len, &sc->strings_cap, s, len);
+	if (!rc && at)
+		*at = (uint32_t)from;
+	return rc;
 }
 
 /*

@@ -150,6 +150,21 @@ int array_grow(void **array, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
+int pool_append(char **pool, size_t *used, size_t *cap, const char *s, size_t len)
+{
+	int rc;
+
+	if (len >= SIZE_MAX - *used)
+		return -ENOMEM;
+	rc = array_grow((void **)pool, cap, *used + len + 1, 1);
+	if (rc)
+		return rc;
+	memcpy(*pool + *used, s, len);
+	(*pool)[*used + len] = '\0';
+	*used += len + 1;
+	return 0;
+}
+
 int name_table_find(const char *const *names, size_t nr, const char *s)
 {
 	for (size_t i = 0; i < nr; i++)

@@ -142,7 +142,7 @@ struct compact_encoder {
 	uint64_t *blocks;		/* the BLOCKS section so far */
 	size_t blocks_alloc;		/* room in blocks, in offsets */
 	char *targets;			/* the TARGETS section so far */
-	uint64_t targets_len;		/* bytes in targets */
+	size_t targets_len;		/* bytes in targets */
 	size_t targets_alloc;		/* room in targets */
 	uint8_t buf[COMPACT_BLOCK_MAX];	/* the block being emitted */
 };

@@ -103,6 +103,14 @@ void bump_release(struct bump_arena *a);
 int array_grow(void **array, size_t *cap, size_t need, size_t elem);
 
 /*
+ * Append @len bytes of @s and a NUL to the string pool *@pool (*@used
+ * bytes of *@cap), growing it with array_grow(); the copy starts at the
+ * old *@used.  @s must not point into the pool.  Returns 0, or -ENOMEM
+ * (the pool is then unchanged).
+ */
+int pool_append(char **pool, size_t *used, size_t *cap, const char *s, size_t len);
+
+/*
  * The position of @s in @names (@nr entries, compared whole), or -1.
  * Option values such as layout=tree|shards|classes map to enums this way.
  */

@@ -101,6 +101,26 @@ struct odd_item {
  * A mapped array grows past HUGE_ARRAY_BYTES (where it asks for huge
  * pages, which must leave mremap() able to move it) keeping every item.
  */
+/* Appends land after each other, each with its NUL; a length the pool's
+ * size cannot hold is refused and leaves it as it was. */
+static void test_pool_append(void **state)
+{
+	size_t used = 0, cap = 0;
+	char *pool = NULL;
+
+	(void)state;
+	assert_int_equal(pool_append(&pool, &used, &cap, "ab", 2), 0);
+	assert_int_equal(pool_append(&pool, &used, &cap, "", 0), 0);
+	assert_int_equal(pool_append(&pool, &used, &cap, "xyz!", 3), 0);
+	assert_int_equal(used, 3 + 1 + 4);
+	assert_memory_equal(pool, "ab\0\0xyz\0", used);
+	assert_true(cap >= used);
+	assert_int_equal(pool_append(&pool, &used, &cap, "q", SIZE_MAX - used), -ENOMEM);
+	assert_int_equal(used, 8);
+	assert_memory_equal(pool, "ab\0\0xyz\0", used);
+	free(pool);
+}
+
 static void test_mapped_array_grow(void **state)
 {
 	const size_t nr = 3 * HUGE_ARRAY_BYTES / sizeof(struct odd_item);
@@ -285,6 +305,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_name_table),
 		cmocka_unit_test(test_array_grow),
+		cmocka_unit_test(test_pool_append),
 		cmocka_unit_test(test_mapped_array_grow),
 		cmocka_unit_test(test_huge_page_advice_keeps_arrays_usable),
 		cmocka_unit_test(test_bump_arena),
