@@ -390,6 +390,14 @@ void compact_encoder_release(struct compact_encoder *enc)
 	enc->blocks_alloc = enc->targets_alloc = 0;
 }
 
+uint64_t compact_block_offset(const struct compact_entries *c, uint32_t e)
+{
+	uint64_t off = le64toh(c->blocks[e / COMPACT_BLOCK_ENTRIES]);
+
+	assert(e < c->nr);
+	return off < c->entries_len ? off : 0;
+}
+
 /* A block under compact_check(). */
 struct block_check {
 	const struct compact_entries *c; /* what it is in */

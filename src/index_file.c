@@ -22,7 +22,6 @@
  * tree.
  */
 #include <assert.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -879,17 +878,14 @@ static bool order_ok(const struct shard_index *idx, uint64_t files)
 static int check_blocks(const struct index_file_header *h, const struct shard_index *idx,
 			char *msg, size_t msg_len)
 {
-	const struct compact_entries *c = &idx->entries;
-	uint64_t block = 0;
 	const char *why;
 	uint32_t bad;
 
-	if (!compact_check(c, &bad, &why))
+	if (!compact_check(&idx->entries, &bad, &why))
 		return 0;
-	if (le64toh(c->blocks[bad / COMPACT_BLOCK_ENTRIES]) < c->entries_len)
-		block = le64toh(c->blocks[bad / COMPACT_BLOCK_ENTRIES]);
 	return log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u: %s",
-			  (unsigned long long)(h->sections[INDEX_SEC_ENTRIES].offset + block),
+			  (unsigned long long)(h->sections[INDEX_SEC_ENTRIES].offset +
+					       compact_block_offset(&idx->entries, bad)),
 			  bad, why);
 }
 
@@ -911,7 +907,7 @@ static int check_structure(const struct index_file_header *h, const struct shard
 		if (!entry_ok(idx, e, &in, &cur, sh, pass)) {
 			rc = log_format(msg, msg_len, -EINVAL, "offset %llu: entry %u is "
 					"inconsistent", (unsigned long long)
-					(base + le64toh(idx->entries.blocks[e / COMPACT_BLOCK_ENTRIES])), e);
+					(base + compact_block_offset(&idx->entries, e)), e);
 			goto out_free;
 		}
 		pass->files += shard_index_orderable(&in, sh->nr);

@@ -184,6 +184,13 @@ void compact_encoder_release(struct compact_encoder *enc);
  */
 int compact_check(const struct compact_entries *c, uint32_t *bad, const char **why);
 
+/*
+ * Where in ENTRIES the block of entry @e (< c->nr) starts, as BLOCKS
+ * says, for a message that names the bytes at fault: 0 when BLOCKS says
+ * past ENTRIES (a table compact_check() refused).
+ */
+uint64_t compact_block_offset(const struct compact_entries *c, uint32_t e);
+
 /* Entry @e (< c->nr) into *@out, name and name_len zero. */
 void compact_entry(const struct compact_entries *c, uint32_t e, struct shard_inode *out);
 
