@@ -26,8 +26,8 @@
  * shuffled reader taken for a stream by chance finds the samples a 1st
  * epoch stored apart.
  *
- * The cache is a fixed array of cache_mem / chunk_size slots (buffers are
- * allocated on a slot's first use, then kept: reads allocate nothing).  A
+ * The cache is a fixed array of cache_mem / chunk_size slots (their
+ * buffers one region, backed as first filled: reads allocate nothing).  A
  * slot is free, loading (a GET fills it; readers copy the bytes they need
  * as soon as those have arrived, rather than wait for the whole chunk,
  * and never fetch it again), ready, or failed.  Ready slots nobody is
@@ -84,7 +84,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,7 +142,7 @@ struct chunk {
 				 * 0, 0: none) */
 	bool loaded_part;	/* its fetch found that part alone on disk:
 				 * it holds only that once ready */
-	char *data;		/* chunk_size bytes, allocated on first use */
+	char *data;		/* its chunk_size bytes of the arena */
 	struct chunk *hnext;	/* next in its hash bucket */
 	struct chunk *prev, *next; /* LRU links (ready, refs == 0) or free list */
 	bool in_lru;		/* on the LRU list */
@@ -181,6 +180,7 @@ struct chunk_cache {
 	struct chunk_cache_config cfg; /* sizes, callbacks, counters */
 	unsigned nr;		/* slots */
 	struct chunk *chunks;	/* the slots */
+	char *arena;		/* their buffers, nr x chunk_size bytes */
 	struct chunk **buckets;	/* hash table of non-free slots */
 	unsigned nbuckets;	/* a power of two */
 	struct chunk lru;	/* sentinel: next is evicted first */
@@ -199,14 +199,37 @@ struct chunk_cache {
 };
 
 static void stop_workers(struct chunk_cache *cc);
+
+/*
+ * The slots' buffers, one region reserved at start and backed by the
+ * kernel as the slots are first filled, in transparent huge pages where
+ * it gives them (THP "madvise" mode, Debian's default): the first fill
+ * of the cache then takes one page fault per 2 MiB instead of one per
+ * 4 KiB.  Faults in a slot's first fill cost more than its transfer on
+ * a fresh mount reading as much as cache_mem (docs/benchmarks.md, issue
+ * 14); with a buffer of its own per slot, a chunk size that is no
+ * multiple of 2 MiB (cache_mem under 64M) got small pages: at 32M, 9,800
+ * faults a mount and a tenth of the daemon's CPU in an epoch's share
+ * over loopback http (docs/remote.md, issue 29).
+ */
+static char *arena_alloc(size_t len)
+{
+	void *p;
+
+	if (posix_memalign(&p, CHUNK_HUGE_PAGE, len))
+		return NULL;
+	memory_advise_huge(p, len);
+	return p;
+}
 static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 
-/* Free @cc and its tables (not the chunks' buffers). */
+/* Free @cc, its tables and the slots' buffers. */
 static void cache_free(struct chunk_cache *cc)
 {
 	for (unsigned i = 0; i < cc->nr; i++)
 		pthread_cond_destroy(&cc->chunks[i].arrived);
 	free(cc->chunks);
+	free(cc->arena);
 	free(cc->buckets);
 	free(cc->demand.slot);
 	free(cc->ahead.slot);
@@ -240,8 +263,9 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 	cc->demand.slot = calloc(cc->nr, sizeof(*cc->demand.slot));
 	cc->ahead.slot = calloc(cc->nr, sizeof(*cc->ahead.slot));
 	cc->workers = calloc(cfg->fetch_threads, sizeof(*cc->workers));
+	cc->arena = arena_alloc(cc->nr * cfg->chunk_size);
 	if (!cc->chunks || !cc->buckets || !cc->demand.slot || !cc->ahead.slot ||
-	    !cc->workers) {
+	    !cc->workers || !cc->arena) {
 		cc->nr = 0;	/* no condition variable made */
 		cache_free(cc);
 		return -ENOMEM;
@@ -250,6 +274,7 @@ int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_confi
 	for (unsigned i = 0; i < cc->nr; i++) {
 		pthread_cond_init(&cc->chunks[i].arrived, NULL);
 		atomic_init(&cc->chunks[i].wake_at, SIZE_MAX);
+		cc->chunks[i].data = cc->arena + i * cfg->chunk_size;
 		cc->chunks[i].next = cc->free_list;
 		cc->free_list = &cc->chunks[i];
 	}
@@ -265,8 +290,6 @@ void chunk_cache_release(struct chunk_cache *cc)
 	pthread_mutex_lock(&cc->lock);
 	cancel_queued(cc, NULL);
 	pthread_mutex_unlock(&cc->lock);
-	for (unsigned i = 0; i < cc->nr; i++)
-		free(cc->chunks[i].data);
 	cache_free(cc);
 }
 
@@ -428,25 +451,6 @@ static struct chunk *ring_pop(struct chunk_cache *cc, struct ring *r)
 	for (struct chunk *q = c; q; q = q->run)
 		q->queued = false;
 	return c;
-}
-
-/*
- * A slot's buffer.  Chunks of whole 2 MiB pages get transparent huge
- * pages (with THP in "madvise" mode, Debian's default): the first fill of
- * an 8 MiB chunk then takes 4 page faults instead of 2,048, which on a
- * fresh mount reading as much as cache_mem cost more than the transfer
- * (docs/benchmarks.md, issue 14).
- */
-static char *chunk_buffer_alloc(size_t len)
-{
-	void *p;
-
-	if (len % CHUNK_HUGE_PAGE)
-		return malloc(len);
-	if (posix_memalign(&p, CHUNK_HUGE_PAGE, len))
-		return NULL;
-	madvise(p, len, MADV_HUGEPAGE);
-	return p;
 }
 
 /* Wake the readers waiting for bytes of chunk @c (lock held). */
@@ -629,14 +633,12 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 
 	for (r = c; r; r = r->run) {
 		r->progress.notify = progress_notify;
-		if (!r->data)
-			r->data = chunk_buffer_alloc(cc->cfg.chunk_size); /* once per slot */
-		if (r->data && cc->cfg.load && load(cc, r))
+		if (cc->cfg.load && load(cc, r))
 			atomic_store_explicit(&r->progress.bytes, r->hi - r->from,
 					      memory_order_release);
 	}
 	for (r = c;; r = r->run) {
-		bool get = r && r->data && !complete(r) && !r->loaded_part;
+		bool get = r && !complete(r) && !r->loaded_part;
 
 		if (get && !first)
 			first = r;
@@ -651,7 +653,7 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 	for (r = c; r; r = r->run) {
 		if (r->loaded_part)
 			keep_part(r);
-		r->state = r->data && complete(r) ? CHUNK_READY : CHUNK_FAILED;
+		r->state = complete(r) ? CHUNK_READY : CHUNK_FAILED;
 		wake_readers(r);
 		if (r->loaded_whole) {
 			r->lo = r->from = 0;
