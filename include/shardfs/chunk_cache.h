@@ -142,7 +142,8 @@ struct chunk_owner {
 				 * one fetches them all (0, 0: none) */
 };
 
-/* Make a cache sized by @cfg, keeping its callbacks, in *@cachep;
+/* Make a cache sized by @cfg, keeping its callbacks, in *@cachep: its
+ * slots' buffers are reserved now (backed as they are filled), its
  * threads start on first use.  0 or -ENOMEM (*@cachep NULL). */
 int chunk_cache_init(struct chunk_cache **cachep, const struct chunk_cache_config *cfg);
 
