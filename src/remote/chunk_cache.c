@@ -612,6 +612,7 @@ static bool load(struct chunk_cache *cc, struct chunk *r)
  */
 static void keep_part(struct chunk *r)
 {
+	atomic_store_explicit(&r->owner->parts_stored, true, memory_order_relaxed);
 	if (r->part_lo > r->from)
 		r->lo = r->from = r->part_lo;
 	r->hi = r->part_hi;
@@ -1169,8 +1170,11 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		return;
 	/* no stream (yet): push-ahead's piece around a read at random, or
 	 * readahead ahead of reads not yet known to be a stream's; fetched
-	 * ahead, the piece would bring the members the reader took already */
-	if (!stream)
+	 * ahead, the piece would bring the members the reader took already.
+	 * Nor a stream through ranges an epoch at random stored: the reads
+	 * taken for a stream's may be that epoch's again (samples of one
+	 * shard read forward by chance), whose parts the disk holds */
+	if (!stream || atomic_load_explicit(&ow->parts_stored, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&cc->lock);
 	/* the window within the stream's share of the slots, its chunk

@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include "shardfs/chunk_cache.h"
+#include "shardfs/util.h"
 
 /* Bytes per chunk in every test. */
 #define CHUNK 4096
@@ -153,7 +154,7 @@ static ssize_t fake_fetch(void *obj, const struct fetch_piece *piece, unsigned n
 }
 
 /* Ranges the local copy keeps, the oldest replaced. */
-#define DISK_RANGES 4
+#define DISK_RANGES 8
 
 /* A local copy of ranges (as cache_dir keeps them, found by their exact
  * offset and length), under fake.lock. */
@@ -971,18 +972,20 @@ static void test_stored_samples_asked_apart(void **state)
 #define KEPT_A (CHUNK + 100)
 #define KEPT_B (CHUNK + 1124)
 
-/* Store KEPT_A and KEPT_B through @ow as a 1st epoch at random does:
- * each sample's WILLREAD and read, a jump between. */
-static void keep_two_samples(struct chunk_owner *ow)
+/* Store the @n samples at @off through @ow as a 1st epoch at random
+ * does: each sample's WILLREAD and read, a jump between. */
+static void keep_samples(struct chunk_owner *ow, const uint64_t *off, unsigned n)
 {
-	chunk_cache_willread(ow, KEPT_A, SAMPLE_LEN);
-	assert_int_equal(read_check(ow, KEPT_A, SAMPLE_LEN), SAMPLE_LEN);
-	chunk_cache_forget(ow);
-	assert_int_equal(read_check(ow, FAR, 10), 10);
-	chunk_cache_willread(ow, KEPT_B, SAMPLE_LEN);
-	assert_int_equal(read_check(ow, KEPT_B, SAMPLE_LEN), SAMPLE_LEN);
-	assert_int_equal(disk_kept(SAMPLE_LEN), KEPT_B);
-	chunk_cache_forget(ow);
+	for (unsigned i = 0; i < n; i++) {
+		if (i) {
+			assert_int_equal(read_check(ow, FAR, 10), 10);
+			chunk_cache_forget(ow);
+		}
+		chunk_cache_willread(ow, off[i], SAMPLE_LEN);
+		assert_int_equal(read_check(ow, off[i], SAMPLE_LEN), SAMPLE_LEN);
+		assert_int_equal(disk_kept(SAMPLE_LEN), off[i]);
+		chunk_cache_forget(ow);
+	}
 }
 
 static void test_stream_finds_its_range_on_disk(void **state)
@@ -994,7 +997,7 @@ static void test_stream_finds_its_range_on_disk(void **state)
 
 	cache_init_kept(8, 2, true);
 	owner_init(&ow, &o, BIG);
-	keep_two_samples(&ow);
+	keep_samples(&ow, (const uint64_t[]){ KEPT_A, KEPT_B }, 2);
 	calls = fetch_calls();
 	/* the 2nd epoch's reads taken for a stream's (files of one shard
 	 * read forward by chance): the whole chunk is not on disk, the
@@ -1028,6 +1031,31 @@ static void test_stream_finds_its_range_on_disk(void **state)
 	assert_int_equal(read_check(&ow, 3 * CHUNK + 10, 10), 10);
 	assert_int_equal(fetch_calls(), calls + 1);
 	assert_last_fetch(3 * CHUNK, CHUNK);
+	chunk_cache_scan(&ow, false);
+	chunk_cache_forget(&ow);
+}
+
+/*
+ * A stream that found its reader's part alone on disk fetches nothing
+ * ahead: the chunks after it hold samples of the same 1st epoch, stored
+ * as ranges, and a window would GET them whole.
+ */
+static void test_stream_of_stored_ranges_fetches_nothing_ahead(void **state)
+{
+	static const uint64_t kept[] = { CHUNK + 100, 2 * CHUNK + 300, 3 * CHUNK + 700 };
+	struct object o = { 30 };
+	struct chunk_owner ow;
+	unsigned calls;
+
+	cache_init_kept(8, 2, true);
+	owner_init(&ow, &o, BIG);
+	keep_samples(&ow, kept, ARRAY_SIZE(kept));
+	calls = fetch_calls();
+	chunk_cache_scan(&ow, true);
+	for (unsigned i = 0; i < ARRAY_SIZE(kept); i++)
+		assert_int_equal(read_check(&ow, kept[i], SAMPLE_LEN), SAMPLE_LEN);
+	sleep_ms(SETTLE_MS);	/* a window's fetches would have started */
+	assert_int_equal(fetch_calls(), calls);
 	chunk_cache_scan(&ow, false);
 	chunk_cache_forget(&ow);
 }
@@ -1268,6 +1296,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
 		cmocka_unit_test_teardown(test_stored_samples_asked_apart, cache_release),
 		cmocka_unit_test_teardown(test_stream_finds_its_range_on_disk, cache_release),
+		cmocka_unit_test_teardown(test_stream_of_stored_ranges_fetches_nothing_ahead,
+					  cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_each_chunk_of_its_sample,
 					  cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
