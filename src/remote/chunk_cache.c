@@ -24,7 +24,8 @@
  * away (CHUNK_JUMP) ends it.  A stream's miss looks on disk for the whole
  * chunk, then for what a read that jumped would want (set_part()): a
  * shuffled reader taken for a stream by chance finds the samples a 1st
- * epoch stored apart.
+ * epoch stored apart; once one did, its object opens no window ahead,
+ * which would GET whole the chunks whose samples are on disk too.
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (their
  * buffers one region, backed as first filled: reads allocate nothing).  A
