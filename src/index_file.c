@@ -324,7 +324,7 @@ int index_file_writer_place(struct index_file_writer *w,
 	}
 	w->tail = off;
 	for (int p = 0; in_memory && p < INDEX_NR_PARTS; p++)
-		if (len[p] && !(w->image[p] = calloc(len[p], 1)))
+		if (len[p] && !(w->image[p] = calloc_huge(len[p], 1)))
 			return -ENOMEM;
 	return 0;
 }

@@ -46,6 +46,7 @@ static int buf_reserve(char **buf, size_t *cap, size_t n)
 	p = realloc(*buf, n);
 	if (!p)
 		return -ENOMEM;
+	memory_advise_huge(p, n);
 	*buf = p;
 	*cap = n;
 	return 0;
@@ -188,7 +189,7 @@ static int make_room(struct leaf_runs *r, size_t len)
 	orders = orders ? orders : 1;
 	if (r->nr && (r->buf_len + len > half || r->nr >= orders))
 		rc = spill(r);
-	if (!rc && !r->order && !(r->order = malloc(orders * sizeof(*r->order))))
+	if (!rc && !r->order && !(r->order = calloc_huge(orders, sizeof(*r->order))))
 		rc = -ENOMEM;
 	if (!rc && r->buf_len + len > r->buf_cap)
 		rc = buf_reserve(&r->buf, &r->buf_cap,
@@ -225,7 +226,7 @@ int leaf_runs_finish(struct leaf_runs *r)
 	if (r->nr_runs) {
 		rc = spill(r);
 	} else if (r->nr) {	/* all within the budget: kept, sorted */
-		r->sorted = malloc(r->buf_len);
+		r->sorted = calloc_huge(r->buf_len, 1);
 		rc = r->sorted ? emit_sorted(r, r->sorted) : -ENOMEM;
 		r->sorted_len = r->buf_len;
 	}
