@@ -200,6 +200,7 @@ struct chunk_cache {
 };
 
 static void stop_workers(struct chunk_cache *cc);
+static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 
 /*
  * The slots' buffers, one region reserved at start and backed by the
@@ -222,7 +223,6 @@ static char *arena_alloc(size_t len)
 	memory_advise_huge(p, len);
 	return p;
 }
-static void cancel_queued(struct chunk_cache *cc, const struct chunk_owner *ow);
 
 /* Free @cc, its tables and the slots' buffers. */
 static void cache_free(struct chunk_cache *cc)
