@@ -39,6 +39,7 @@ or floor(N / num_replicas), the tail of the epoch's order dropped
 (drop_last=True).  When N is divisible by num_replicas every index is
 yielded exactly once per epoch across all ranks.
 """
+import io
 import math
 import random
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -49,7 +50,7 @@ from torch.utils.data import Sampler
 from . import Path, find_mount_root, locate
 
 __all__ = ["ShardAwareSampler", "epoch_order", "sample_locations",
-           "read_pattern"]
+           "read_pattern", "pil_loader"]
 
 DEFAULT_WINDOW = 4
 
@@ -230,3 +231,21 @@ def read_pattern(order: Sequence[int], locations: Sequence[Location]) -> Dict[st
         last_offset[shard] = offset
     return {"same_shard_forward": same / max(len(order) - 1, 1),
             "stream_forward": forward / max(revisits, 1)}
+
+
+def pil_loader(path: Path) -> Any:
+    """torchvision's default image loader (an RGB PIL image) without the
+    round trip of Python's open() on a FUSE mount:
+    `ImageFolder(root, loader=shardfs.torch.pil_loader)`.
+
+    open(path, "rb") asks isatty() of the file it opens, a TCGETS ioctl,
+    and the kernel sends every ioctl on a FUSE file to the daemon, every
+    time: a request of its own before each image's first READ, which ext4
+    answers in the kernel (docs/pytorch.md, "Loading images").  Opened
+    unbuffered, the file is asked nothing, read whole with one read and
+    decoded from memory."""
+    from PIL import Image
+    with open(path, "rb", buffering=0) as f:
+        data = f.readall()
+    with Image.open(io.BytesIO(data)) as img:
+        return img.convert("RGB")
