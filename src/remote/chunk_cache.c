@@ -373,8 +373,25 @@ static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 	return NULL;
 }
 
-/* A slot for chunk @index of @ow, loading, referenced once, holding
- * nothing yet (set_range() says what to fetch); or NULL. */
+/* Slot @c loading, referenced once, holding nothing yet (set_range()
+ * says what to fetch). */
+static void slot_reset(struct chunk *c)
+{
+	c->consumed = false;
+	c->done = false;
+	c->missed = false;
+	c->ranged = false;
+	c->queued = false;
+	c->lo = c->from = c->hi = 0;
+	c->part_lo = c->part_hi = 0;
+	c->run = NULL;
+	c->used_ms = monotonic_ms();
+	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
+	c->state = CHUNK_LOADING;
+	c->refs = 1;
+}
+
+/* A slot for chunk @index of @ow, as slot_reset() leaves it; or NULL. */
 static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
 			       bool prefetch)
 {
@@ -392,20 +409,9 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	} else {
 		return NULL;
 	}
-	c->consumed = false;
-	c->done = false;
-	c->missed = false;
-	c->ranged = false;
-	c->queued = false;
-	c->lo = c->from = c->hi = 0;
-	c->part_lo = c->part_hi = 0;
-	c->run = NULL;
-	c->used_ms = monotonic_ms();
-	atomic_store_explicit(&c->progress.bytes, 0, memory_order_relaxed);
+	slot_reset(c);
 	c->owner = ow;
 	c->index = index;
-	c->state = CHUNK_LOADING;
-	c->refs = 1;
 	c->hnext = cc->buckets[bucket_of(cc, ow, index)];
 	cc->buckets[bucket_of(cc, ow, index)] = c;
 	return c;
@@ -736,11 +742,41 @@ static void fetch_for_reader(struct chunk_cache *cc, struct chunk *c)
 }
 
 /*
+ * Is ready chunk @c waiting for the read it was fetched for?  Nobody has
+ * copied from it since, and for less than CHUNK_IDLE_MS.  A WILLREAD
+ * fetches in its caller's thread and holds no reference once done: a
+ * want elsewhere in the chunk, taking the slot over before the read came,
+ * made that read fetch its bytes again (1.02 GETs a sample, 2 threads).
+ */
+static bool unread(const struct chunk *c)
+{
+	return !c->consumed && monotonic_ms() - c->used_ms < CHUNK_IDLE_MS;
+}
+
+/*
+ * May a run that wants the first @hi bytes of cached chunk @n take its
+ * slot over (lock held)?  When @n holds a range at random (read once)
+ * without them, ready, and nobody reads it, nor waits to read it.  Then
+ * it is reset as a slot just taken.
+ */
+static bool retake(struct chunk *n, size_t hi)
+{
+	if (!n->ranged || (n->lo == 0 && hi <= n->hi) || n->state != CHUNK_READY ||
+	    n->refs || unread(n))
+		return false;
+	lru_remove(n);
+	slot_reset(n);
+	return true;
+}
+
+/*
  * Chunk @c (just given its range for a read that missed it) heads a run:
  * when its range reaches the chunk's end, take the chunks after it that
- * @w wants and that are not cached either, while slots are free or
- * evictable (as a prefetch may evict, with @prefetch), so that one GET
- * fetches them all (lock held).
+ * @w wants and that are not cached, or that hold other bytes nobody
+ * reads (retake()), while slots are free or evictable (as a prefetch may
+ * evict, with @prefetch), so that one GET fetches them all (lock held).
+ * A sample across a chunk boundary whose next chunk held another sample
+ * took 2 GETs: 1.01 a sample in a shuffled epoch at 1 MiB chunks.
  */
 static void extend_run(struct chunk_cache *cc, struct chunk *c, const struct want *w,
 		       bool prefetch)
@@ -749,7 +785,9 @@ static void extend_run(struct chunk_cache *cc, struct chunk *c, const struct wan
 
 	for (uint64_t i = c->index + 1; tail->hi == chunk_bytes(cc, tail) &&
 	     i * cc->cfg.chunk_size < w->end && i - c->index < CHUNK_RUN_MAX; i++) {
-		if (find(cc, c->owner, i) || !(n = take_slot(cc, c->owner, i, prefetch)))
+		n = find(cc, c->owner, i);
+		if (n ? !retake(n, want_hi(cc, n, w)) :
+			!(n = take_slot(cc, c->owner, i, prefetch)))
 			break;
 		set_range(cc, n, w);
 		n->missed = true;
@@ -803,18 +841,6 @@ static void start_fetch(struct chunk_cache *cc, struct chunk *c, const struct wa
 static size_t gap(const struct chunk_cache *cc, const struct want *w)
 {
 	return w->ranged && cc->cfg.load ? 0 : CHUNK_COALESCE_GAP;
-}
-
-/*
- * Is ready chunk @c waiting for the read it was fetched for?  Nobody has
- * copied from it since, and for less than CHUNK_IDLE_MS.  A WILLREAD
- * fetches in its caller's thread and holds no reference once done: a
- * want elsewhere in the chunk, taking the slot over before the read came,
- * made that read fetch its bytes again (1.02 GETs a sample, 2 threads).
- */
-static bool unread(const struct chunk *c)
-{
-	return !c->consumed && monotonic_ms() - c->used_ms < CHUNK_IDLE_MS;
 }
 
 /*

@@ -1072,14 +1072,40 @@ static void test_willread_fetches_each_chunk_of_its_sample(void **state)
 	chunk_cache_willread(&ow, boundary + 2000, 500);
 	assert_int_equal(read_check(&ow, boundary + 2000, 500), 500);
 	/* a sample across the boundary of chunks 10 and 11: its WILLREAD
-	 * fetches both parts, the second into chunk 11's slot, each as a
-	 * part of the sample (as a later epoch asks it), and the reads
-	 * fetch nothing */
+	 * fetches both parts with one GET, chunk 11's slot taken over, each
+	 * part stored as a part of the sample (as a later epoch asks it),
+	 * and the reads fetch nothing */
 	chunk_cache_willread(&ow, boundary - 300, 600);
-	assert_int_equal(fetch_calls(), 3);
+	assert_int_equal(fetch_calls(), 2);
+	assert_last_fetch(boundary - 300, 600);
 	assert_int_equal(disk_kept(300), boundary);
 	assert_int_equal(read_check(&ow, boundary - 300, 600), 600);
+	assert_int_equal(fetch_calls(), 2);
+	chunk_cache_forget(&ow);
+}
+
+/*
+ * A sample across a chunk boundary takes the next chunk's slot over for
+ * its one GET only from a range that was read: one a WILLREAD fetched
+ * for a read still to come stays (its read fetches nothing), and the
+ * sample's part in that chunk takes a GET of its own.
+ */
+static void test_a_run_takes_over_only_a_range_read(void **state)
+{
+	struct object o = { 31 };
+	struct chunk_owner ow;
+	uint64_t boundary = FAR + 21 * CHUNK;
+
+	cache_init(8, 2);
+	owner_init(&ow, &o, BIG);
+	chunk_cache_willread(&ow, boundary + 2000, 500);	/* not read yet */
+	chunk_cache_willread(&ow, boundary - 300, 600);
+	assert_int_equal(fetch_calls(), 2);
+	assert_int_equal(read_check(&ow, boundary + 2000, 500), 500);
+	assert_int_equal(fetch_calls(), 2);
+	assert_int_equal(read_check(&ow, boundary - 300, 600), 600);
 	assert_int_equal(fetch_calls(), 3);
+	assert_last_fetch(boundary, 300);
 	chunk_cache_forget(&ow);
 }
 
@@ -1299,6 +1325,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_stream_of_stored_ranges_fetches_nothing_ahead,
 					  cache_release),
 		cmocka_unit_test_teardown(test_willread_fetches_each_chunk_of_its_sample,
+					  cache_release),
+		cmocka_unit_test_teardown(test_a_run_takes_over_only_a_range_read,
 					  cache_release),
 		cmocka_unit_test_teardown(test_concurrent_extensions, cache_release),
 		cmocka_unit_test_teardown(test_readers_woken_by_their_bytes, cache_release),
