@@ -134,11 +134,12 @@ struct chunk_owner {
 	atomic_bool crowded;	/* a chunk of it was taken over before it
 				 * was read out: its misses fetch ranges
 				 * until a stream has 2 slots again */
-	atomic_bool parts_stored; /* a stream's fetch of it found its
+	atomic_bool parts_stored; /* its latest stream fetch found its
 				 * reader's part alone on disk (an epoch at
 				 * random stored ranges): no window ahead,
 				 * which would fetch whole chunks the disk
-				 * holds parts of */
+				 * holds parts of, until a stream fetch
+				 * finds a whole chunk there, or none */
 	unsigned counted;	/* the cache's count of streams that saw
 				 * it last (the cache's lock) */
 	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */

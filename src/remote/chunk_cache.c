@@ -24,8 +24,9 @@
  * away (CHUNK_JUMP) ends it.  A stream's miss looks on disk for the whole
  * chunk, then for what a read that jumped would want (set_part()): a
  * shuffled reader taken for a stream by chance finds the samples a 1st
- * epoch stored apart; once one did, its object opens no window ahead,
- * which would GET whole the chunks whose samples are on disk too.
+ * epoch stored apart; while the latest such miss of an object did, it
+ * opens no window ahead, which would GET whole the chunks whose samples
+ * are on disk too.
  *
  * The cache is a fixed array of cache_mem / chunk_size slots (their
  * buffers one region, backed as first filled: reads allocate nothing).  A
@@ -619,7 +620,6 @@ static bool load(struct chunk_cache *cc, struct chunk *r)
  */
 static void keep_part(struct chunk *r)
 {
-	atomic_store_explicit(&r->owner->parts_stored, true, memory_order_relaxed);
 	if (r->part_lo > r->from)
 		r->lo = r->from = r->part_lo;
 	r->hi = r->part_hi;
@@ -644,6 +644,9 @@ static void fetch(struct chunk_cache *cc, struct chunk *c)
 		if (cc->cfg.load && load(cc, r))
 			atomic_store_explicit(&r->progress.bytes, r->hi - r->from,
 					      memory_order_release);
+		if (r->part_hi)	/* a stream's miss: what the disk held of it */
+			atomic_store_explicit(&r->owner->parts_stored, r->loaded_part,
+					      memory_order_relaxed);
 	}
 	for (r = c;; r = r->run) {
 		bool get = r && !complete(r) && !r->loaded_part;

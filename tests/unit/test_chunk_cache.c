@@ -1038,7 +1038,8 @@ static void test_stream_finds_its_range_on_disk(void **state)
 /*
  * A stream that found its reader's part alone on disk fetches nothing
  * ahead: the chunks after it hold samples of the same 1st epoch, stored
- * as ranges, and a window would GET them whole.
+ * as ranges, and a window would GET them whole.  Until it meets a chunk
+ * the disk holds nothing of.
  */
 static void test_stream_of_stored_ranges_fetches_nothing_ahead(void **state)
 {
@@ -1056,6 +1057,11 @@ static void test_stream_of_stored_ranges_fetches_nothing_ahead(void **state)
 		assert_int_equal(read_check(&ow, kept[i], SAMPLE_LEN), SAMPLE_LEN);
 	sleep_ms(SETTLE_MS);	/* a window's fetches would have started */
 	assert_int_equal(fetch_calls(), calls);
+	/* past them, a chunk stored in no form comes whole, and the stream's
+	 * next step opens its window again: chunks 4 and 5, 6 ahead */
+	assert_int_equal(read_check(&ow, 4 * CHUNK + 10, 10), 10);
+	assert_int_equal(read_check(&ow, 5 * CHUNK + 10, 10), 10);
+	WAIT_FOR(fetch_calls() == calls + 3);
 	chunk_cache_scan(&ow, false);
 	chunk_cache_forget(&ow);
 }
