@@ -91,7 +91,7 @@ static unsigned long long counter(const atomic_ullong *c)
 
 static const char *const op_names[SHARDFS_NR_OPS] = {
 	"lookup", "getattr", "readdir", "open", "read", "readlink", "xattr",
-	"statfs",
+	"statfs", "ioctl",
 };
 
 static void render_stats_ops(const struct control_source *src, struct control_buf *b)

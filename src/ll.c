@@ -606,6 +606,23 @@ static void ll_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/*
+ * No ioctl is served, but each is counted: the kernel sends every ioctl
+ * on a file it does not handle itself, each time, and Python's open()
+ * asks isatty() (TCGETS) of every file it opens, so a Python reader
+ * costs a round trip a file before its first READ (docs/pytorch.md).
+ * ENOTTY is what the kernel makes of ENOSYS here, and does not remember.
+ */
+static void ll_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	uint64_t t0 = monotonic_ns();
+
+	shardfs_op_done(fs_of(req), SHARDFS_OP_IOCTL, t0);
+	reply_err(req, -ENOTTY);
+}
+
 static const struct fuse_lowlevel_ops shardfs_ll_ops = {
 	.init = ll_init,
 	.destroy = ll_destroy,
@@ -622,6 +639,7 @@ static const struct fuse_lowlevel_ops shardfs_ll_ops = {
 	.getxattr = ll_getxattr,
 	.listxattr = ll_listxattr,
 	.statfs = ll_statfs,
+	.ioctl = ll_ioctl,
 };
 
 struct fuse_session *shardfs_session_new(struct fuse_args *args,

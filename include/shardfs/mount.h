@@ -45,6 +45,7 @@ enum shardfs_op {
 	SHARDFS_OP_READLINK,
 	SHARDFS_OP_XATTR,
 	SHARDFS_OP_STATFS,
+	SHARDFS_OP_IOCTL,	/* answered ENOTTY: counted, none served */
 	SHARDFS_NR_OPS
 };
 

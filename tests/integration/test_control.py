@@ -74,6 +74,28 @@ def test_stats_count_what_happened(mount):
     assert set(after["ops"]) >= {"lookup", "getattr", "readdir", "open", "read"}
 
 
+def ioctl_count(mnt):
+    """The stats' ioctl count, read without an ioctl of its own (open()
+    in Python asks isatty() of what it opens)."""
+    with open(mnt / ".shardfs" / "stats", "rb", buffering=0) as f:
+        return json.loads(f.readall())["ops"]["ioctl"]["count"]
+
+
+def test_stats_count_the_ioctl_of_each_python_open(mount):
+    mnt, _ = mount
+    files = list(files_under(mnt))
+    before = ioctl_count(mnt)
+    for f in files:      # isatty(): one TCGETS a file, answered ENOTTY
+        with open(f, "rb") as fh:
+            assert not fh.isatty()
+    assert ioctl_count(mnt) - before == 2 * len(files)
+    before = ioctl_count(mnt)
+    for f in files:      # unbuffered: nothing asked
+        with open(f, "rb", buffering=0) as fh:
+            fh.readall()
+    assert ioctl_count(mnt) == before
+
+
 def test_shards_file_reports_served_ranges(mount):
     mnt, shards = mount
     lines = open(mnt / ".shardfs" / "shards").read().splitlines()
