@@ -72,6 +72,10 @@ DROP_CACHES = "/proc/sys/vm/drop_caches"
 # a stat, an open and a close: what reading one loose file costs the
 # storage's metadata service before any byte moves
 LOOSE_TREE_OPS_PER_FILE = 3
+# ioctls the mount was sent per file read from which the report says
+# where they come from: Python's open() asks isatty() of every file it
+# opens, and a FUSE mount answers each with a round trip
+IOCTLS_NOTED_PER_FILE = 0.5
 
 
 class UsageError(ValueError):
@@ -433,6 +437,12 @@ def _storage_lines(result):
                      "byte after %.1f ms on average" % (st["remote_gets"], st["remote_gets_per_sample"],
                                       _si(st["remote_bytes"]),
                                       st["remote_get_latency_mean_ms"]))
+    ioctls = st["fuse_requests_by_op"].get("ioctl", 0)
+    if ioctls >= IOCTLS_NOTED_PER_FILE * st["files_read"] > 0:
+        lines.append("note: %d of the FUSE requests were ioctls: Python's open() asks "
+                     "isatty() of every file it opens, a round trip each on a FUSE "
+                     "mount; ImageFolder(..., loader=shardfs.torch.pil_loader) sends "
+                     "none" % ioctls)
     if st["page_cache"]:
         lines.append("note: %s%s" % (st["page_cache"], "" if result["cold"] else
                                      "; --cold (root) drops the caches first"))

@@ -82,6 +82,9 @@ def test_a_mount_that_keeps_pace(mount, tmp_path):
     assert storage["files_read"] >= 12 * 8, storage
     assert storage["loose_tree_metadata_ops"] == 3 * storage["files_read"]
     assert storage["fuse_requests"] > 0 and storage["errors"] == 0, storage
+    # ImageFolder's loader opens each file with open(): an isatty() ioctl
+    assert storage["fuse_requests_by_op"]["ioctl"] >= storage["files_read"], storage
+    assert "loader=shardfs.torch.pil_loader" in r.stdout, r.stdout
     assert storage["shard_read_bytes"] > 0 or storage["page_cache"], storage
     assert result["diagnosis"]["bottleneck"] in (
         "GPU", "decoding CPU", "storage latency", "storage bandwidth",
