@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+import system
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r'''
 import sys, time, torchvision
@@ -42,15 +44,9 @@ print(k, time.monotonic() - start)
 '''
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
-
-
 def epoch(root, which, n):
     """(samples, seconds) of one epoch's share over ROOT."""
-    drop_caches()
+    system.drop_caches()
     out = subprocess.run(["/usr/bin/python3", "-c", CHILD, root, which, str(n),
                           os.path.join(HERE, "..", "..", "python")],
                          capture_output=True, text=True, check=True).stdout.split()
@@ -75,7 +71,7 @@ def main():
                     kl, sl = epoch(os.path.join(data, "loose"), which, n)
                     print(json.dumps({"round": r, "N": n, "loader": which, "samples": k,
                                       "shardfs_per_s": round(k / s), "loose_per_s": round(kl / sl),
-                                      "load": os.getloadavg()[0]}), flush=True)
+                                      "load": system.load_average()}), flush=True)
 
 
 if __name__ == "__main__":
