@@ -135,10 +135,15 @@ vglogs="$top/build/valgrind"
 wait_for_builds() {
 	wait_background tail -n 60 "$builds_log"
 }
+# A program's own output (its .out) is shown when one of its tests failed:
+# cmocka names the assertion there, and valgrind's log shows only leaks.
 show_valgrind_logs() {
 	tail -n 20 "$vglogs/unit-tests.out"
 	for log in "$vglogs"/*.log; do
 		[ -s "$log" ] && { echo "== $log"; cat "$log"; }
+	done
+	for out in "$vglogs"/*.out; do
+		grep -q 'FAILED' "$out" && { echo "== $out"; cat "$out"; }
 	done
 }
 # The unit test programs, longest first by their times in step 1 (ctest's
@@ -184,7 +189,7 @@ unit_programs_longest_first > "$vglogs/programs"
 echo "(meanwhile, in the background: valgrind memcheck of the unit tests, one program per CPU; $vglogs)"
 in_background "$vglogs/unit-tests.out" xargs -a "$vglogs/programs" -P "$jobs" -n 1 sh -c \
 	'valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-		--log-file="$1/$(basename "$2").log" "$2" >/dev/null' sh "$vglogs"
+		--log-file="$1/$(basename "$2").log" "$2" >"$1/$(basename "$2").out" 2>&1' sh "$vglogs"
 reports="$asan/sanitizer-reports"
 rm -rf "$reports"
 mkdir -p "$reports"
