@@ -3,7 +3,7 @@
  * index_verified.c - the record that an index file passed its full check
  * (index_verified.h says what it vouches for and why).
  *
- * A fixed 88-byte file, written once per index file and read at each
+ * A fixed 80-byte file, written once per index file and read at each
  * mount: one open, fstat and pread, against the full check's pass over
  * every byte of the index (0.1 s per 5 M members warm; the whole file
  * from the disk cold).  Any doubt (another size, owner or checksum, a
@@ -24,13 +24,12 @@
 #include "shardfs/log.h"
 #include "shardfs/util.h"
 
-#define INDEX_VERIFIED_MAGIC "SHFSVRF1"
+#define INDEX_VERIFIED_MAGIC "SHFSVRF2"
 
 /* The record, in the host's byte order (as the index is). */
 struct index_verified_rec {
 	char magic[8];		/* INDEX_VERIFIED_MAGIC */
-	uint64_t dev;		/* st_dev of the index file checked */
-	uint64_t ino;		/* its st_ino */
+	uint64_t ino;		/* st_ino of the index file checked */
 	uint64_t size;		/* its st_size */
 	int64_t ctime_sec;	/* its change time, seconds */
 	int64_t ctime_nsec;	/* and nanoseconds */
@@ -40,13 +39,12 @@ struct index_verified_rec {
 	uint64_t recorded_sec;	/* when the record was written (for people) */
 	uint64_t xxh3;		/* of the bytes above */
 };
-_Static_assert(sizeof(struct index_verified_rec) == 88, "record layout");
+_Static_assert(sizeof(struct index_verified_rec) == 80, "record layout");
 
 /* The record that @st and @header_xxh3 call for. */
 static struct index_verified_rec record_of(const struct stat *st, uint64_t header_xxh3)
 {
 	struct index_verified_rec r = {
-		.dev = (uint64_t)st->st_dev,
 		.ino = (uint64_t)st->st_ino,
 		.size = (uint64_t)st->st_size,
 		.ctime_sec = st->st_ctim.tv_sec,

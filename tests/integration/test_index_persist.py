@@ -673,7 +673,7 @@ def test_a_checked_index_is_not_read_whole_again_until_it_changes(tmp_path):
     first, m, _ = mount_snapshot(d, mnt)
     expect_origin(m, "loaded", idx)
     st = os.stat(record)
-    assert st.st_size == 88 and st.st_mode & 0o777 == 0o644
+    assert st.st_size == 80 and st.st_mode & 0o777 == 0o644
     second, m, _ = mount_snapshot(d, mnt)
     expect_origin(m, "loaded", idx)
     assert second == first

@@ -529,7 +529,7 @@ static void test_record_of_a_full_check(void **state)
 	time_t then = time(NULL) - TMP_FILE_STALE_SECONDS - 60;
 	struct timespec stale[2] = { { then, 0 }, { then, 0 } };
 	uint32_t e = entry(f, "z/zz.txt");
-	struct stat st;
+	struct stat st, other;
 
 	snprintf(good, sizeof(good), "%s/good.idx", f->env.dir);
 	snprintf(rec, sizeof(rec), "%s%s", f->bad_path, INDEX_VERIFIED_SUFFIX);
@@ -566,6 +566,14 @@ static void test_record_of_a_full_check(void **state)
 	assert_true(index_verified_holds(f->bad_path, &st, hdr(f)->header_xxh3));
 	assert_false(index_verified_holds(f->bad_path, &st, hdr(f)->header_xxh3 ^ 1));
 	assert_int_equal(load_with(f->bad_path, 0), 0);
+	/* the same file seen by another node of a shared file system, which
+	 * numbers its devices otherwise: the record holds there too */
+	other = st;
+	other.st_dev ^= 0x2a;
+	assert_true(index_verified_holds(f->bad_path, &other, hdr(f)->header_xxh3));
+	other = st;
+	other.st_ino ^= 1;
+	assert_false(index_verified_holds(f->bad_path, &other, hdr(f)->header_xxh3));
 	assert_int_equal(load_with(f->bad_path, INDEX_LOAD_FULL_CHECK), -EINVAL);
 
 	/* a record others may write is not trusted */
