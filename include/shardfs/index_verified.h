@@ -19,7 +19,7 @@
  * record would name a file no other node sees.  With it, every node's
  * first mount read and checked the whole index, wrote its own record over
  * the last one, and so made the next mount elsewhere check it all again
- * (1.4 s and the whole file from the storage at 20 M members, per node
+ * (about 1 s and the whole file from the storage at 20 M members, per node
  * and mount).  What the device told apart, a file of another file system
  * with the same inode number, size and both times to the nanosecond
  * beside the same path, does not arise: a copy gets the time of copying.
