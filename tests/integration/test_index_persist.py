@@ -24,6 +24,7 @@ must hold:
 Which index a mount used is read from its -o loglevel=debug line
 "index file PATH: loaded|extended|built[, saved]".
 """
+import contextlib
 import errno
 import os
 import re
@@ -685,6 +686,68 @@ def test_a_checked_index_is_not_read_whole_again_until_it_changes(tmp_path):
     assert third == first
     assert os.path.realpath(idx) in r.stderr and "rebuilt" in r.stderr, r.stderr
     assert run_index(d, "--check").returncode == 0
+
+
+@contextlib.contextmanager
+def loop_device(image):
+    """A loop device of its own for IMAGE, detached at the end: two of
+    one image have two device numbers, as the nodes of a shared file
+    system each number it their own way."""
+    r = lib.run_cmd(["losetup", "--find", "--show", str(image)])
+    if r.returncode:
+        pytest.skip("no loop device: %s" % r.stderr.strip())
+    try:
+        yield r.stdout.strip()
+    finally:
+        lib.run_cmd(["losetup", "--detach", r.stdout.strip()])
+
+
+@contextlib.contextmanager
+def device_mounted(dev, mnt):
+    r = lib.run_cmd(["mount", dev, str(mnt)])
+    assert r.returncode == 0, r
+    try:
+        yield
+    finally:
+        lib.run_cmd(["umount", str(mnt)])
+
+
+def test_a_record_holds_on_every_node_of_a_shared_file_system(tmp_path):
+    """The nodes that mount one index file from shared storage see it
+    under a device number each: the record of the first node's full
+    check holds on the next (index_verified.h), which neither checks the
+    whole index again nor writes its own record over it.  Two loop
+    devices of one ext4 image, mounted one after the other, stand for
+    the two nodes."""
+    image = tmp_path / "shared.img"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    r = lib.run_cmd(["mkfs.ext4", "-q", str(image)])
+    assert r.returncode == 0, r
+    node_a, node_b, mnt = tmp_path / "a", tmp_path / "b", tmp_path / "mnt"
+    node_a.mkdir()
+    node_b.mkdir()
+
+    with loop_device(image) as dev_a, loop_device(image) as dev_b:
+        with device_mounted(dev_a, node_a):
+            d = node_a / "shards"
+            make_set(d)
+            assert run_index(d).returncode == 0
+            wait_settled(index_of(d))
+            first, m, _ = mount_snapshot(d, mnt)
+            expect_origin(m, "loaded", index_of(d))
+            index_a = os.stat(index_of(d))
+            record = os.stat(index_of(d) + ".verified")
+        with device_mounted(dev_b, node_b):
+            d = node_b / "shards"
+            index_b = os.stat(index_of(d))
+            assert index_b.st_ino == index_a.st_ino
+            assert index_b.st_dev != index_a.st_dev
+            second, m, _ = mount_snapshot(d, mnt)
+            expect_origin(m, "loaded", index_of(d))
+            assert second == first
+            assert os.stat(index_of(d) + ".verified").st_mtime_ns == \
+                record.st_mtime_ns, "node b checked it whole and wrote its record"
 
 
 SECTIONS = ["SHARDS", "SHARD_NAMES", "ENTRIES", "BLOCKS", "TARGETS", "SPARSE",
