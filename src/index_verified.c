@@ -5,7 +5,7 @@
  *
  * A fixed 80-byte file, written once per index file and read at each
  * mount: one open, fstat and pread, against the full check's pass over
- * every byte of the index (0.1 s per 5 M members warm; the whole file
+ * every byte of the index (0.25 s per 5 M members warm; the whole file
  * from the disk cold).  Any doubt (another size, owner or checksum, a
  * field that differs) means a full check, never an error.
  */

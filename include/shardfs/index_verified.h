@@ -5,7 +5,7 @@
  * it again.
  *
  * The full check (index_file.c: every section's checksum, every entry's
- * bounds) reads the whole index: about 0.1 s of CPU per 5 M members from
+ * bounds) reads the whole index: about 0.25 s of CPU per 5 M members from
  * the page cache, and the whole file from the disk after a reboot.  After
  * it passes, the loader writes <index>.verified next to the index, which
  * names the file as it was checked: inode, size, change and modification
