@@ -8,6 +8,10 @@ One command, as root, from the repository root:
     /usr/bin/python3 tests/bench/scale.py --quick         # smoke run (~2 min)
     /usr/bin/python3 tests/bench/scale.py --docs          # also add the results
                                                           # to docs/benchmarks-scale.md
+    /usr/bin/python3 tests/bench/scale.py --builds BEFORE/build,AFTER/build
+                                                          # two builds side by side:
+                                                          # each part by each build
+                                                          # in turn, one table
 
 What it measures (every figure is printed, written as JSON and Markdown to
 WORKDIR/results/, and with --docs added to docs/benchmarks-scale.md):
@@ -227,10 +231,10 @@ def du(d):
 
 
 class Bench:
-    def __init__(self, args):
+    def __init__(self, args, nth=0):
         self.args = args
         self.work = os.path.abspath(args.workdir)
-        self.bin = os.path.join(self.work, "bin")
+        self.bin = os.path.join(self.work, "bin-%d" % nth if nth else "bin")
         self.results = {"sections": []}
         self.md = []
         self.generated = []
@@ -545,7 +549,8 @@ class Bench:
              "shard_counts", "stats")) else "custom sizes"
         head = ["### %s, %s" % (date, kind), "",
                 "- command: `%s`" % cmd.strip(),
-                "- shardfs: %s (`%s`)" % (version, os.path.abspath(a.build)),
+                "- shardfs: %s (%s)" % (version, ", ".join(
+                    "`%s`" % os.path.abspath(b) for b in a.build.split(","))),
                 "- machine: %s; %s RAM; %s; kernel %s"
                 % (info["cpu"], info["ram"], info["disk"], info["kernel"]),
                 "- load average at the start: %.2f%s" % (
@@ -573,6 +578,29 @@ class Bench:
         print(text)
 
 
+def report_side_by_side(benches):
+    """One table per section, a column per build, rows matched by their
+    measurement; the JSON holds every build's results whole."""
+    first = benches[0]
+    columns = ["`%s`" % b.args.build for b in benches]
+    md = []
+    for j, sec in enumerate(first.results["sections"]):
+        md += ["#### %s\n" % sec["title"]] + ([sec["note"] + "\n"] if sec["note"] else [])
+        md += ["| measurement | %s |" % " | ".join(columns),
+               "|---|" + "---|" * len(benches)]
+        values = [dict(b.results["sections"][j]["rows"]) for b in benches]
+        md += ["| %s | %s |" % (k, " | ".join(v.get(k, "–") for v in values))
+               for k, _ in sec["rows"]]
+        md.append("")
+    first.md = md
+    first.generated = [line for b in benches for line in b.generated]
+    first.results = {"sections": first.results["sections"],
+                     "builds": [{"build": b.args.build, "sections": b.results["sections"]}
+                                for b in benches]}
+    first.args.build = ",".join(b.args.build for b in benches)
+    first.report()
+
+
 DOC_HEAD = """# Scale benchmarks
 
 `tests/bench/scale.py` measures how the index behaves with millions of
@@ -586,11 +614,15 @@ Run it as root from the repository root (it drops caches and mounts):
 
     /usr/bin/python3 tests/bench/scale.py --docs          # full run, adds a section below
     /usr/bin/python3 tests/bench/scale.py --quick         # smoke run, ~2 min
+    /usr/bin/python3 tests/bench/scale.py --builds BEFORE/build,AFTER/build
+                                                          # side by side
 
 Options: `--members` (10 M), `--shards` (1,000), `--flat` (1 M),
 `--flat-shards` (100), `--lookup-members` (1 M), `--shard-counts`
 (10,10000), `--stats` (100 k random stats), `--parts` (big,flat,shards),
 `--jobs` (2), `--workdir` (/var/tmp/shardfs-scale), `--build` (build),
+`--builds` (several builds, each part run by each in turn, the order
+alternating part by part, reported in one table a column per build),
 `--keep` (keep the generated shards and the extracted directory for the
 next run), `--max-load` (1.5: first wait, up to `--wait` s, for a quiet
 machine and for other `tests/bench/` runs to end, as they drop caches).
@@ -630,6 +662,9 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--workdir", default="/var/tmp/shardfs-scale")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--builds", help="BUILD,BUILD,...: each part run by each build in "
+                                    "turn (the order alternating part by part) and "
+                                    "reported side by side; replaces --build")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--max-load", type=float, default=1.5,
                    help="first wait for a 1-minute load average below this and for "
@@ -651,26 +686,35 @@ def main():
     a = parse_args()
     if os.geteuid() != 0:
         raise SystemExit("scale: run as root (drops caches, mounts)")
-    bench = Bench(a)
-    os.makedirs(bench.work, exist_ok=True)
-    bench.prepare()
+    builds = a.builds.split(",") if a.builds else [a.build]
+    benches = [Bench(argparse.Namespace(**dict(vars(a), build=b)), i)
+               for i, b in enumerate(builds)]
+    os.makedirs(benches[0].work, exist_ok=True)
+    for bench in benches:
+        bench.prepare()
     start = time.time()
+    quiet = True
     if a.max_load is not None:
-        bench.quiet = system.wait_until_quiet(a.max_load, a.wait, log)
-    bench.waited = time.time() - start
-    bench.load = system.load_average()
+        quiet = system.wait_until_quiet(a.max_load, a.wait, log)
+    load = system.load_average()
+    for bench in benches:
+        bench.quiet, bench.waited, bench.load = quiet, time.time() - start, load
     try:
-        if "big" in a.parts:
-            bench.part_big()
-        if "flat" in a.parts:
-            bench.part_flat()
-        if "shards" in a.parts:
-            bench.part_shards()
+        for i, part in enumerate(p for p in ("big", "flat", "shards") if p in a.parts):
+            order = benches if i % 2 == 0 else benches[::-1]
+            for bench in order:
+                # the part's sets stay for the builds after this one
+                bench.args.keep = a.keep or bench is not order[-1]
+                log("part %s, build %s" % (part, bench.args.build))
+                getattr(bench, "part_" + part)()
     finally:
-        for name in os.listdir(bench.work):
+        for name in os.listdir(benches[0].work):
             if name.startswith("mnt-"):
-                unmount(os.path.join(bench.work, name))
-    bench.report()
+                unmount(os.path.join(benches[0].work, name))
+    if len(benches) == 1:
+        benches[0].report()
+    else:
+        report_side_by_side(benches)
 
 
 if __name__ == "__main__":
