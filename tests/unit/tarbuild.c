@@ -3,6 +3,7 @@
  * tarbuild.c - tar archives built in memory, and the scan, file and shard
  * set plumbing the unit tests share (see tarbuild.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -602,4 +603,49 @@ int64_t tb_entry(const struct shard_index *idx, const char *path)
 		path += len + (path[len] == '/');
 	}
 	return e;
+}
+
+/* Read /proc/self/task/@tid/@what into @buf (@len bytes, terminated). */
+static bool task_file(pid_t tid, const char *what, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)tid, what);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return n > 0;
+}
+
+bool tb_thread_asleep(pid_t tid)
+{
+	char stat[512], *end;
+
+	if (!task_file(tid, "stat", stat, sizeof(stat)))
+		return false;
+	end = strrchr(stat, ')');	/* the name may hold anything */
+	return end && end[1] == ' ' && end[2] == 'S';
+}
+
+pid_t tb_thread_named(const char *comm)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	char name[32];
+	pid_t found = 0;
+
+	assert_non_null(d);
+	while (!found && (de = readdir(d)))
+		if (de->d_name[0] != '.' &&
+		    task_file(atoi(de->d_name), "comm", name, sizeof(name)) &&
+		    strcspn(name, "\n") == strlen(comm) &&
+		    !strncmp(name, comm, strlen(comm)))
+			found = atoi(de->d_name);
+	closedir(d);
+	return found;
 }

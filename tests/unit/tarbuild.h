@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+#include <sys/types.h>
 #include <cmocka.h>
 
 #include "shardfs/fs.h"
@@ -226,5 +227,18 @@ uint64_t tb_ino(struct shardfs *fs, const char *path);
 struct stat tb_stat(struct shardfs *fs, const char *path);
 /* Entry of @path by shard_index_lookup, or -ENOENT / -ENOTDIR. */
 int64_t tb_entry(const struct shard_index *idx, const char *path);
+
+/* ---- threads of the program under test ------------------------------ */
+
+/*
+ * Is thread @tid of this process asleep (state S in /proc: blocked in a
+ * wait, not running or waiting for a CPU)?  What a test waits for before
+ * it counts on a thread having reached a wait, instead of a sleep: under
+ * valgrind, beside the sanitized suites, a thread may not run for
+ * hundreds of milliseconds.  False for a thread that is gone.
+ */
+bool tb_thread_asleep(pid_t tid);
+/* The thread of this process named @comm (pthread_setname_np), or 0. */
+pid_t tb_thread_named(const char *comm);
 
 #endif

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 #if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
 #else
@@ -41,6 +42,7 @@
 
 #include "shardfs/chunk_cache.h"
 #include "shardfs/util.h"
+#include "tarbuild.h"
 
 /* Bytes per chunk in every test. */
 #define CHUNK 4096
@@ -354,6 +356,7 @@ struct reader {
 	ssize_t result;		/* chunk_cache_read()'s */
 	long switches;		/* voluntary context switches of the read */
 	atomic_bool finished;	/* the read returned */
+	atomic_int tid;		/* its thread's id, once it runs */
 	pthread_t thread;	/* running it */
 };
 
@@ -362,6 +365,7 @@ static void *reader_run(void *arg)
 	struct reader *r = arg;
 	struct rusage before, after;
 
+	atomic_store(&r->tid, (int)gettid());
 	getrusage(RUSAGE_THREAD, &before);
 	r->result = read_check(r->ow, r->off, r->len);
 	getrusage(RUSAGE_THREAD, &after);
@@ -379,7 +383,16 @@ static void reader_start_at(struct reader *r, struct chunk_owner *ow, uint64_t o
 	r->len = len;
 	r->result = 0;
 	atomic_store(&r->finished, false);
+	atomic_store(&r->tid, 0);
 	assert_int_equal(pthread_create(&r->thread, NULL, reader_run, r), 0);
+}
+
+/* Has @r's read reached a wait (for a fetch, or for its turn at one)? */
+static bool reader_waits(struct reader *r)
+{
+	int tid = atomic_load(&r->tid);
+
+	return tid && !atomic_load(&r->finished) && tb_thread_asleep(tid);
 }
 
 /* A read of chunk @chunk whole, in a thread. */
@@ -751,7 +764,7 @@ static void wants_behind_a_fetch(struct chunk_owner *ow, uint64_t a, size_t alen
 	reader_start_at(&r[0], ow, 3 * FAR, 10);
 	WAIT_FOR(fetch_calls() == calls + 1);	/* the reader fetches */
 	reader_start_at(&r[1], ow, a, alen);
-	sleep_ms(SETTLE_MS);			/* queued behind it */
+	WAIT_FOR(reader_waits(&r[1]));		/* queued behind it */
 	reader_start_at(&r[2], ow, b, blen);
 	if (join)
 		WAIT_FOR(count(&counters.coalesced) == 1);

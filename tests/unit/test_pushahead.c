@@ -220,16 +220,22 @@ static bool spans_waiting(struct tb_env *e)
 	return false;
 }
 
-/* Wait (up to 10 s) until nothing is queued and the worker is quiet. */
+/*
+ * Wait (up to 10 s) until nothing is queued and the worker is quiet: no
+ * progress in 50 ms, and asleep (under valgrind a worker busy pushing
+ * may make no progress for longer).
+ */
 static void settle(struct tb_env *e)
 {
 	struct timespec ts = { 0, 50 * 1000 * 1000 };
 	unsigned long long seen = ~0ull;
+	pid_t worker = tb_thread_named("shardfs-push");
 
 	for (int i = 0; i < 200; i++) {
 		if (!atomic_load(&e->fs.push.list) &&
 		    !atomic_load(&e->fs.push.dir_wanted) &&
-		    !spans_waiting(e) && progress(e) == seen)
+		    !spans_waiting(e) && progress(e) == seen &&
+		    (!worker || tb_thread_asleep(worker)))
 			return;
 		seen = progress(e);
 		nanosleep(&ts, NULL);
