@@ -458,7 +458,8 @@ static void test_concurrent_readers_one_fetch(void **state)
 	for (unsigned i = 0; i < 4; i++)
 		reader_start(&r[i], &ow, 5);
 	WAIT_FOR(fetch_calls() == 1);
-	sleep_ms(SETTLE_MS);	/* the other readers find the chunk loading */
+	for (unsigned i = 0; i < 4; i++)	/* the others find it loading */
+		WAIT_FOR(reader_waits(&r[i]));
 	gate(false);
 	for (unsigned i = 0; i < 4; i++) {
 		pthread_join(r[i].thread, NULL);
@@ -504,8 +505,7 @@ static void test_backpressure(void **state)
 		reader_start(&r[i], &ow, 2 * i);
 	WAIT_FOR(fetch_calls() == 4);	/* every slot loading */
 	reader_start(&r[4], &ow, 9);
-	sleep_ms(SETTLE_MS);
-	assert_false(atomic_load(&r[4].finished));	/* waits for a slot */
+	WAIT_FOR(reader_waits(&r[4]));			/* waits for a slot */
 	assert_int_equal(fetch_calls(), 4);		/* and fetches nothing */
 	gate(false);
 	for (unsigned i = 0; i < 5; i++) {
@@ -1032,7 +1032,7 @@ static void test_stream_finds_its_range_on_disk(void **state)
 	reader_start_at(&r[0], &ow, KEPT_A, SAMPLE_LEN);
 	WAIT_FOR(locked(&disk.asked) > asked);	/* its fetch looks on disk */
 	reader_start_at(&r[1], &ow, KEPT_B, SAMPLE_LEN);
-	sleep_ms(SETTLE_MS);	/* it finds the chunk loading */
+	WAIT_FOR(reader_waits(&r[1]));	/* it finds the chunk loading */
 	disk_hold(false);
 	for (unsigned i = 0; i < 2; i++) {
 		pthread_join(r[i].thread, NULL);
@@ -1203,7 +1203,8 @@ static void trickle_start(struct reader *r, struct chunk_owner *ow)
 	for (unsigned i = 0; i < TRICKLE_READERS; i++)
 		reader_start_at(&r[i], ow, i * (CHUNK / TRICKLE_READERS), 64);
 	WAIT_FOR(fetch_calls() == 1);
-	sleep_ms(SETTLE_MS);	/* every reader waits for its bytes */
+	for (unsigned i = 0; i < TRICKLE_READERS; i++)	/* waits for its bytes */
+		WAIT_FOR(reader_waits(&r[i]));
 }
 
 /* Steps of TRICKLE_STEP that bring the bytes reader @i reads. */
@@ -1292,7 +1293,7 @@ static void test_fork_stops_and_restarts_the_fetch_threads(void **state)
 	reader_start_at(&r[0], &ow, 10, 100);
 	WAIT_FOR(fetch_calls() == 1);	/* the reader fetches */
 	reader_start_at(&r[1], &ow, FAR + 10, 100);
-	sleep_ms(SETTLE_MS);		/* queued behind it */
+	WAIT_FOR(reader_waits(&r[1]));	/* queued behind it */
 	assert_int_equal(pthread_create(&p.thread, NULL, preparer_run, &p), 0);
 	sleep_ms(SETTLE_MS);
 	assert_false(atomic_load(&p.returned));	/* waits for the fetch */
