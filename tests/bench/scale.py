@@ -535,7 +535,9 @@ class Bench:
 
     # -- report
 
-    def report(self):
+    def report(self, builds=None):
+        """Print and save the results; BUILDS: the builds they compare
+        (report_side_by_side()), else this bench's own."""
         a = self.args
         info = system.machine_info(self.work)
         version = run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
@@ -550,7 +552,7 @@ class Bench:
         head = ["### %s, %s" % (date, kind), "",
                 "- command: `%s`" % cmd.strip(),
                 "- shardfs: %s (%s)" % (version, ", ".join(
-                    "`%s`" % os.path.abspath(b) for b in a.build.split(","))),
+                    "`%s`" % os.path.abspath(b) for b in builds or [a.build])),
                 "- machine: %s; %s RAM; %s; kernel %s"
                 % (info["cpu"], info["ram"], info["disk"], info["kernel"]),
                 "- load average at the start: %.2f%s" % (
@@ -597,8 +599,7 @@ def report_side_by_side(benches):
     first.results = {"sections": first.results["sections"],
                      "builds": [{"build": b.args.build, "sections": b.results["sections"]}
                                 for b in benches]}
-    first.args.build = ",".join(b.args.build for b in benches)
-    first.report()
+    first.report([b.args.build for b in benches])
 
 
 DOC_HEAD = """# Scale benchmarks
@@ -696,9 +697,9 @@ def main():
     quiet = True
     if a.max_load is not None:
         quiet = system.wait_until_quiet(a.max_load, a.wait, log)
-    load = system.load_average()
+    waited, load = time.time() - start, system.load_average()
     for bench in benches:
-        bench.quiet, bench.waited, bench.load = quiet, time.time() - start, load
+        bench.quiet, bench.waited, bench.load = quiet, waited, load
     try:
         for i, part in enumerate(p for p in ("big", "flat", "shards") if p in a.parts):
             order = benches if i % 2 == 0 else benches[::-1]
