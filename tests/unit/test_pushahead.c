@@ -229,13 +229,15 @@ static void settle(struct tb_env *e)
 {
 	struct timespec ts = { 0, 50 * 1000 * 1000 };
 	unsigned long long seen = ~0ull;
-	pid_t worker = tb_thread_named("shardfs-push");
+	pid_t worker = 0;
 
 	for (int i = 0; i < 200; i++) {
+		if (!worker)	/* it names itself once it runs */
+			worker = tb_thread_named("shardfs-push");
 		if (!atomic_load(&e->fs.push.list) &&
 		    !atomic_load(&e->fs.push.dir_wanted) &&
 		    !spans_waiting(e) && progress(e) == seen &&
-		    (!worker || tb_thread_asleep(worker)))
+		    (!e->fs.push.running || (worker && tb_thread_asleep(worker))))
 			return;
 		seen = progress(e);
 		nanosleep(&ts, NULL);
