@@ -640,12 +640,14 @@ pid_t tb_thread_named(const char *comm)
 	pid_t found = 0;
 
 	assert_non_null(d);
-	while (!found && (de = readdir(d)))
-		if (de->d_name[0] != '.' &&
-		    task_file(atoi(de->d_name), "comm", name, sizeof(name)) &&
-		    strcspn(name, "\n") == strlen(comm) &&
-		    !strncmp(name, comm, strlen(comm)))
+	while (!found && (de = readdir(d))) {
+		if (de->d_name[0] == '.' ||
+		    !task_file(atoi(de->d_name), "comm", name, sizeof(name)))
+			continue;
+		name[strcspn(name, "\n")] = '\0';
+		if (!strcmp(name, comm))
 			found = atoi(de->d_name);
+	}
 	closedir(d);
 	return found;
 }
