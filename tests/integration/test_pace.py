@@ -119,7 +119,10 @@ def test_a_throttled_mount_does_not_keep_pace(mount, tmp_path):
 
 def test_a_loose_tree_for_comparison(data_set, tmp_path):
     _, loose = data_set
-    r = pace(loose, "--required-rate", 1e6, "--batch-size", 16, "--steps", 3,
+    # more steps than the batches its 2 workers hold ahead (2 each, the
+    # DataLoader's prefetch): with 3, every measured batch could be loaded
+    # before the measured steps began, and none counted as read in them
+    r = pace(loose, "--required-rate", 1e6, "--batch-size", 16, "--steps", 6,
              *SMALL, "--json", "-")
     assert r.returncode == 1, r
     result = json.loads(r.stdout)
