@@ -427,7 +427,8 @@ static size_t members_checkpoints(uint32_t nr)
 	return ((size_t)nr + CONTROL_MEMBERS_STRIDE - 1) / CONTROL_MEMBERS_STRIDE;
 }
 
-/* Size members and record its checkpoints, once.  0 or -ENOMEM. */
+/* Size members and record its checkpoints, once, having checked every
+ * entry (index_guard.h).  0, -ENOMEM or -EIO. */
 static int members_index(struct control_state *st)
 {
 	uint32_t nr = shard_index_nr(st->src.idx);
@@ -439,6 +440,9 @@ static int members_index(struct control_state *st)
 		return 0;
 	pthread_mutex_lock(&st->lock);
 	if (st->members_ready)
+		goto out_unlock;
+	rc = shard_index_check_all(st->src.idx);
+	if (rc)
 		goto out_unlock;
 	at = malloc(members_checkpoints(nr) * sizeof(*at));
 	rc = -ENOMEM;

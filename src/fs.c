@@ -129,6 +129,18 @@ int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st)
 	return 0;
 }
 
+/*
+ * The inode number that a LOOKUP or READDIR hands out for entry @e, into
+ * *@ino.  A later name of a hard-link group hands out the group's first
+ * entry, which may lie in another directory: it is checked as well, since
+ * the kernel's requests on the inode decode it (index_guard.h).
+ */
+static int entry_ino(const struct shardfs *fs, uint32_t e, uint64_t *ino)
+{
+	*ino = shard_index_ino(&fs->idx, e);
+	return shard_index_check(&fs->idx, (uint32_t)(*ino - 1), 0);
+}
+
 int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 		   uint64_t *ino)
 {
@@ -146,10 +158,7 @@ int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
 	if (len > PATH_COMPONENT_MAX)
 		return -ENAMETOOLONG;
 	e = shard_index_lookup(&fs->idx, (uint32_t)(parent - 1), name, len);
-	if (e < 0)
-		return (int)e;
-	*ino = shard_index_ino(&fs->idx, (uint32_t)e);
-	return 0;
+	return e < 0 ? (int)e : entry_ino(fs, (uint32_t)e, ino);
 }
 
 int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
@@ -161,10 +170,11 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	if (control_node_of(&fs->control, dir) == CONTROL_DIR)
 		return control_readdir_entry(&fs->control, pos, &de->name, &de->ino);
 	if (de->dir != dir || de->cur.c != &fs->idx.entries) {	/* a new listing */
-		if (!shard_index_get(&fs->idx, dir, &d))
-			return -ENOENT;
-		if (!S_ISDIR(d.mode))
-			return -ENOTDIR;
+		int rc = dir < 1 || dir > shard_index_nr(&fs->idx) ? -ENOENT
+			 : shard_index_dir(&fs->idx, (uint32_t)(dir - 1), &d);
+
+		if (rc)
+			return rc;
 		*de = (struct shardfs_dirent){ .dir = dir, .first = d.data, .count = d.size };
 		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)d.data);
 	}
@@ -175,8 +185,7 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)e);
 	compact_cursor_next(&de->cur, NULL);
 	de->name = de->cur.name;
-	de->ino = shard_index_ino(&fs->idx, (uint32_t)e);
-	return 0;
+	return entry_ino(fs, (uint32_t)e, &de->ino);
 }
 
 uint64_t shardfs_parent(const struct shardfs *fs, uint64_t dir)
@@ -549,14 +558,17 @@ static void sample_extent(const struct shard_index *idx, uint32_t e,
 {
 	char name[PATH_COMPONENT_MAX + 1];
 	size_t key = key_len(name, shard_index_name(idx, e, name));
-	struct shard_inode dir;
+	struct shard_inode dir = { 0 };
 	uint64_t first, end;
 
-	shard_index_entry(idx, in->parent, &dir);
-	first = dir.data;
-	end = dir.data + dir.size;
 	*lo = in->data;
 	*hi = in->data + in->size;
+	/* the first name of a hard-link group: its directory, unlike the
+	 * group's other names', may not have been checked yet */
+	if (shard_index_dir(idx, in->parent, &dir))
+		key = 0;
+	first = dir.data;
+	end = dir.data + dir.size;
 	for (uint32_t i = e; key && i > first && e - i < SHARDFS_SAMPLE_FILES &&
 	     sample_member(idx, in, name, key, i - 1, lo, hi); i--)
 		;

@@ -23,18 +23,46 @@
 #include <sys/stat.h>
 
 #include "shardfs/index.h"
+#include "shardfs/index_guard.h"
 #include "shardfs/index_map.h"
 #include "shardfs/util.h"
+
+int shard_index_check(const struct shard_index *idx, uint32_t first, uint32_t count)
+{
+	return idx->guard ? index_guard_entries(idx->guard, first, count) : 0;
+}
+
+int shard_index_check_all(const struct shard_index *idx)
+{
+	return idx->guard ? index_guard_all(idx->guard) : 0;
+}
+
+bool shard_index_checked(const struct shard_index *idx, uint32_t e)
+{
+	return !idx->guard || index_guard_entry_ok(idx->guard, e);
+}
+
+int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inode *d)
+{
+	int rc = shard_index_check(idx, e, 0);
+
+	if (rc)
+		return rc;
+	shard_index_entry(idx, e, d);
+	if (!S_ISDIR(d->mode))
+		return -ENOTDIR;
+	assert(d->data + d->size <= idx->entries.nr);
+	return d->size ? shard_index_check(idx, (uint32_t)d->data, (uint32_t)d->size) : 0;
+}
 
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 			   const char *name, size_t len)
 {
 	struct shard_inode d;
+	int rc = shard_index_dir(idx, dir, &d);
 
-	shard_index_entry(idx, dir, &d);
-	if (!S_ISDIR(d.mode))
-		return -ENOTDIR;
-	assert(d.data + d.size <= idx->entries.nr);
+	if (rc)
+		return rc;
 	return compact_lookup(&idx->entries, (uint32_t)d.data, (uint32_t)d.size, name, len);
 }
 
@@ -42,6 +70,7 @@ uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e)
 {
 	uint64_t lo = 0, hi = idx->nr_hardlinks;
 
+	assert(shard_index_checked(idx, e));
 	if (!(compact_field(&idx->entries, e, COMPACT_FLAGS) & SHARD_INODE_LINKED))
 		return (uint64_t)e + 1;
 	while (lo < hi) {
@@ -79,9 +108,12 @@ ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
 	buf[size - 1] = '\0';
 	for (uint32_t cur = e; cur != 0;
 	     cur = (uint32_t)compact_field(&idx->entries, cur, COMPACT_PARENT)) {
-		size_t name_len = shard_index_name(idx, cur, name);
+		int rc = shard_index_check(idx, cur, 0);
+		size_t name_len = rc ? 0 : shard_index_name(idx, cur, name);
 		size_t need = name_len + (len ? 1 : 0);
 
+		if (rc)
+			return rc;
 		if (len + need + 1 > size)
 			return -ENAMETOOLONG;
 		if (len)
@@ -261,6 +293,7 @@ int shard_index_pack(struct shard_index *idx, const struct shard_inode *inodes, 
 
 void shard_index_release(struct shard_index *idx)
 {
+	index_guard_free(idx->guard);
 	if (idx->map) {
 		index_map_free(idx->map);
 		*idx = (struct shard_index){ 0 };

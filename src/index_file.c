@@ -14,7 +14,10 @@
  * bounds-checked once at load time (which makes a hand-crafted file
  * harmless), unless a record says that this very file, unchanged since,
  * passed those checks (index_verified.h: a remount of 20 M members then
- * takes 0.07 s instead of 0.9-1.1 s).  The checks and the mount read the
+ * takes 0.07 s instead of 0.9-1.1 s).  Then the sections of a record or
+ * more per member are checked span by span as requests first touch them,
+ * against the sums of the SUMS section (index_guard.h), which the writer
+ * computes from what it wrote, last.  The checks and the mount read the
  * file through index_map.h, which serves it from its own pages under a
  * read lease and switches to a private copy before anyone can truncate or
  * rewrite it: what was checked is what is served, and a file changed
@@ -36,6 +39,7 @@
 #include <xxhash.h>
 
 #include "shardfs/index_file.h"
+#include "shardfs/index_guard.h"
 #include "shardfs/index_map.h"
 #include "shardfs/index_verified.h"
 #include "shardfs/log.h"
@@ -555,6 +559,41 @@ static int writer_entries(struct index_file_writer *w, uint32_t n)
 	return rc;
 }
 
+/* The sum of each span of the summed sections of the file image @map
+ * with header @h, in the order of SUMS. */
+static void sums_compute(const char *map, const struct index_file_header *h, uint64_t *sums)
+{
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
+		const struct index_section_entry *e = &h->sections[index_summed(i)];
+
+		for (uint64_t k = 0; k < index_sum_spans(e->length); k++)
+			*sums++ = index_guard_span_sum(map + e->offset, e->length, k);
+	}
+}
+
+/* SUMS, the last section, from what was written, read back through a
+ * mapping. */
+static int writer_sums(struct index_file_writer *w)
+{
+	uint64_t n = index_sum_count(&w->h);
+	uint64_t *sums = malloc(n ? n * sizeof(*sums) : 1);
+	size_t len = w->tail;
+	char *map = MAP_FAILED;
+	int rc = sums ? 0 : -ENOMEM;
+
+	if (!rc && ftruncate(w->fd, (off_t)len))
+		rc = -errno;
+	if (!rc && (map = mmap(NULL, len, PROT_READ, MAP_SHARED, w->fd, 0)) == MAP_FAILED)
+		rc = -errno;
+	if (!rc) {
+		sums_compute(map, &w->h, sums);
+		munmap(map, len);
+		rc = tail_put(w, INDEX_SEC_SUMS, sums, n * sizeof(*sums));
+	}
+	free(sums);
+	return rc;
+}
+
 /* Every section, every checksum, then the header. */
 static int writer_seal(struct index_file_writer *w, uint32_t n)
 {
@@ -570,6 +609,7 @@ static int writer_seal(struct index_file_writer *w, uint32_t n)
 		if (w->image[p] && part_section(p) < INDEX_NR_SECTIONS)
 			rc = section_put(w, part_section(p), w->image[p]);
 	rc = rc ?: writer_entries(w, n);
+	rc = rc ?: writer_sums(w);
 	w->h.file_size = w->tail;
 	if (!rc && ftruncate(w->fd, (off_t)w->h.file_size))
 		rc = -errno;
@@ -674,16 +714,36 @@ int index_file_write(const char *path, const struct shard_index *idx,
 	return rc;
 }
 
+/* Whether section entry @e lies inside @len bytes. */
+static bool section_inside(const struct index_section_entry *e, uint64_t len)
+{
+	return e->offset <= len && e->length <= len - e->offset;
+}
+
+/* The SUMS of an image to reseal, when it and what it sums lie inside. */
+static void reseal_sums(struct index_file_header *h, char *image, size_t len)
+{
+	const struct index_section_entry *sums = &h->sections[INDEX_SEC_SUMS];
+
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
+		if (!section_inside(&h->sections[index_summed(i)], len))
+			return;
+	if (section_inside(sums, len) && sums->offset % sizeof(uint64_t) == 0 &&
+	    sums->length == index_sum_count(h) * sizeof(uint64_t))
+		sums_compute(image, h, (uint64_t *)(image + sums->offset));
+}
+
 int index_file_reseal(void *image, size_t len)
 {
 	struct index_file_header *h = image;
 
 	if (len < sizeof(*h))
 		return -EINVAL;
+	reseal_sums(h, image, len);
 	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		struct index_section_entry *e = &h->sections[s];
 
-		if (e->offset <= len && e->length <= len - e->offset)
+		if (section_inside(e, len))
 			e->xxh3 = XXH3_64bits((char *)image + e->offset, e->length);
 	}
 	h->header_xxh3 = 0;
@@ -719,21 +779,54 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 	if (h->sections[INDEX_SEC_SHARDS].length / sizeof(struct index_file_shard) != h->nr_shards ||
 	    h->nr_inodes == 0 || h->nr_inodes > SHARD_INDEX_MAX_ENTRIES ||
 	    h->sections[INDEX_SEC_BLOCKS].length !=
-	    ((uint64_t)compact_nr_blocks(h->nr_inodes) + 1) * sizeof(uint64_t))
+	    ((uint64_t)compact_nr_blocks(h->nr_inodes) + 1) * sizeof(uint64_t) ||
+	    h->sections[INDEX_SEC_SUMS].length != index_sum_count(h) * sizeof(uint64_t))
 		return log_format(msg, msg_len, -EINVAL, "offset 32: counts disagree with sections");
 	return 0;
 }
 
-static int check_checksums(const struct index_file_header *h, const char *map,
+/* Whether section @s is one that SUMS covers. */
+static bool summed(enum index_section s)
+{
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
+		if (index_summed(i) == s)
+			return true;
+	return false;
+}
+
+/* Each section's checksum, but with @lazy those of the summed sections,
+ * which a guard checks as they are used. */
+static int check_checksums(const struct index_file_header *h, const char *map, bool lazy,
 			   char *msg, size_t msg_len)
 {
 	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		const struct index_section_entry *e = &h->sections[s];
 
-		if (XXH3_64bits(map + e->offset, e->length) != e->xxh3)
+		if ((!lazy || !summed(s)) && XXH3_64bits(map + e->offset, e->length) != e->xxh3)
 			return log_format(msg, msg_len, -EINVAL,
 				    "offset %llu: checksum mismatch in section %d",
 				    (unsigned long long)e->offset, s);
+	}
+	return 0;
+}
+
+/* Each span of the summed sections against its sum in SUMS (whose own
+ * checksum passed), so that a record vouches for the sums too. */
+static int check_span_sums(const struct index_file_header *h, const char *map,
+			   char *msg, size_t msg_len)
+{
+	const uint64_t *sums = (const uint64_t *)(map + h->sections[INDEX_SEC_SUMS].offset);
+
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
+		const struct index_section_entry *e = &h->sections[index_summed(i)];
+
+		for (uint64_t k = 0; k < index_sum_spans(e->length); k++)
+			if (index_guard_span_sum(map + e->offset, e->length, k) != *sums++)
+				return log_format(msg, msg_len, -EINVAL, "offset %llu: %u bytes "
+						  "differ from their sum in section %d",
+						  (unsigned long long)(e->offset +
+								       k * INDEX_SUM_SPAN),
+						  INDEX_SUM_SPAN, INDEX_SEC_SUMS);
 	}
 	return 0;
 }
@@ -1054,16 +1147,19 @@ int index_file_read_header(const char *path, struct index_file_header *h,
 
 /*
  * The checks of a loaded @idx past its header that read all of it (the
- * sections' checksums, the entries' bounds), unless @verified: a record
- * says this very file passed them (index_verified.h).  The shard table
- * and the seek tables are checked always: a few bytes per shard.
+ * sections' checksums and sums, the entries' bounds), unless @verified: a
+ * record says this very file passed them (index_verified.h), and the
+ * sections of a record or more per member are left to a guard.  The
+ * checksums of the others and the bounds of the shard table and the seek
+ * tables are checked always: a few bytes per shard.
  */
 static int check_sections(const struct index_file_header *h, const char *map,
 			  struct shard_index *idx, struct index_file_shards *sh,
 			  bool verified, char *msg, size_t msg_len)
 {
-	int rc = verified ? 0 : check_checksums(h, map, msg, msg_len);
+	int rc = check_checksums(h, map, verified, msg, msg_len);
 
+	rc = rc ?: verified ? 0 : check_span_sums(h, map, msg, msg_len);
 	if (rc)
 		return rc;
 	point_into(h, map, idx, sh);
@@ -1079,13 +1175,29 @@ static int check_sections(const struct index_file_header *h, const char *map,
 	return check_structure(h, idx, sh, msg, msg_len);
 }
 
+/* The guard of an index loaded on a record's word, which checks the root
+ * at once: every other entry is reached through it (index_guard.h). */
+static int guard(const char *path, const struct index_file_header *h, const char *map,
+		 struct shard_index *idx, char *msg, size_t msg_len)
+{
+	int rc = index_guard_new(&idx->guard, path, map, h);
+
+	if (rc)
+		return log_format(msg, msg_len, rc, "%s", strerror(-rc));
+	if (shard_index_check(idx, 0, 0))
+		return log_format(msg, msg_len, -EINVAL, "offset %llu: the root's entries "
+				  "changed since the file was checked", (unsigned long long)
+				  h->sections[INDEX_SEC_ENTRIES].offset);
+	return 0;
+}
+
 int index_file_load(const char *path, struct shard_index *idx,
 		    struct index_file_shards *sh, unsigned flags,
 		    char *msg, size_t msg_len)
 {
 	const struct index_file_header *h;
 	struct index_map *m;
-	bool recorded;
+	bool recorded, lazy;
 	int fd, rc = open_trusted(path, &fd, msg, msg_len);
 
 	rc = rc ?: index_map_open(&m, fd, path, sizeof(*h), msg, msg_len);
@@ -1096,8 +1208,9 @@ int index_file_load(const char *path, struct shard_index *idx,
 	rc = check_header(h, m->len, msg, msg_len);
 	recorded = !rc && m->leased &&
 		   index_verified_holds(path, &m->leased_st, h->header_xxh3);
-	rc = rc ?: check_sections(h, m->addr, idx, sh,
-				  recorded && !(flags & INDEX_LOAD_FULL_CHECK), msg, msg_len);
+	lazy = recorded && !(flags & INDEX_LOAD_FULL_CHECK);
+	rc = rc ?: check_sections(h, m->addr, idx, sh, lazy, msg, msg_len);
+	rc = rc ?: lazy ? guard(path, h, m->addr, idx, msg, msg_len) : 0;
 	if (rc) {
 		shard_index_release(idx);
 		return rc;

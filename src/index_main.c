@@ -240,6 +240,9 @@ int main(int argc, char *argv[])
 				  &fs.index_file);
 		cli_print_encodings(&fs.set);
 	}
+	/* what walks every entry checks them all first (index_guard.h) */
+	if ((ic.list || ic.stats || ic.publish) && shard_index_check_all(&fs.idx))
+		goto out_release_fs;
 	if (ic.list)
 		list_members(&fs);
 	rc = ic.verify ? verify(&fs, &cfg) : INDEX_EXIT_OK;

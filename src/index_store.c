@@ -404,14 +404,23 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 	int64_t covered = -1;
 	bool rescanned = false;
 	int n = so->mode == INDEX_MODE_OFF ? 0 : candidates(set, so, paths), rc;
+	bool loaded;
 
 	*res = (struct index_store_result){ .origin = INDEX_BUILT };
 	if (n > 1 && shard_source_is_remote(paths[1]))
 		strcpy(res->published, paths[1]);
-	if (so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
-	    !try_load(&base, set, paths, n, so, layout_or_tree(bo->layout), &covered,
-		      &rescanned, res->path) &&
-	    covered == set->nr) {
+	loaded = so->mode != INDEX_MODE_OFF && so->mode != INDEX_MODE_REBUILD &&
+		 !try_load(&base, set, paths, n, so, layout_or_tree(bo->layout), &covered,
+			   &rescanned, res->path);
+	/* entries copied into another file are checked first: bytes that
+	 * changed since their check would get new sums (index_guard.h) */
+	if (loaded && (rescanned || (covered > 0 && covered < set->nr)) &&
+	    shard_index_check_all(&base)) {
+		shard_index_release(&base);
+		loaded = false;
+		covered = -1;
+	}
+	if (loaded && covered == set->nr) {
 		*idx = base;
 		res->origin = INDEX_LOADED;
 		/* record the new times, so that the next mount reads nothing */

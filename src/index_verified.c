@@ -137,3 +137,11 @@ void index_verified_record(const char *index_path, const struct stat *st,
 		log_debug("%s: the record of the index's check not written: %s",
 			  path, strerror(-rc));
 }
+
+void index_verified_forget(const char *index_path)
+{
+	char path[PATH_MAX];
+
+	if (record_path(index_path, path) && unlink(path) && errno != ENOENT)
+		log_debug("%s: cannot remove: %s", path, strerror(errno));
+}

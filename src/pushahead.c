@@ -234,12 +234,15 @@ int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 
 int pushahead_prepare(struct pushahead *p)
 {
-	int rc = build_order(p);
+	int rc = shard_index_check_all(p->idx);	/* all it reads, once */
 
+	rc = rc ?: build_order(p);
 	rc = rc ?: build_pieces(p);
 	if (rc == -EINVAL)
 		log_warn("push-ahead: the index's order of the files disagrees "
 			 "with its entries; it stays off");
+	else if (rc == -EIO)
+		log_warn("push-ahead: the index file fails its checks; it stays off");
 	else if (rc)
 		log_error("push-ahead: %s; it stays off", strerror(-rc));
 	else

@@ -329,7 +329,8 @@ int verify_shards(struct shardfs *fs, FILE *report, struct verify_result *res)
 
 	*res = (struct verify_result){ 0 };
 	v.buf = malloc(VERIFY_CHUNK);
-	rc = v.buf ? group_by_shard(fs, &by_shard, &start) : -ENOMEM;
+	rc = v.buf ? shard_index_check_all(&fs->idx) : -ENOMEM;
+	rc = rc ?: group_by_shard(fs, &by_shard, &start);
 	for (uint32_t i = 0; !rc && i < fs->set.nr; i++) {
 		struct seen_file *f, *tmp;
 

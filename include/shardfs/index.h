@@ -27,12 +27,20 @@
  * numbers on every mount.  There are no pointers inside the arrays, so the
  * same layout can be written to a file and read back as it is.
  *
+ * An index served from a file whose full check a record vouches for has
+ * its entries and order[] checked as they are first needed (index_guard.h):
+ * whoever decodes an entry has checked it with shard_index_check(), or
+ * reached it through a directory whose children it checked.  The lookup
+ * and the functions that return an error check for themselves.
+ *
  * Thread-safety: after shard_index_build() returns, every function here
- * only reads, and may be called from any number of threads at once.
+ * may be called from any number of threads at once (the checks' bits are
+ * atomic).
  */
 #ifndef SHARDFS_INDEX_H
 #define SHARDFS_INDEX_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,6 +104,7 @@ struct shard_index_counts {
 };
 
 struct index_map;
+struct index_guard;
 
 struct shard_index {
 	struct compact_entries entries;	/* the entries and names, packed;
@@ -112,6 +121,9 @@ struct shard_index {
 	struct index_map *map;		/* the index file the arrays point
 					 * into (index_map.h); NULL when they
 					 * are malloc'ed */
+	struct index_guard *guard;	/* checks entries and order[] as
+					 * they are first used (index_guard.h);
+					 * NULL: all were checked at load */
 };
 
 /* Progress of a build, reported to the caller while shards are scanned. */
@@ -229,19 +241,35 @@ static inline uint32_t shard_index_nr(const struct shard_index *idx)
 	return idx->entries.nr;
 }
 
-/* Entry @e (< shard_index_nr()) into *@out, name and name_len zero. */
+/*
+ * Check entries @first .. @first + @count - 1 (@count 0: @first alone)
+ * before they are decoded: 0, or -EIO (logged) when the bytes of their
+ * blocks changed since the index file was checked (index_guard.h).
+ */
+int shard_index_check(const struct shard_index *idx, uint32_t first, uint32_t count);
+
+/* Check all entries and order[] (who walks them all): 0 or -EIO. */
+int shard_index_check_all(const struct shard_index *idx);
+
+/* Whether entry @e was checked (or needs no check). */
+bool shard_index_checked(const struct shard_index *idx, uint32_t e);
+
+/* Entry @e (< shard_index_nr(), checked) into *@out, name and name_len
+ * zero. */
 static inline void shard_index_entry(const struct shard_index *idx, uint32_t e,
 				     struct shard_inode *out)
 {
+	assert(shard_index_checked(idx, e));
 	compact_entry(&idx->entries, e, out);
 }
 
 /*
- * The name of entry @e into @buf (room for PATH_COMPONENT_MAX + 1
+ * The name of entry @e (checked) into @buf (room for PATH_COMPONENT_MAX + 1
  * bytes), NUL-terminated; returns its length.
  */
 static inline size_t shard_index_name(const struct shard_index *idx, uint32_t e, char *buf)
 {
+	assert(shard_index_checked(idx, e));
 	return compact_name(&idx->entries, e, buf);
 }
 
@@ -263,8 +291,15 @@ static inline bool shard_index_get(const struct shard_index *idx, uint64_t ino,
 }
 
 /*
- * Look @name (@len bytes) up in directory entry @dir.  Returns the child's
- * entry number, or -ENOENT / -ENOTDIR.
+ * Directory entry @e into *@d, having checked it and all its children
+ * (shard_index_check()).  0, -ENOTDIR or -EIO.
+ */
+int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inode *d);
+
+/*
+ * Look @name (@len bytes) up in directory entry @dir, having checked it
+ * and all its children.  Returns the child's entry number, or -ENOENT /
+ * -ENOTDIR / -EIO.
  */
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 			   const char *name, size_t len);
@@ -277,7 +312,8 @@ uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e);
 
 /*
  * Write the path of entry @e relative to the root into @buf
- * (NUL-terminated).  Returns its length or -ENAMETOOLONG.
+ * (NUL-terminated), checking @e and its ancestors.  Returns its length,
+ * -ENAMETOOLONG or -EIO.
  */
 ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
 			       char *buf, size_t size);

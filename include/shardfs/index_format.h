@@ -6,7 +6,7 @@
  * A file is, in native byte order (the header's byte_order field tells a
  * file from another byte order apart, and such a file is refused):
  *
- *   struct index_file_header     424 bytes at offset 0: magic, version,
+ *   struct index_file_header     448 bytes at offset 0: magic, version,
  *                                sizes, counts, the section table, and
  *                                an xxh3 of the header itself (computed
  *                                with header_xxh3 zero)
@@ -30,6 +30,15 @@
  *   INDEX_SEC_ORDER        uint32_t entry numbers: the files whose data lie
  *                          in a shard (shard_index_orderable(), index.h),
  *                          sorted by shard, data offset, entry (version 3)
+ *   INDEX_SEC_SUMS         uint64_t: the xxh3 of each INDEX_SUM_SPAN bytes
+ *                          of ENTRIES, then of BLOCKS, then of ORDER (the
+ *                          last span of each may be shorter; version 5)
+ *
+ * The SUMS section is what lets a mount check the per-member sections
+ * lazily (index_guard.h): a file that a record says passed the full check
+ * (index_verified.h) has each span of them checked against its sum when a
+ * request first touches it, instead of all of them at mount.  It comes
+ * last, as it sums ORDER.
  *
  * The SEEK sections hold the seek tables of compressed shards, so that
  * remounting a compressed set decodes nothing: a shard's record points at
@@ -63,13 +72,17 @@
 
 #define INDEX_FILE_MAGIC "SHARDIDX"
 /* Moves with every change of the bytes below (2: the SEEK sections; 3: the
- * ORDER section; 4: the packed entries).  A file of another version is
- * refused and rebuilt. */
-#define INDEX_FILE_VERSION 4
+ * ORDER section; 4: the packed entries; 5: the SUMS section).  A file of
+ * another version is refused and rebuilt. */
+#define INDEX_FILE_VERSION 5
 /* Written as is: read back equal only in the same byte order. */
 #define INDEX_BYTE_ORDER 0x01020304u
 /* Sections start on a multiple of this many bytes. */
 #define INDEX_SECTION_ALIGN 64
+/* Bytes of a per-member section that one sum of SUMS covers: a first
+ * touch checks 2 us of xxh3 (warm) and reads no more than the kernel's
+ * readaround of a mapping brings in anyway. */
+#define INDEX_SUM_SPAN (16u * 1024)
 
 enum index_section {
 	INDEX_SEC_SHARDS,	/* struct index_file_shard[] */
@@ -84,6 +97,8 @@ enum index_section {
 	INDEX_SEC_SEEK_POINTS,	/* struct seek_point[] */
 	INDEX_SEC_SEEK_WINDOWS,	/* deflated windows, a byte pool */
 	INDEX_SEC_ORDER,	/* uint32_t[]: files by shard and offset */
+	INDEX_SEC_SUMS,		/* uint64_t[]: xxh3 of each span of the
+				 * per-member sections */
 	INDEX_NR_SECTIONS
 };
 
@@ -171,9 +186,40 @@ static inline size_t index_section_record(enum index_section s)
 		return sizeof(struct seek_point);
 	case INDEX_SEC_ORDER:
 		return sizeof(uint32_t);
+	case INDEX_SEC_SUMS:
+		return sizeof(uint64_t);
 	default:
 		return 1;
 	}
+}
+
+/* The sections SUMS covers, in its order: those with a record or more
+ * per member. */
+#define INDEX_NR_SUMMED 3
+
+static inline enum index_section index_summed(unsigned i)
+{
+	static const enum index_section summed[INDEX_NR_SUMMED] = {
+		INDEX_SEC_ENTRIES, INDEX_SEC_BLOCKS, INDEX_SEC_ORDER,
+	};
+
+	return summed[i];
+}
+
+/* Sums that a summed section of @len bytes takes in SUMS. */
+static inline uint64_t index_sum_spans(uint64_t len)
+{
+	return (len + INDEX_SUM_SPAN - 1) / INDEX_SUM_SPAN;
+}
+
+/* Sums in the SUMS section of a file with header @h. */
+static inline uint64_t index_sum_count(const struct index_file_header *h)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
+		n += index_sum_spans(h->sections[index_summed(i)].length);
+	return n;
 }
 
 /* The name of section @s, as messages and shardfs-index --stats print it. */
@@ -181,7 +227,7 @@ static inline const char *index_section_name(enum index_section s)
 {
 	static const char *const names[INDEX_NR_SECTIONS] = {
 		"SHARDS", "SHARD_NAMES", "ENTRIES", "BLOCKS", "TARGETS", "SPARSE", "EXTENTS",
-		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER",
+		"HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS", "ORDER", "SUMS",
 	};
 
 	return s < INDEX_NR_SECTIONS ? names[s] : "?";
@@ -195,9 +241,9 @@ _Static_assert(sizeof(struct index_section_entry) == 24, "section entry: 24 byte
 _Static_assert(sizeof(struct index_file_counts) == 88, "index_file_counts: 88 bytes");
 _Static_assert(offsetof(struct index_file_header, counts) == 40, "counts at 40");
 _Static_assert(offsetof(struct index_file_header, sections) == 128, "sections at 128");
-_Static_assert(INDEX_NR_SECTIONS == 12, "the header's section table: 12 entries");
+_Static_assert(INDEX_NR_SECTIONS == 13, "the header's section table: 13 entries");
 _Static_assert(sizeof(struct index_file_seek) == 56, "index_file_seek: 56 bytes");
 _Static_assert(sizeof(struct seek_point) == 32, "seek_point: 32 bytes");
-_Static_assert(sizeof(struct index_file_header) == 424, "header: 424 bytes");
+_Static_assert(sizeof(struct index_file_header) == 448, "header: 448 bytes");
 
 #endif

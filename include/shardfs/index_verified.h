@@ -36,9 +36,11 @@
  * regular file of its exact size, owned by us or root and writable by no
  * one else (as the index itself), with its own checksum.
  *
- * Not covered, as for the pages a mount reads after its check: bytes
- * changed beneath the file system (a disk's bit rot, a write to the block
- * device) between two mounts.  shardfs-index --check always checks all.
+ * What a record cannot see, bytes changed beneath the file system (a
+ * disk's bit rot, a write to the block device) between two mounts, the
+ * mount finds as it goes: each span of the per-member sections is checked
+ * against its sum when first touched (index_guard.h), and a span that
+ * fails removes the record.  shardfs-index --check always checks all.
  *
  * Thread-safety: none needed; both functions touch only the files named.
  */
@@ -75,5 +77,12 @@ bool index_verified_holds(const char *index_path, const struct stat *st,
  */
 void index_verified_record(const char *index_path, const struct stat *st,
 			   uint64_t header_xxh3);
+
+/*
+ * Remove the record next to @index_path: its bytes were found to differ
+ * from those checked (index_guard.h), so the next mount checks the whole
+ * file (and a build replaces it).
+ */
+void index_verified_forget(const char *index_path);
 
 #endif

@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import tarfile
 import threading
@@ -763,7 +764,7 @@ def test_a_record_holds_on_every_node_of_a_shared_file_system(tmp_path):
 
 SECTIONS = ["SHARDS", "SHARD_NAMES", "ENTRIES", "BLOCKS", "TARGETS", "SPARSE",
             "EXTENTS", "HARDLINKS", "SEEK_SHARDS", "SEEK_POINTS", "SEEK_WINDOWS",
-            "ORDER"]
+            "ORDER", "SUMS"]
 ENTRIES_PARTS = ["  block headers", "  fields", "  names"]
 STATS_HEAD_RE = re.compile(r"^index file (?P<path>.+): (?P<size>\d+) bytes, "
                            r"(?P<members>\d+) members, (?P<entries>\d+) entries, "
@@ -798,7 +799,7 @@ def test_index_tool_stats(tmp_path):
     blocks = (entries + 63) // 64
     assert rows["BLOCKS"][0] == 8 * (blocks + 1)
     assert rows["SHARDS"][0] == 72 * 3
-    assert 0 < rows["header+padding"][0] < 424 + 64 * len(SECTIONS)
+    assert 0 < rows["header+padding"][0] < 448 + 64 * len(SECTIONS)
     # every entry's name once, front-coded: at most its bytes and two of
     # lengths (the root's is empty)
     paths = {m[0] if isinstance(m, tuple) else m["name"]
@@ -1141,3 +1142,86 @@ def test_shardfs_index_shows_progress_on_a_tty_only(tmp_path):
         assert rc == 0, out
         assert re.findall(r"\rshardfs: indexing (\d+)/(\d+) shards", out)[-1] \
             == ("4", "4"), out
+
+
+def entries_section(path):
+    """(offset, length) of the ENTRIES section of the index file at PATH
+    (index_format.h: the section table at byte 128, 24 bytes a section)."""
+    with open(path, "rb") as f:
+        head = f.read(448)
+    offset, length, _ = struct.unpack_from("=QQQ", head, 128 + 2 * 24)
+    return offset, length
+
+
+def physical_offset(path, at):
+    """Where byte AT of PATH lies on its device (filefrag's extents)."""
+    r = lib.run_cmd(["filefrag", "-v", path])
+    assert r.returncode == 0, r
+    block = int(re.search(r"blocks? of (\d+) bytes", r.stdout).group(1))
+    for m in re.finditer(r"^\s*\d+:\s+(\d+)\.\.\s*(\d+):\s+(\d+)\.\.", r.stdout, re.M):
+        first, last, phys = map(int, m.groups())
+        if first <= at // block <= last:
+            return (phys + at // block - first) * block + at % block
+    raise AssertionError("byte %d of %s in no extent:\n%s" % (at, path, r.stdout))
+
+
+def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
+    """Bytes of an index file changed beneath its file system after its
+    full check (bit rot, a write to the device: the change time stays, so
+    the record holds) are found when a request first needs them
+    (index_guard.h): the directory whose children they hold fails with
+    EIO and the log names the file and the offset, the other directory is
+    served byte for byte, and the next mount checks the whole file and
+    rebuilds it.  The last byte of ENTRIES is a name of b/."""
+    image = tmp_path / "rot.img"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    assert lib.run_cmd(["mkfs.ext4", "-q", "-b", "4096", str(image)]).returncode == 0
+    fsdir, mnt, log = tmp_path / "fs", tmp_path / "mnt", tmp_path / "shardfs.log"
+    fsdir.mkdir()
+    d = fsdir / "shards"
+    members = {"%s/sample-%06d.cls" % (c, i): b"%s %d\n" % (c.encode(), i)
+               for c in "ab" for i in range(3000)}
+
+    with loop_device(image) as dev:
+        with device_mounted(dev, fsdir):
+            d.mkdir()
+            lib.tar_from_members(d / FIRST, sorted(members.items()))
+            assert run_index(d).returncode == 0
+            wait_settled(index_of(d))
+            with lib.mounted(d, mnt):		# the full check, recorded
+                pass
+            assert lib.wait_for_daemon_exit(mnt)
+            assert os.path.exists(index_of(d) + ".verified")
+            offset, length = entries_section(index_of(d))
+            assert length > 4 * 16384
+            at = physical_offset(index_of(d), offset + length - 1)
+            ctime = os.stat(index_of(d)).st_ctime_ns
+        with open(dev, "r+b", buffering=0) as f:
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 1]))
+            os.fsync(f.fileno())
+        with device_mounted(dev, fsdir):
+            assert os.stat(index_of(d)).st_ctime_ns == ctime
+            with lib.mounted(d, mnt, "-o", "log=%s" % log):
+                a = sorted(n for n in members if n.startswith("a/"))
+                assert sorted("a/" + n for n in os.listdir(mnt / "a")) == a
+                for name in a[::97]:
+                    with open(mnt / name, "rb") as f:
+                        assert f.read() == members[name], name
+                for probe in (lambda: os.listdir(mnt / "b"),
+                              lambda: os.stat(mnt / "b" / "sample-000000.cls")):
+                    with pytest.raises(OSError) as e:
+                        probe()
+                    assert e.value.errno == errno.EIO
+            assert lib.wait_for_daemon_exit(mnt)
+            text = log.read_text()
+            assert "%s: offset " % os.path.realpath(index_of(d)) in text, text
+            assert "changed since the file was checked" in text, text
+            assert not os.path.exists(index_of(d) + ".verified")
+            snap, m, _ = mount_snapshot(d, mnt)
+            expect_origin(m, "built", index_of(d), saved=True)
+            assert lib.wait_for_daemon_exit(mnt)
+            assert sum(k.startswith(b"b/") for k in snap) == 3000

@@ -365,15 +365,17 @@ static void tail_section(struct fx *f, int s, const void *bytes, uint64_t len, u
 }
 
 /*
- * Pack the edited entries into the copy: ENTRIES, BLOCKS, TARGETS and
- * ORDER are the file's last sections (index_file.h), rewritten in place.
+ * Pack the edited entries into the copy: ENTRIES, BLOCKS, TARGETS, ORDER
+ * and SUMS are the file's last sections (index_file.h), rewritten in
+ * place.
  */
 static void repack(struct fx *f)
 {
 	struct compact_encoder *enc = malloc(sizeof(*enc));
 	uint64_t off = hdr(f)->sections[INDEX_SEC_ENTRIES].offset;
 	uint64_t order_len = hdr(f)->sections[INDEX_SEC_ORDER].length;
-	char *order = malloc(order_len + 1);
+	char *order = malloc(order_len + 1), *sums;
+	uint64_t sums_len;
 	struct tail t = { 0 };
 
 	assert_non_null(enc);
@@ -386,35 +388,29 @@ static void repack(struct fx *f)
 		     (compact_nr_blocks(hdr(f)->nr_inodes) + 1) * sizeof(uint64_t), &off);
 	tail_section(f, INDEX_SEC_TARGETS, enc->targets, enc->targets_len, &off);
 	tail_section(f, INDEX_SEC_ORDER, order, order_len, &off);
+	sums_len = index_sum_count(hdr(f)) * sizeof(uint64_t);
+	sums = calloc(1, sums_len + 1);		/* fixup() fills them in */
+	assert_non_null(sums);
+	tail_section(f, INDEX_SEC_SUMS, sums, sums_len, &off);
 	f->len = off;
 	hdr(f)->file_size = off;
 	compact_encoder_release(enc);
 	free(enc);
 	free(order);
+	free(sums);
 	free(t.bytes);
 }
 
 /*
- * Make the checksums agree with the edited bytes: every section that lies
- * inside the buffer gets its xxh3 recomputed, then the header's.  A lie
- * fixed up this way can only be caught by the structural checks.
+ * Make the checksums agree with the edited bytes: the sums, every section
+ * that lies inside the buffer, then the header (index_file_reseal()).  A
+ * lie fixed up this way can only be caught by the structural checks.
  */
 static void fixup(struct fx *f)
 {
-	struct index_file_header *h;
-
 	if (f->wide)
 		repack(f);
-	h = hdr(f);
-
-	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
-		struct index_section_entry *e = &h->sections[s];
-
-		if (e->offset <= f->len && e->length <= f->len - e->offset)
-			e->xxh3 = XXH3_64bits(f->buf + e->offset, e->length);
-	}
-	h->header_xxh3 = 0;
-	h->header_xxh3 = XXH3_64bits(h, sizeof(*h));
+	assert_int_equal(index_file_reseal(f->buf, f->len), 0);
 }
 
 /* cmocka's fail_msg, reported at the caller's location. */
@@ -589,6 +585,95 @@ static void test_record_of_a_full_check(void **state)
 	assert_int_equal(stat(f->bad_path, &st), 0);
 	index_verified_record(f->bad_path, &st, hdr(f)->header_xxh3);
 	assert_false(has_record(f->bad_path));
+}
+
+/* ---- lazy checks of a recorded file (index_guard.h) ----------------- */
+
+/* Files in each of the two directories of the lazy-check set: their
+ * entries take several spans of INDEX_SUM_SPAN bytes each. */
+#define LAZY_DIR_FILES 3000
+
+/* Directories a/ and b/ of LAZY_DIR_FILES files each, indexed to @path. */
+static void lazy_set(struct tb_env *e, const char *path)
+{
+	struct tb a = { 0 };
+	char name[64], msg[512] = "";
+
+	for (int d = 0; d < 2; d++)
+		for (int i = 0; i < LAZY_DIR_FILES; i++) {
+			snprintf(name, sizeof(name), "%c/sample-%06d.jpg", 'a' + d, i * 7919 % 1000003);
+			tb_file(&a, name, "x");
+		}
+	tb_env_shard(e, "00.tar", &a);
+	tb_env_build(e);
+	if (index_file_write(path, &e->fs.idx, &e->fs.set, OPTIONS_HASH, msg, sizeof(msg)))
+		fail_msg("index_file_write: %s", msg);
+}
+
+/* Look @file up in directory @dir of @idx: an entry or -errno. */
+static int64_t lazy_lookup(const struct shard_index *idx, const char *dir, const char *file)
+{
+	int64_t d = shard_index_lookup(idx, 0, dir, strlen(dir));
+
+	return d < 0 ? d : shard_index_lookup(idx, (uint32_t)d, file, strlen(file));
+}
+
+/*
+ * Bytes that change beneath the file system after a file's full check
+ * (bit rot: the change time stays, so the record holds) are found when
+ * first touched: the directory whose children they hold fails with EIO,
+ * the other is served, the record goes, and a full check names the
+ * offset.  The last byte of ENTRIES is a name of b/'s last group.
+ */
+static void test_lazy_check_of_a_recorded_file(void **state)
+{
+	struct tb_env *e = *state;
+	char path[PATH_MAX], msg[512] = "";
+	struct index_file_shards sh;
+	struct shard_index idx;
+	struct stat st;
+	size_t len;
+	char *bytes;
+	const struct index_file_header *h;
+
+	snprintf(path, sizeof(path), "%s/lazy.idx", e->dir);
+	lazy_set(e, path);
+	bytes = read_whole(path, &len);
+	h = (const struct index_file_header *)bytes;
+	assert_true(h->sections[INDEX_SEC_ENTRIES].length > 4 * INDEX_SUM_SPAN);
+	bytes[h->sections[INDEX_SEC_ENTRIES].offset + h->sections[INDEX_SEC_ENTRIES].length - 1] ^= 1;
+	write_whole(path, bytes, len);
+	wait_settled(path);
+	assert_int_equal(stat(path, &st), 0);
+	index_verified_record(path, &st, h->header_xxh3);
+	assert_true(has_record(path));
+
+	assert_int_equal(index_file_load(path, &idx, &sh, 0, msg, sizeof(msg)), 0);
+	assert_non_null(idx.guard);
+	assert_true(lazy_lookup(&idx, "a", "sample-000000.jpg") > 0);
+	assert_int_equal(lazy_lookup(&idx, "b", "sample-000000.jpg"), -EIO);
+	assert_int_equal(lazy_lookup(&idx, "b", "sample-000000.jpg"), -EIO);
+	assert_true(lazy_lookup(&idx, "a", "sample-007919.jpg") > 0);
+	assert_false(has_record(path));		/* the next mount checks all */
+	assert_int_equal(shard_index_check_all(&idx), -EIO);
+	shard_index_release(&idx);
+
+	assert_int_equal(index_file_load(path, &idx, &sh, 0, msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "offset"));
+
+	/* the same file undamaged, recorded: all of it checks */
+	bytes[h->sections[INDEX_SEC_ENTRIES].offset + h->sections[INDEX_SEC_ENTRIES].length - 1] ^= 1;
+	write_whole(path, bytes, len);
+	wait_settled(path);
+	assert_int_equal(stat(path, &st), 0);
+	index_verified_record(path, &st, h->header_xxh3);
+	assert_int_equal(index_file_load(path, &idx, &sh, 0, msg, sizeof(msg)), 0);
+	assert_non_null(idx.guard);
+	assert_true(lazy_lookup(&idx, "b", "sample-000000.jpg") > 0);
+	assert_int_equal(shard_index_check_all(&idx), 0);
+	assert_true(has_record(path));
+	shard_index_release(&idx);
+	free(bytes);
 }
 
 /* ---- round trip ----------------------------------------------------- */
@@ -1638,6 +1723,7 @@ int main(void)
 		FX_TEST(test_lie_seek_table),
 		FX_TEST(test_lie_order),
 		FX_TEST(test_record_of_a_full_check),
+		TB_ENV_TEST(test_lazy_check_of_a_recorded_file),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, free_gz_shard);

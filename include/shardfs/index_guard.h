@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * index_guard.h - the per-member sections of a mapped index file,
+ * checked lazily: each span against its sum the first time a request
+ * needs it, not all of them at mount.
+ *
+ * Why: a file that a record says passed the full check (index_verified.h)
+ * is mounted without reading its ENTRIES, BLOCKS and ORDER (0.09 s at 20
+ * M members, where checking all of them takes 0.9-1.1 s and reads the
+ * whole file).  The record tells that the file system holds the file that
+ * was checked; it cannot tell bytes changed beneath the file system since
+ * (a disk's bit rot, a write to the block device, a fault of the storage
+ * behind a shared file system).  So each INDEX_SUM_SPAN bytes of those
+ * sections is checked against its sum in SUMS (index_format.h) when first
+ * touched, and a block of entries whose bytes fail is never decoded: the
+ * request gets EIO and the log names the file and the byte offset, once.
+ * The sums themselves, the header and the small sections (a record per
+ * shard or per link, not per member) are checked whole at every mount.
+ *
+ * Who checks what.  Entries reach requests only through a LOOKUP or a
+ * READDIR of their directory, and both check the directory's entry and
+ * the blocks of all its children first (shard_index_lookup(),
+ * shard_index_check()); the root is checked at load.  So every inode
+ * number the kernel holds names a checked entry, as do its parent and its
+ * siblings.  Whoever walks entries otherwise checks them first: push-ahead
+ * (all of them, in its worker, before it starts), the members file,
+ * verification, and an incremental build's base index.  A check of a
+ * directory covers all its children, so a directory with one damaged
+ * block fails as a whole: nothing of it is served from bytes that lie.
+ *
+ * Cost: a bit per block of 64 entries and per span (40 KiB at 20 M
+ * members); a check that finds its blocks checked tests their bits, a
+ * word per 4,096 entries.
+ *
+ * Thread-safety: any number of threads may check at once.  Two that check
+ * one span together both hash it; its bit is set by whichever ends first.
+ */
+#ifndef SHARDFS_INDEX_GUARD_H
+#define SHARDFS_INDEX_GUARD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "shardfs/index_format.h"
+
+/* Where one summed section lies, and its sums. */
+struct index_guard_section {
+	const char *bytes;	/* the section in the mapping */
+	uint64_t offset;	/* its offset in the file, for messages */
+	uint64_t length;	/* its bytes */
+	const uint64_t *sums;	/* its spans' sums, in SUMS */
+	uint64_t first_span;	/* its first span's bit in spans_ok */
+};
+
+struct index_guard {
+	struct index_guard_section sec[INDEX_NR_SUMMED]; /* ENTRIES, BLOCKS,
+				 * ORDER, as index_summed() */
+	uint32_t nr_blocks;	/* blocks of entries */
+	atomic_ullong *blocks_ok; /* bit per block: its offsets and bytes
+				 * passed */
+	atomic_ullong *spans_ok; /* bit per span: it matched its sum */
+	atomic_ullong *spans_bad; /* bit per span: it did not (logged) */
+	char *path;		/* the index file, for messages */
+};
+
+/*
+ * A guard over the file @path mapped at @map, whose header @h and SUMS
+ * section were checked (index_file.c), into *@out.  0 or -ENOMEM.
+ */
+int index_guard_new(struct index_guard **out, const char *path, const char *map,
+		    const struct index_file_header *h);
+
+/* Free @g (NULL: nothing). */
+void index_guard_free(struct index_guard *g);
+
+/*
+ * Check the blocks that hold entries @first .. @first + @count - 1 (at
+ * least @first's: @count 0 checks the block of @first, which must be an
+ * entry).  0, or -EIO (logged) when a span they need fails its sum.
+ */
+int index_guard_entries(struct index_guard *g, uint32_t first, uint32_t count);
+
+/* Whether entry @e's block was checked and passed. */
+bool index_guard_entry_ok(const struct index_guard *g, uint32_t e);
+
+/* Check every span of every summed section.  0 or -EIO (logged). */
+int index_guard_all(struct index_guard *g);
+
+/* XXH3 of span @k of the @len-byte section at @bytes: what SUMS holds. */
+uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k);
+
+#endif

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * index_guard.c - lazy checks of an index file's per-member sections
+ * (index_guard.h says what is checked when, and why).
+ *
+ * A block of entries is checked in two steps: the span of BLOCKS that
+ * holds its two offsets (where it starts and ends), then the spans of
+ * ENTRIES between them.  Its bit in blocks_ok is the fast path: a LOOKUP
+ * in a checked directory of 10,000 entries tests three words.  A span
+ * that fails stays failed: its bit in spans_bad answers later checks
+ * without hashing it again, and makes the message come once; the first
+ * also removes the file's record, so that the next mount checks it whole
+ * and refuses it (a mount rebuilds it).
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "shardfs/index_compact.h"
+#include "shardfs/index_guard.h"
+#include "shardfs/index_verified.h"
+#include "shardfs/log.h"
+
+#define BITS 64u
+
+/* The summed sections, as index_summed() numbers them. */
+enum { SUMMED_ENTRIES, SUMMED_BLOCKS, SUMMED_ORDER };
+
+static bool bit_test(const atomic_ullong *bits, uint64_t i)
+{
+	return atomic_load_explicit(&bits[i / BITS], memory_order_acquire) &
+	       (1ull << (i % BITS));
+}
+
+/* Set bit @i; returns whether it was set before. */
+static bool bit_set(atomic_ullong *bits, uint64_t i)
+{
+	return atomic_fetch_or_explicit(&bits[i / BITS], 1ull << (i % BITS),
+					memory_order_release) & (1ull << (i % BITS));
+}
+
+/* Whether bits @from .. @to (inclusive) are all set: a word at a time. */
+static bool bits_all(const atomic_ullong *bits, uint64_t from, uint64_t to)
+{
+	for (uint64_t w = from / BITS; w <= to / BITS; w++) {
+		unsigned long long want = ~0ull;
+
+		if (w == from / BITS)
+			want &= ~0ull << (from % BITS);
+		if (w == to / BITS && to % BITS != BITS - 1)
+			want &= (1ull << (to % BITS + 1)) - 1;
+		if ((atomic_load_explicit(&bits[w], memory_order_acquire) & want) != want)
+			return false;
+	}
+	return true;
+}
+
+uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k)
+{
+	uint64_t at = k * INDEX_SUM_SPAN;
+
+	return XXH3_64bits(bytes + at, len - at < INDEX_SUM_SPAN ? len - at : INDEX_SUM_SPAN);
+}
+
+int index_guard_new(struct index_guard **out, const char *path, const char *map,
+		    const struct index_file_header *h)
+{
+	const uint64_t *sums = (const uint64_t *)(map + h->sections[INDEX_SEC_SUMS].offset);
+	uint64_t nr_sums = index_sum_count(h), span = 0;
+	struct index_guard *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return -ENOMEM;
+	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
+		const struct index_section_entry *e = &h->sections[index_summed(i)];
+
+		g->sec[i] = (struct index_guard_section){
+			.bytes = map + e->offset, .offset = e->offset, .length = e->length,
+			.sums = sums + span, .first_span = span };
+		span += index_sum_spans(e->length);
+	}
+	g->nr_blocks = compact_nr_blocks(h->nr_inodes);
+	g->blocks_ok = calloc(g->nr_blocks / BITS + 1, sizeof(*g->blocks_ok));
+	g->spans_ok = calloc(nr_sums / BITS + 1, sizeof(*g->spans_ok));
+	g->spans_bad = calloc(nr_sums / BITS + 1, sizeof(*g->spans_bad));
+	g->path = strdup(path);
+	if (!g->blocks_ok || !g->spans_ok || !g->spans_bad || !g->path) {
+		index_guard_free(g);
+		return -ENOMEM;
+	}
+	*out = g;
+	return 0;
+}
+
+void index_guard_free(struct index_guard *g)
+{
+	if (!g)
+		return;
+	free(g->blocks_ok);
+	free(g->spans_ok);
+	free(g->spans_bad);
+	free(g->path);
+	free(g);
+}
+
+/* Check span @k of summed section @i. */
+static int check_span(struct index_guard *g, unsigned i, uint64_t k)
+{
+	const struct index_guard_section *s = &g->sec[i];
+	uint64_t bit = s->first_span + k;
+
+	if (bit_test(g->spans_ok, bit))
+		return 0;
+	if (bit_test(g->spans_bad, bit))
+		return -EIO;
+	if (index_guard_span_sum(s->bytes, s->length, k) == s->sums[k]) {
+		bit_set(g->spans_ok, bit);
+		return 0;
+	}
+	if (!bit_set(g->spans_bad, bit)) {
+		uint64_t at = k * INDEX_SUM_SPAN;
+
+		log_error("%s: offset %llu: %llu bytes of the index's %s section changed "
+			  "since the file was checked: the directories they list fail with "
+			  "EIO; the next mount checks the whole file and rebuilds it",
+			  g->path, (unsigned long long)(s->offset + at), (unsigned long long)
+			  (s->length - at < INDEX_SUM_SPAN ? s->length - at : INDEX_SUM_SPAN),
+			  index_section_name(index_summed(i)));
+		index_verified_forget(g->path);
+	}
+	return -EIO;
+}
+
+/* Check bytes [@from, @to) of summed section @i. */
+static int check_bytes(struct index_guard *g, unsigned i, uint64_t from, uint64_t to)
+{
+	int rc = 0;
+
+	if (from >= to || to > g->sec[i].length)
+		return from == to ? 0 : -EIO;
+	for (uint64_t k = from / INDEX_SUM_SPAN; !rc && k <= (to - 1) / INDEX_SUM_SPAN; k++)
+		rc = check_span(g, i, k);
+	return rc;
+}
+
+/* Check block @b: its two offsets in BLOCKS, then its bytes in ENTRIES. */
+static int check_block(struct index_guard *g, uint32_t b)
+{
+	const uint64_t *blocks = (const uint64_t *)g->sec[SUMMED_BLOCKS].bytes;
+	int rc;
+
+	if (bit_test(g->blocks_ok, b))
+		return 0;
+	rc = check_bytes(g, SUMMED_BLOCKS, (uint64_t)b * sizeof(*blocks),
+			 ((uint64_t)b + 2) * sizeof(*blocks));
+	rc = rc ?: check_bytes(g, SUMMED_ENTRIES, le64toh(blocks[b]), le64toh(blocks[b + 1]));
+	if (!rc)
+		bit_set(g->blocks_ok, b);
+	return rc;
+}
+
+int index_guard_entries(struct index_guard *g, uint32_t first, uint32_t count)
+{
+	uint64_t from = first / COMPACT_BLOCK_ENTRIES;
+	uint64_t to = (count ? (uint64_t)first + count - 1 : first) / COMPACT_BLOCK_ENTRIES;
+	int rc = 0;
+
+	if (to >= g->nr_blocks)
+		return -EIO;
+	if (bits_all(g->blocks_ok, from, to))
+		return 0;
+	for (uint64_t b = from; !rc && b <= to; b++)
+		rc = check_block(g, (uint32_t)b);
+	return rc;
+}
+
+bool index_guard_entry_ok(const struct index_guard *g, uint32_t e)
+{
+	return bit_test(g->blocks_ok, e / COMPACT_BLOCK_ENTRIES);
+}
+
+int index_guard_all(struct index_guard *g)
+{
+	int rc = 0;
+
+	for (uint32_t b = 0; !rc && b < g->nr_blocks; b++)
+		rc = check_block(g, b);
+	return rc ?: check_bytes(g, SUMMED_ORDER, 0, g->sec[SUMMED_ORDER].length);
+}
