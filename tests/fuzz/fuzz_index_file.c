@@ -8,7 +8,9 @@
  * lookups or paths could leave the arrays.  Each input is loaded twice:
  * as given (exercising the header and checksum checks) and resealed with
  * correct checksums (exercising the structural checks behind them).
- * Whatever loads is then walked the way requests would walk it, and
+ * Whatever loads is then checked again as a mount on a record's word
+ * checks it (index_guard.h: every span against its sum, which the full
+ * check found equal), walked the way requests would walk it, and
  * push-ahead is set up over it (its per-shard starts and ends come from
  * the ORDER section and the entries it names).
  */
@@ -23,6 +25,8 @@
 #include "fuzz_common.h"
 #include "shardfs/fs.h"
 #include "shardfs/index_file.h"
+#include "shardfs/index_guard.h"
+#include "shardfs/index_map.h"
 
 static int image_fd = -1;
 
@@ -70,6 +74,11 @@ static void load_and_walk(void)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", image_fd);
 	if (index_file_load(path, &fs.idx, &sh, INDEX_LOAD_FULL_CHECK, msg, sizeof(msg)))
 		return;
+	FUZZ_CHECK(!index_guard_new(&fs.idx.guard, path, fs.idx.map->addr,
+				    (const struct index_file_header *)fs.idx.map->addr),
+		   "index_guard_new: out of memory");
+	FUZZ_CHECK(!shard_index_check_all(&fs.idx), "a file that passed its full check "
+		   "fails the lazy checks");
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
 	for (uint64_t i = 0; i < fs.idx.nr_order; i++)
 		FUZZ_CHECK(fs.idx.order[i] < shard_index_nr(&fs.idx), "order[%llu]", (ull)i);
