@@ -166,13 +166,13 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 {
 	struct shard_inode d;
 	uint64_t e;
+	int rc;
 
 	if (control_node_of(&fs->control, dir) == CONTROL_DIR)
 		return control_readdir_entry(&fs->control, pos, &de->name, &de->ino);
 	if (de->dir != dir || de->cur.c != &fs->idx.entries) {	/* a new listing */
-		int rc = dir < 1 || dir > shard_index_nr(&fs->idx) ? -ENOENT
-			 : shard_index_dir(&fs->idx, (uint32_t)(dir - 1), &d);
-
+		rc = dir < 1 || dir > shard_index_nr(&fs->idx) ? -ENOENT
+		     : shard_index_dir(&fs->idx, (uint32_t)(dir - 1), &d);
 		if (rc)
 			return rc;
 		*de = (struct shardfs_dirent){ .dir = dir, .first = d.data, .count = d.size };
@@ -181,6 +181,9 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	if (pos >= de->count)
 		return -ENOENT;
 	e = de->first + pos;
+	rc = shard_index_check(&fs->idx, (uint32_t)e, 0);
+	if (rc)
+		return rc;
 	if (de->cur.next != e)
 		compact_cursor_init(&de->cur, &fs->idx.entries, (uint32_t)e);
 	compact_cursor_next(&de->cur, NULL);
@@ -535,6 +538,8 @@ static bool sample_member(const struct shard_index *idx, const struct shard_inod
 	char other[PATH_COMPONENT_MAX + 1];
 	struct shard_inode m;
 
+	if (shard_index_check(idx, e, 0))
+		return false;
 	shard_index_entry(idx, e, &m);
 	if (!S_ISREG(m.mode) || (m.flags & SHARD_INODE_SPARSE) || m.shard != in->shard ||
 	    m.data > *hi + SHARDFS_SAMPLE_GAP || m.data + m.size + SHARDFS_SAMPLE_GAP < *lo ||
@@ -563,8 +568,8 @@ static void sample_extent(const struct shard_index *idx, uint32_t e,
 
 	*lo = in->data;
 	*hi = in->data + in->size;
-	/* the first name of a hard-link group: its directory, unlike the
-	 * group's other names', may not have been checked yet */
+	/* a hard-link group's first name: its directory may not have been
+	 * read yet, unlike those of the names the kernel asked for */
 	if (shard_index_dir(idx, in->parent, &dir))
 		key = 0;
 	first = dir.data;

@@ -52,7 +52,13 @@ int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inod
 	if (!S_ISDIR(d->mode))
 		return -ENOTDIR;
 	assert(d->data + d->size <= idx->entries.nr);
-	return d->size ? shard_index_check(idx, (uint32_t)d->data, (uint32_t)d->size) : 0;
+	return 0;
+}
+
+/* compact_check_fn of a lookup: the block of entry @e. */
+static int lookup_check(void *idx, uint32_t e)
+{
+	return shard_index_check(idx, e, 0);
 }
 
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
@@ -63,7 +69,9 @@ int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 
 	if (rc)
 		return rc;
-	return compact_lookup(&idx->entries, (uint32_t)d.data, (uint32_t)d.size, name, len);
+	return compact_lookup_checked(&idx->entries, (uint32_t)d.data, (uint32_t)d.size,
+				      name, len, idx->guard ? lookup_check : NULL,
+				      (void *)idx);
 }
 
 uint64_t shard_index_ino(const struct shard_index *idx, uint32_t e)

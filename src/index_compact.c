@@ -641,7 +641,15 @@ static int64_t group_find(const struct compact_entries *c, uint32_t first, uint3
 int64_t compact_lookup(const struct compact_entries *c, uint32_t first, uint32_t count,
 		       const char *name, size_t len)
 {
+	return compact_lookup_checked(c, first, count, name, len, NULL, NULL);
+}
+
+int64_t compact_lookup_checked(const struct compact_entries *c, uint32_t first,
+			       uint32_t count, const char *name, size_t len,
+			       compact_check_fn check, void *arg)
+{
 	uint32_t last, lo, hi, group_last;
+	int rc;
 
 	assert((uint64_t)first + count <= c->nr);
 	if (!count)
@@ -654,8 +662,11 @@ int64_t compact_lookup(const struct compact_entries *c, uint32_t first, uint32_t
 	hi = last / COMPACT_GROUP_NAMES + 1;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		const uint8_t *p = group_names(c, mid);
+		const uint8_t *p;
 
+		if (check && (rc = check(arg, mid * COMPACT_GROUP_NAMES)))
+			return rc;
+		p = group_names(c, mid);
 		if (shard_index_name_cmp(name, len, (const char *)p + 1, *p) < 0) {
 			hi = mid;
 		} else {
@@ -663,6 +674,8 @@ int64_t compact_lookup(const struct compact_entries *c, uint32_t first, uint32_t
 			lo = mid + 1;
 		}
 	}
+	if (check && (rc = check(arg, first)))
+		return rc;
 	group_last = GROUP_FIRST(first) + COMPACT_GROUP_NAMES - 1;
 	return group_find(c, first, group_last < last ? group_last : last, name, len);
 }

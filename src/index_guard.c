@@ -124,8 +124,8 @@ static int check_span(struct index_guard *g, unsigned i, uint64_t k)
 		uint64_t at = k * INDEX_SUM_SPAN;
 
 		log_error("%s: offset %llu: %llu bytes of the index's %s section changed "
-			  "since the file was checked: the directories they list fail with "
-			  "EIO; the next mount checks the whole file and rebuilds it",
+			  "since the file was checked: the lookups and listings that read them "
+			  "fail with EIO; the next mount checks the whole file and rebuilds it",
 			  g->path, (unsigned long long)(s->offset + at), (unsigned long long)
 			  (s->length - at < INDEX_SUM_SPAN ? s->length - at : INDEX_SUM_SPAN),
 			  index_section_name(index_summed(i)));

@@ -30,8 +30,8 @@
  * An index served from a file whose full check a record vouches for has
  * its entries and order[] checked as they are first needed (index_guard.h):
  * whoever decodes an entry has checked it with shard_index_check(), or
- * reached it through a directory whose children it checked.  The lookup
- * and the functions that return an error check for themselves.
+ * got it from a lookup or a listing, which check what they return.  The
+ * lookup and the functions that return an error check for themselves.
  *
  * Thread-safety: after shard_index_build() returns, every function here
  * may be called from any number of threads at once (the checks' bits are
@@ -291,15 +291,15 @@ static inline bool shard_index_get(const struct shard_index *idx, uint64_t ino,
 }
 
 /*
- * Directory entry @e into *@d, having checked it and all its children
- * (shard_index_check()).  0, -ENOTDIR or -EIO.
+ * Directory entry @e into *@d, having checked it (not its children:
+ * each is checked where it is reached).  0, -ENOTDIR or -EIO.
  */
 int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inode *d);
 
 /*
- * Look @name (@len bytes) up in directory entry @dir, having checked it
- * and all its children.  Returns the child's entry number, or -ENOENT /
- * -ENOTDIR / -EIO.
+ * Look @name (@len bytes) up in directory entry @dir, checking it and
+ * each block of its children that the search reads (the child's among
+ * them).  Returns the child's entry number, or -ENOENT / -ENOTDIR / -EIO.
  */
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
 			   const char *name, size_t len);

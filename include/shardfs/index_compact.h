@@ -212,6 +212,18 @@ size_t compact_name(const struct compact_entries *c, uint32_t e, char *buf);
 int64_t compact_lookup(const struct compact_entries *c, uint32_t first, uint32_t count,
 		       const char *name, size_t len);
 
+/*
+ * Called by compact_lookup_checked() with an entry before it reads the
+ * block that holds it: 0 to go on, or -errno to end the lookup with.
+ */
+typedef int (*compact_check_fn)(void *arg, uint32_t e);
+
+/* compact_lookup(), with @check(@arg, e) before each block it reads (a
+ * binary search reads a dozen in a directory of a million entries). */
+int64_t compact_lookup_checked(const struct compact_entries *c, uint32_t first,
+			       uint32_t count, const char *name, size_t len,
+			       compact_check_fn check, void *arg);
+
 /* What the blocks take, by part (shardfs-index --stats). */
 struct compact_sizes {
 	uint64_t headers;	/* the blocks' headers */

@@ -18,19 +18,21 @@
  * shard or per link, not per member) are checked whole at every mount.
  *
  * Who checks what.  Entries reach requests only through a LOOKUP or a
- * READDIR of their directory, and both check the directory's entry and
- * the blocks of all its children first (shard_index_lookup(),
- * shard_index_check()); the root is checked at load.  So every inode
- * number the kernel holds names a checked entry, as do its parent and its
- * siblings.  Whoever walks entries otherwise checks them first: push-ahead
- * (all of them, in its worker, before it starts), the members file,
- * verification, and an incremental build's base index.  A check of a
- * directory covers all its children, so a directory with one damaged
- * block fails as a whole: nothing of it is served from bytes that lie.
+ * READDIR of their directory.  A LOOKUP checks the directory's entry and
+ * each block its binary search reads, the found child's among them
+ * (shard_index_lookup(): a dozen blocks in a directory of a million
+ * entries, not the directory's 15 MB); a READDIR checks the directory and
+ * each entry it returns (shardfs_readdir_entry()); the root is checked at
+ * load.  So every inode number the kernel holds names a checked entry, as
+ * does its parent (the kernel reached it through it).  Whoever reads other
+ * entries checks them first: the neighbours of a sample (fs.c), a hard-link
+ * group's first name, push-ahead (all of them, in its worker, before it
+ * starts), the members file, verification, and a build that copies an
+ * index.  Bytes that lie fail only the requests that read them; nothing
+ * is served from them.
  *
- * Cost: a bit per block of 64 entries and per span (40 KiB at 20 M
- * members); a check that finds its blocks checked tests their bits, a
- * word per 4,096 entries.
+ * Cost: a bit per block of 64 entries and per span (45 KiB at 20 M
+ * members); a check that finds its block checked tests one bit.
  *
  * Thread-safety: any number of threads may check at once.  Two that check
  * one span together both hash it; its bit is set by whichever ends first.

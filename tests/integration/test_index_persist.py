@@ -1169,10 +1169,10 @@ def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
     """Bytes of an index file changed beneath its file system after its
     full check (bit rot, a write to the device: the change time stays, so
     the record holds) are found when a request first needs them
-    (index_guard.h): the directory whose children they hold fails with
+    (index_guard.h): a listing or lookup that reads them fails with
     EIO and the log names the file and the offset, the other directory is
     served byte for byte, and the next mount checks the whole file and
-    rebuilds it.  The last byte of ENTRIES is a name of b/."""
+    rebuilds it.  The last byte of ENTRIES is in the name b/zz-last.cls."""
     image = tmp_path / "rot.img"
     with open(image, "wb") as f:
         f.truncate(64 << 20)
@@ -1182,6 +1182,7 @@ def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
     d = fsdir / "shards"
     members = {"%s/sample-%06d.cls" % (c, i): b"%s %d\n" % (c.encode(), i)
                for c in "ab" for i in range(3000)}
+    members["b/zz-last.cls"] = b"the last name\n"
 
     with loop_device(image) as dev:
         with device_mounted(dev, fsdir):
@@ -1212,7 +1213,7 @@ def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
                     with open(mnt / name, "rb") as f:
                         assert f.read() == members[name], name
                 for probe in (lambda: os.listdir(mnt / "b"),
-                              lambda: os.stat(mnt / "b" / "sample-000000.cls")):
+                              lambda: os.stat(mnt / "b" / "zz-last.cls")):
                     with pytest.raises(OSError) as e:
                         probe()
                     assert e.value.errno == errno.EIO
@@ -1224,4 +1225,4 @@ def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
             snap, m, _ = mount_snapshot(d, mnt)
             expect_origin(m, "built", index_of(d), saved=True)
             assert lib.wait_for_daemon_exit(mnt)
-            assert sum(k.startswith(b"b/") for k in snap) == 3000
+            assert sum(k.startswith(b"b/") for k in snap) == 3001
