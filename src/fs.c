@@ -173,6 +173,8 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	if (de->dir != dir || de->cur.c != &fs->idx.entries) {	/* a new listing */
 		rc = dir < 1 || dir > shard_index_nr(&fs->idx) ? -ENOENT
 		     : shard_index_dir(&fs->idx, (uint32_t)(dir - 1), &d);
+		/* the cursor reads the group of the first child */
+		rc = rc ?: d.size ? shard_index_check(&fs->idx, (uint32_t)d.data, 0) : 0;
 		if (rc)
 			return rc;
 		*de = (struct shardfs_dirent){ .dir = dir, .first = d.data, .count = d.size };
