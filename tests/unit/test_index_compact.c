@@ -503,11 +503,31 @@ static struct sample *sorted_names(uint32_t n)
  * blocks and a part. */
 #define RANGE 200
 
-/* compact_lookup of @q over [@first, @first + @count) is @want when in
- * that range, -ENOENT otherwise. */
+/* What compact_lookup_checked() asked to check: a bit per block. */
+struct asked {
+	uint64_t blocks;	/* blocks asked for (RANGE takes four) */
+	int64_t fail;		/* the block whose check fails; -1: none */
+};
+
+static int ask_block(void *arg, uint32_t e)
+{
+	struct asked *a = arg;
+
+	if (e / COMPACT_BLOCK_ENTRIES == a->fail)
+		return -EIO;
+	a->blocks |= 1ull << (e / COMPACT_BLOCK_ENTRIES);
+	return 0;
+}
+
+/*
+ * compact_lookup of @q over [@first, @first + @count) is @want when in
+ * that range, -ENOENT otherwise; checked, it asks for the found entry's
+ * block, and a failing check of that block fails the lookup.
+ */
 static void expect_lookup(const struct coded *k, uint32_t first, uint32_t count,
 			  const struct sample *q, int64_t want)
 {
+	struct asked a = { 0, -1 };
 	int64_t got = compact_lookup(&k->c, first, count, q->name, q->len);
 
 	if (want < first || want >= (int64_t)first + count)
@@ -515,6 +535,14 @@ static void expect_lookup(const struct coded *k, uint32_t first, uint32_t count,
 	if (got != want)
 		fail_msg("lookup of \"%s\" in [%u, %u): %lld, not %lld", q->name, first,
 			 first + count, (long long)got, (long long)want);
+	assert_int_equal(compact_lookup_checked(&k->c, first, count, q->name, q->len,
+						ask_block, &a), got);
+	if (got < 0)
+		return;
+	assert_true(a.blocks & (1ull << (got / COMPACT_BLOCK_ENTRIES)));
+	a = (struct asked){ 0, got / COMPACT_BLOCK_ENTRIES };
+	assert_int_equal(compact_lookup_checked(&k->c, first, count, q->name, q->len,
+						ask_block, &a), -EIO);
 }
 
 static void test_lookup_in_sorted_ranges(void **state)
