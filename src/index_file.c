@@ -563,10 +563,10 @@ static int writer_entries(struct index_file_writer *w, uint32_t n)
  * with header @h, in the order of SUMS. */
 static void sums_compute(const char *map, const struct index_file_header *h, uint64_t *sums)
 {
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
+	for (int i = 0; i < INDEX_NR_GUARDED; i++) {
 		const struct index_section_entry *e = &h->sections[index_summed(i)];
 
-		for (uint64_t k = 0; k < index_sum_spans(e->length); k++)
+		for (uint64_t k = 0; k < index_guard_spans(e->length); k++)
 			*sums++ = index_guard_span_sum(map + e->offset, e->length, k);
 	}
 }
@@ -725,7 +725,7 @@ static void reseal_sums(struct index_file_header *h, char *image, size_t len)
 {
 	const struct index_section_entry *sums = &h->sections[INDEX_SEC_SUMS];
 
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
+	for (int i = 0; i < INDEX_NR_GUARDED; i++)
 		if (!section_inside(&h->sections[index_summed(i)], len))
 			return;
 	if (section_inside(sums, len) && sums->offset % sizeof(uint64_t) == 0 &&
@@ -788,7 +788,7 @@ static int check_header(const struct index_file_header *h, uint64_t size,
 /* Whether section @s is one that SUMS covers. */
 static bool summed(enum index_section s)
 {
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
+	for (int i = 0; i < INDEX_NR_GUARDED; i++)
 		if (index_summed(i) == s)
 			return true;
 	return false;
@@ -817,10 +817,10 @@ static int check_span_sums(const struct index_file_header *h, const char *map,
 {
 	const uint64_t *sums = (const uint64_t *)(map + h->sections[INDEX_SEC_SUMS].offset);
 
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
+	for (int i = 0; i < INDEX_NR_GUARDED; i++) {
 		const struct index_section_entry *e = &h->sections[index_summed(i)];
 
-		for (uint64_t k = 0; k < index_sum_spans(e->length); k++)
+		for (uint64_t k = 0; k < index_guard_spans(e->length); k++)
 			if (index_guard_span_sum(map + e->offset, e->length, k) != *sums++)
 				return log_format(msg, msg_len, -EINVAL, "offset %llu: %u bytes "
 						  "differ from their sum in section %d",
@@ -1175,13 +1175,23 @@ static int check_sections(const struct index_file_header *h, const char *map,
 	return check_structure(h, idx, sh, msg, msg_len);
 }
 
-/* The guard of an index loaded on a record's word, which checks the root
- * at once: every other entry is reached through it (index_guard.h). */
-static int guard(const char *path, const struct index_file_header *h, const char *map,
-		 struct shard_index *idx, char *msg, size_t msg_len)
+int index_file_guard(struct shard_index *idx, const char *path, char *msg, size_t msg_len)
 {
-	int rc = index_guard_new(&idx->guard, path, map, h);
+	const char *map = idx->map->addr;
+	const struct index_file_header *h = (const struct index_file_header *)map;
+	struct index_guard_section sec[INDEX_NR_GUARDED];
+	int rc;
 
+	for (int i = 0; i < INDEX_NR_GUARDED; i++) {
+		const struct index_section_entry *e = &h->sections[index_summed(i)];
+
+		sec[i] = (struct index_guard_section){
+			.bytes = map + e->offset, .offset = e->offset, .length = e->length,
+			.name = index_section_name(index_summed(i)) };
+	}
+	rc = index_guard_new(&idx->guard, path, sec, (const uint64_t *)
+			     (map + h->sections[INDEX_SEC_SUMS].offset),
+			     compact_nr_blocks(h->nr_inodes));
 	if (rc)
 		return log_format(msg, msg_len, rc, "%s", strerror(-rc));
 	if (shard_index_check(idx, 0, 0))
@@ -1210,7 +1220,7 @@ int index_file_load(const char *path, struct shard_index *idx,
 		   index_verified_holds(path, &m->leased_st, h->header_xxh3);
 	lazy = recorded && !(flags & INDEX_LOAD_FULL_CHECK);
 	rc = rc ?: check_sections(h, m->addr, idx, sh, lazy, msg, msg_len);
-	rc = rc ?: lazy ? guard(path, h, m->addr, idx, msg, msg_len) : 0;
+	rc = rc ?: lazy ? index_file_guard(idx, path, msg, msg_len) : 0;
 	if (rc) {
 		shard_index_release(idx);
 		return rc;

@@ -26,9 +26,6 @@
 
 #define BITS 64u
 
-/* The summed sections, as index_summed() numbers them. */
-enum { SUMMED_ENTRIES, SUMMED_BLOCKS, SUMMED_ORDER };
-
 static bool bit_test(const atomic_ullong *bits, uint64_t i)
 {
 	return atomic_load_explicit(&bits[i / BITS], memory_order_acquire) &
@@ -65,27 +62,25 @@ uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k)
 	return XXH3_64bits(bytes + at, len - at < INDEX_SUM_SPAN ? len - at : INDEX_SUM_SPAN);
 }
 
-int index_guard_new(struct index_guard **out, const char *path, const char *map,
-		    const struct index_file_header *h)
+int index_guard_new(struct index_guard **out, const char *path,
+		    const struct index_guard_section sec[INDEX_NR_GUARDED],
+		    const uint64_t *sums, uint32_t nr_blocks)
 {
-	const uint64_t *sums = (const uint64_t *)(map + h->sections[INDEX_SEC_SUMS].offset);
-	uint64_t nr_sums = index_sum_count(h), span = 0;
 	struct index_guard *g = calloc(1, sizeof(*g));
+	uint64_t spans = 0;
 
 	if (!g)
 		return -ENOMEM;
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++) {
-		const struct index_section_entry *e = &h->sections[index_summed(i)];
-
-		g->sec[i] = (struct index_guard_section){
-			.bytes = map + e->offset, .offset = e->offset, .length = e->length,
-			.sums = sums + span, .first_span = span };
-		span += index_sum_spans(e->length);
+	for (int i = 0; i < INDEX_NR_GUARDED; i++) {
+		g->sec[i] = sec[i];
+		g->sec[i].sums = sums + spans;
+		g->sec[i].first_span = spans;
+		spans += index_guard_spans(sec[i].length);
 	}
-	g->nr_blocks = compact_nr_blocks(h->nr_inodes);
-	g->blocks_ok = calloc(g->nr_blocks / BITS + 1, sizeof(*g->blocks_ok));
-	g->spans_ok = calloc(nr_sums / BITS + 1, sizeof(*g->spans_ok));
-	g->spans_bad = calloc(nr_sums / BITS + 1, sizeof(*g->spans_bad));
+	g->nr_blocks = nr_blocks;
+	g->blocks_ok = calloc(nr_blocks / BITS + 1, sizeof(*g->blocks_ok));
+	g->spans_ok = calloc(spans / BITS + 1, sizeof(*g->spans_ok));
+	g->spans_bad = calloc(spans / BITS + 1, sizeof(*g->spans_bad));
 	g->path = strdup(path);
 	if (!g->blocks_ok || !g->spans_ok || !g->spans_bad || !g->path) {
 		index_guard_free(g);
@@ -106,8 +101,8 @@ void index_guard_free(struct index_guard *g)
 	free(g);
 }
 
-/* Check span @k of summed section @i. */
-static int check_span(struct index_guard *g, unsigned i, uint64_t k)
+/* Check span @k of guarded section @i. */
+static int check_span(struct index_guard *g, enum index_guarded i, uint64_t k)
 {
 	const struct index_guard_section *s = &g->sec[i];
 	uint64_t bit = s->first_span + k;
@@ -128,14 +123,15 @@ static int check_span(struct index_guard *g, unsigned i, uint64_t k)
 			  "fail with EIO; the next mount checks the whole file and rebuilds it",
 			  g->path, (unsigned long long)(s->offset + at), (unsigned long long)
 			  (s->length - at < INDEX_SUM_SPAN ? s->length - at : INDEX_SUM_SPAN),
-			  index_section_name(index_summed(i)));
+			  s->name);
 		index_verified_forget(g->path);
 	}
 	return -EIO;
 }
 
-/* Check bytes [@from, @to) of summed section @i. */
-static int check_bytes(struct index_guard *g, unsigned i, uint64_t from, uint64_t to)
+/* Check bytes [@from, @to) of guarded section @i. */
+static int check_bytes(struct index_guard *g, enum index_guarded i, uint64_t from,
+		       uint64_t to)
 {
 	int rc = 0;
 
@@ -149,14 +145,14 @@ static int check_bytes(struct index_guard *g, unsigned i, uint64_t from, uint64_
 /* Check block @b: its two offsets in BLOCKS, then its bytes in ENTRIES. */
 static int check_block(struct index_guard *g, uint32_t b)
 {
-	const uint64_t *blocks = (const uint64_t *)g->sec[SUMMED_BLOCKS].bytes;
+	const uint64_t *blocks = (const uint64_t *)g->sec[INDEX_GUARDED_BLOCKS].bytes;
 	int rc;
 
 	if (bit_test(g->blocks_ok, b))
 		return 0;
-	rc = check_bytes(g, SUMMED_BLOCKS, (uint64_t)b * sizeof(*blocks),
+	rc = check_bytes(g, INDEX_GUARDED_BLOCKS, (uint64_t)b * sizeof(*blocks),
 			 ((uint64_t)b + 2) * sizeof(*blocks));
-	rc = rc ?: check_bytes(g, SUMMED_ENTRIES, le64toh(blocks[b]), le64toh(blocks[b + 1]));
+	rc = rc ?: check_bytes(g, INDEX_GUARDED_ENTRIES, le64toh(blocks[b]), le64toh(blocks[b + 1]));
 	if (!rc)
 		bit_set(g->blocks_ok, b);
 	return rc;
@@ -188,5 +184,5 @@ int index_guard_all(struct index_guard *g)
 
 	for (uint32_t b = 0; !rc && b < g->nr_blocks; b++)
 		rc = check_block(g, b);
-	return rc ?: check_bytes(g, SUMMED_ORDER, 0, g->sec[SUMMED_ORDER].length);
+	return rc ?: check_bytes(g, INDEX_GUARDED_ORDER, 0, g->sec[INDEX_GUARDED_ORDER].length);
 }

@@ -86,6 +86,15 @@ int index_file_load(const char *path, struct shard_index *idx,
 		    char *msg, size_t msg_len);
 
 /*
+ * Hang a guard on @idx, loaded from the index file @path, as
+ * index_file_load() does for a file a record vouches for (index_guard.h),
+ * and check the root's block: 0, -ENOMEM, or -EINVAL with a reason naming
+ * the byte offset in @msg.  Also for tests and fuzzing, which check a file
+ * that passed its full check again this way.
+ */
+int index_file_guard(struct shard_index *idx, const char *path, char *msg, size_t msg_len);
+
+/*
  * Read and check the header of the index file at @path into @h (magic,
  * version, checksum, size, section table: not the sections), for
  * shardfs-index --stats.  Returns 0, -ENOENT, or -EINVAL / -EPERM with a

@@ -68,6 +68,7 @@
 #include <stdint.h>
 
 #include "shardfs/index.h"
+#include "shardfs/index_guard.h"
 #include "shardfs/seek_table.h"
 
 #define INDEX_FILE_MAGIC "SHARDIDX"
@@ -79,10 +80,6 @@
 #define INDEX_BYTE_ORDER 0x01020304u
 /* Sections start on a multiple of this many bytes. */
 #define INDEX_SECTION_ALIGN 64
-/* Bytes of a per-member section that one sum of SUMS covers: a first
- * touch checks 2 us of xxh3 (warm) and reads no more than the kernel's
- * readaround of a mapping brings in anyway. */
-#define INDEX_SUM_SPAN (16u * 1024)
 
 enum index_section {
 	INDEX_SEC_SHARDS,	/* struct index_file_shard[] */
@@ -193,23 +190,17 @@ static inline size_t index_section_record(enum index_section s)
 	}
 }
 
-/* The sections SUMS covers, in its order: those with a record or more
- * per member. */
-#define INDEX_NR_SUMMED 3
-
-static inline enum index_section index_summed(unsigned i)
+/* The sections SUMS covers, those with a record or more per member, as
+ * a guard numbers them (enum index_guarded: their order in SUMS). */
+static inline enum index_section index_summed(enum index_guarded i)
 {
-	static const enum index_section summed[INDEX_NR_SUMMED] = {
-		INDEX_SEC_ENTRIES, INDEX_SEC_BLOCKS, INDEX_SEC_ORDER,
+	static const enum index_section summed[INDEX_NR_GUARDED] = {
+		[INDEX_GUARDED_ENTRIES] = INDEX_SEC_ENTRIES,
+		[INDEX_GUARDED_BLOCKS] = INDEX_SEC_BLOCKS,
+		[INDEX_GUARDED_ORDER] = INDEX_SEC_ORDER,
 	};
 
 	return summed[i];
-}
-
-/* Sums that a summed section of @len bytes takes in SUMS. */
-static inline uint64_t index_sum_spans(uint64_t len)
-{
-	return (len + INDEX_SUM_SPAN - 1) / INDEX_SUM_SPAN;
 }
 
 /* Sums in the SUMS section of a file with header @h. */
@@ -217,8 +208,8 @@ static inline uint64_t index_sum_count(const struct index_file_header *h)
 {
 	uint64_t n = 0;
 
-	for (unsigned i = 0; i < INDEX_NR_SUMMED; i++)
-		n += index_sum_spans(h->sections[index_summed(i)].length);
+	for (int i = 0; i < INDEX_NR_GUARDED; i++)
+		n += index_guard_spans(h->sections[index_summed(i)].length);
 	return n;
 }
 

@@ -41,22 +41,35 @@
 #define SHARDFS_INDEX_GUARD_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "shardfs/index_format.h"
+/* Bytes of a per-member section that one sum of the index file's SUMS
+ * section covers (index_format.h): a first touch hashes 2 us of it
+ * (warm) and reads no more than the kernel's readaround of a mapping
+ * brings in anyway. */
+#define INDEX_SUM_SPAN (16u * 1024)
 
-/* Where one summed section lies, and its sums. */
+/* The sections a guard checks, in the order of their sums in SUMS. */
+enum index_guarded {
+	INDEX_GUARDED_ENTRIES,	/* the packed entries (index_compact.h) */
+	INDEX_GUARDED_BLOCKS,	/* where each block of them starts */
+	INDEX_GUARDED_ORDER,	/* the files by shard and offset */
+	INDEX_NR_GUARDED
+};
+
+/* Where one guarded section lies, and its sums. */
 struct index_guard_section {
 	const char *bytes;	/* the section in the mapping */
 	uint64_t offset;	/* its offset in the file, for messages */
 	uint64_t length;	/* its bytes */
-	const uint64_t *sums;	/* its spans' sums, in SUMS */
-	uint64_t first_span;	/* its first span's bit in spans_ok */
+	const char *name;	/* its name, for messages */
+	const uint64_t *sums;	/* its spans' sums (index_guard_new()) */
+	uint64_t first_span;	/* its first span's bit in spans_ok (same) */
 };
 
 struct index_guard {
-	struct index_guard_section sec[INDEX_NR_SUMMED]; /* ENTRIES, BLOCKS,
-				 * ORDER, as index_summed() */
+	struct index_guard_section sec[INDEX_NR_GUARDED]; /* the sections */
 	uint32_t nr_blocks;	/* blocks of entries */
 	atomic_ullong *blocks_ok; /* bit per block: its offsets and bytes
 				 * passed */
@@ -66,11 +79,14 @@ struct index_guard {
 };
 
 /*
- * A guard over the file @path mapped at @map, whose header @h and SUMS
- * section were checked (index_file.c), into *@out.  0 or -ENOMEM.
+ * A guard over the sections @sec (bytes, offset, length and name set) of
+ * the index file @path, of @nr_blocks blocks of entries, whose checked
+ * SUMS section @sums holds the sums of their spans in order, into *@out.
+ * 0 or -ENOMEM.
  */
-int index_guard_new(struct index_guard **out, const char *path, const char *map,
-		    const struct index_file_header *h);
+int index_guard_new(struct index_guard **out, const char *path,
+		    const struct index_guard_section sec[INDEX_NR_GUARDED],
+		    const uint64_t *sums, uint32_t nr_blocks);
 
 /* Free @g (NULL: nothing). */
 void index_guard_free(struct index_guard *g);
@@ -85,8 +101,14 @@ int index_guard_entries(struct index_guard *g, uint32_t first, uint32_t count);
 /* Whether entry @e's block was checked and passed. */
 bool index_guard_entry_ok(const struct index_guard *g, uint32_t e);
 
-/* Check every span of every summed section.  0 or -EIO (logged). */
+/* Check every span of every guarded section.  0 or -EIO (logged). */
 int index_guard_all(struct index_guard *g);
+
+/* Spans of INDEX_SUM_SPAN bytes in a section of @len bytes. */
+static inline uint64_t index_guard_spans(uint64_t len)
+{
+	return (len + INDEX_SUM_SPAN - 1) / INDEX_SUM_SPAN;
+}
 
 /* XXH3 of span @k of the @len-byte section at @bytes: what SUMS holds. */
 uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k);

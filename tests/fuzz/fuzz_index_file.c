@@ -25,8 +25,6 @@
 #include "fuzz_common.h"
 #include "shardfs/fs.h"
 #include "shardfs/index_file.h"
-#include "shardfs/index_guard.h"
-#include "shardfs/index_map.h"
 
 static int image_fd = -1;
 
@@ -74,9 +72,8 @@ static void load_and_walk(void)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", image_fd);
 	if (index_file_load(path, &fs.idx, &sh, INDEX_LOAD_FULL_CHECK, msg, sizeof(msg)))
 		return;
-	FUZZ_CHECK(!index_guard_new(&fs.idx.guard, path, fs.idx.map->addr,
-				    (const struct index_file_header *)fs.idx.map->addr),
-		   "index_guard_new: out of memory");
+	FUZZ_CHECK(!index_file_guard(&fs.idx, path, msg, sizeof(msg)), "index_file_guard: %s",
+		   msg);
 	FUZZ_CHECK(!shard_index_check_all(&fs.idx), "a file that passed its full check "
 		   "fails the lazy checks");
 	fuzz_touch(sh.shards, sh.nr * sizeof(*sh.shards));
