@@ -26,6 +26,7 @@ Which index a mount used is read from its -o loglevel=debug line
 """
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -1165,29 +1166,29 @@ def physical_offset(path, at):
     raise AssertionError("byte %d of %s in no extent:\n%s" % (at, path, r.stdout))
 
 
-def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
-    """Bytes of an index file changed beneath its file system after its
-    full check (bit rot, a write to the device: the change time stays, so
-    the record holds) are found when a request first needs them
-    (index_guard.h): a listing or lookup that reads them fails with
-    EIO and the log names the file and the offset, the other directory is
-    served byte for byte, and the next mount checks the whole file and
-    rebuilds it.  The last byte of ENTRIES is in the name b/zz-last.cls."""
+ROT_MEMBERS = dict({"%s/sample-%06d.cls" % (c, i): b"%s %d\n" % (c.encode(), i)
+                    for c in "ab" for i in range(3000)},
+                   **{"b/zz-last.cls": b"the last name\n"})
+
+
+@contextlib.contextmanager
+def rotted_index(tmp_path):
+    """A set of ROT_MEMBERS on an ext4 image whose index was built,
+    checked and recorded by a mount, then had the last byte of its
+    ENTRIES section (in the name b/zz-last.cls) flipped on the device,
+    beneath the file system: its change time stays, so the record holds.
+    Yields the set's directory, the ext4 mounted again."""
     image = tmp_path / "rot.img"
     with open(image, "wb") as f:
         f.truncate(64 << 20)
     assert lib.run_cmd(["mkfs.ext4", "-q", "-b", "4096", str(image)]).returncode == 0
-    fsdir, mnt, log = tmp_path / "fs", tmp_path / "mnt", tmp_path / "shardfs.log"
+    fsdir, mnt = tmp_path / "fs", tmp_path / "mnt"
     fsdir.mkdir()
     d = fsdir / "shards"
-    members = {"%s/sample-%06d.cls" % (c, i): b"%s %d\n" % (c.encode(), i)
-               for c in "ab" for i in range(3000)}
-    members["b/zz-last.cls"] = b"the last name\n"
-
     with loop_device(image) as dev:
         with device_mounted(dev, fsdir):
             d.mkdir()
-            lib.tar_from_members(d / FIRST, sorted(members.items()))
+            lib.tar_from_members(d / FIRST, sorted(ROT_MEMBERS.items()))
             assert run_index(d).returncode == 0
             wait_settled(index_of(d))
             with lib.mounted(d, mnt):		# the full check, recorded
@@ -1206,23 +1207,55 @@ def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
             os.fsync(f.fileno())
         with device_mounted(dev, fsdir):
             assert os.stat(index_of(d)).st_ctime_ns == ctime
-            with lib.mounted(d, mnt, "-o", "log=%s" % log):
-                a = sorted(n for n in members if n.startswith("a/"))
-                assert sorted("a/" + n for n in os.listdir(mnt / "a")) == a
-                for name in a[::97]:
-                    with open(mnt / name, "rb") as f:
-                        assert f.read() == members[name], name
-                for probe in (lambda: os.listdir(mnt / "b"),
-                              lambda: os.stat(mnt / "b" / "zz-last.cls")):
-                    with pytest.raises(OSError) as e:
-                        probe()
-                    assert e.value.errno == errno.EIO
-            assert lib.wait_for_daemon_exit(mnt)
-            text = log.read_text()
-            assert "%s: offset " % os.path.realpath(index_of(d)) in text, text
-            assert "changed since the file was checked" in text, text
-            assert not os.path.exists(index_of(d) + ".verified")
-            snap, m, _ = mount_snapshot(d, mnt)
-            expect_origin(m, "built", index_of(d), saved=True)
-            assert lib.wait_for_daemon_exit(mnt)
-            assert sum(k.startswith(b"b/") for k in snap) == 3001
+            yield d
+
+
+def test_bytes_that_rot_beneath_a_record_fail_with_eio(tmp_path):
+    """Bytes of an index file changed beneath its file system after its
+    full check (bit rot, a write to the device: the change time stays, so
+    the record holds) are found when a request first needs them
+    (index_guard.h): a listing or lookup that reads them fails with
+    EIO and the log names the file and the offset, the other directory is
+    served byte for byte, and the next mount checks the whole file and
+    rebuilds it."""
+    mnt, log = tmp_path / "mnt", tmp_path / "shardfs.log"
+    with rotted_index(tmp_path) as d:
+        with lib.mounted(d, mnt, "-o", "log=%s" % log):
+            a = sorted(n for n in ROT_MEMBERS if n.startswith("a/"))
+            assert sorted("a/" + n for n in os.listdir(mnt / "a")) == a
+            for name in a[::97]:
+                with open(mnt / name, "rb") as f:
+                    assert f.read() == ROT_MEMBERS[name], name
+            for probe in (lambda: os.listdir(mnt / "b"),
+                          lambda: os.stat(mnt / "b" / "zz-last.cls")):
+                with pytest.raises(OSError) as e:
+                    probe()
+                assert e.value.errno == errno.EIO
+        assert lib.wait_for_daemon_exit(mnt)
+        text = log.read_text()
+        assert "%s: offset " % os.path.realpath(index_of(d)) in text, text
+        assert "changed since the file was checked" in text, text
+        assert not os.path.exists(index_of(d) + ".verified")
+        snap, m, _ = mount_snapshot(d, mnt)
+        expect_origin(m, "built", index_of(d), saved=True)
+        assert lib.wait_for_daemon_exit(mnt)
+        assert sum(k.startswith(b"b/") for k in snap) == 3001
+
+
+def test_an_index_that_rotted_is_not_copied_into_a_new_one(tmp_path):
+    """A mount that finds a shard's times moved rescans its headers and
+    saves the index it loaded again, with the new times: bytes of it that
+    rotted since its check would get fresh sums there, and be served as
+    the tree from then on.  Such an index is checked whole first, found
+    damaged and rebuilt: the tree is right."""
+    mnt = tmp_path / "mnt"
+    with rotted_index(tmp_path) as d:
+        t = lib.T0_NS + 10**12
+        os.utime(d / FIRST, ns=(t, t))
+        snap, m, _ = mount_snapshot(d, mnt)
+        assert lib.wait_for_daemon_exit(mnt)
+        expect_origin(m, "built", index_of(d), saved=True)
+        assert sorted(k for k in snap if k.startswith(b"b/z")) == [b"b/zz-last.cls"]
+        assert snap[b"b/zz-last.cls"][-1] == \
+            hashlib.sha256(ROT_MEMBERS["b/zz-last.cls"]).hexdigest()
+        assert sum(k.startswith(b"b/") for k in snap) == 3001
