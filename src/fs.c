@@ -138,7 +138,7 @@ int shardfs_getattr(struct shardfs *fs, uint64_t ino, struct stat *st)
 static int entry_ino(const struct shardfs *fs, uint32_t e, uint64_t *ino)
 {
 	*ino = shard_index_ino(&fs->idx, e);
-	return shard_index_check(&fs->idx, (uint32_t)(*ino - 1), 0);
+	return shard_index_check(&fs->idx, (uint32_t)(*ino - 1));
 }
 
 int shardfs_lookup(struct shardfs *fs, uint64_t parent, const char *name,
@@ -174,7 +174,7 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 		rc = dir < 1 || dir > shard_index_nr(&fs->idx) ? -ENOENT
 		     : shard_index_dir(&fs->idx, (uint32_t)(dir - 1), &d);
 		/* the cursor reads the group of the first child */
-		rc = rc ?: d.size ? shard_index_check(&fs->idx, (uint32_t)d.data, 0) : 0;
+		rc = rc ?: d.size ? shard_index_check(&fs->idx, (uint32_t)d.data) : 0;
 		if (rc)
 			return rc;
 		*de = (struct shardfs_dirent){ .dir = dir, .first = d.data, .count = d.size };
@@ -183,7 +183,7 @@ int shardfs_readdir_entry(const struct shardfs *fs, uint64_t dir, uint64_t pos,
 	if (pos >= de->count)
 		return -ENOENT;
 	e = de->first + pos;
-	rc = shard_index_check(&fs->idx, (uint32_t)e, 0);
+	rc = shard_index_check(&fs->idx, (uint32_t)e);
 	if (rc)
 		return rc;
 	if (de->cur.next != e)
@@ -540,7 +540,7 @@ static bool sample_member(const struct shard_index *idx, const struct shard_inod
 	char other[PATH_COMPONENT_MAX + 1];
 	struct shard_inode m;
 
-	if (shard_index_check(idx, e, 0))
+	if (shard_index_check(idx, e))
 		return false;
 	shard_index_entry(idx, e, &m);
 	if (!S_ISREG(m.mode) || (m.flags & SHARD_INODE_SPARSE) || m.shard != in->shard ||

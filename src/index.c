@@ -27,9 +27,9 @@
 #include "shardfs/index_map.h"
 #include "shardfs/util.h"
 
-int shard_index_check(const struct shard_index *idx, uint32_t first, uint32_t count)
+int shard_index_check(const struct shard_index *idx, uint32_t e)
 {
-	return idx->guard ? index_guard_entries(idx->guard, first, count) : 0;
+	return idx->guard ? index_guard_entry(idx->guard, e) : 0;
 }
 
 int shard_index_check_all(const struct shard_index *idx)
@@ -44,7 +44,7 @@ bool shard_index_checked(const struct shard_index *idx, uint32_t e)
 
 int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inode *d)
 {
-	int rc = shard_index_check(idx, e, 0);
+	int rc = shard_index_check(idx, e);
 
 	if (rc)
 		return rc;
@@ -58,7 +58,7 @@ int shard_index_dir(const struct shard_index *idx, uint32_t e, struct shard_inod
 /* compact_check_fn of a lookup: the block of entry @e. */
 static int lookup_check(void *idx, uint32_t e)
 {
-	return shard_index_check(idx, e, 0);
+	return shard_index_check(idx, e);
 }
 
 int64_t shard_index_lookup(const struct shard_index *idx, uint32_t dir,
@@ -116,7 +116,7 @@ ssize_t shard_index_entry_path(const struct shard_index *idx, uint32_t e,
 	buf[size - 1] = '\0';
 	for (uint32_t cur = e; cur != 0;
 	     cur = (uint32_t)compact_field(&idx->entries, cur, COMPACT_PARENT)) {
-		int rc = shard_index_check(idx, cur, 0);
+		int rc = shard_index_check(idx, cur);
 		size_t name_len = rc ? 0 : shard_index_name(idx, cur, name);
 		size_t need = name_len + (len ? 1 : 0);
 

@@ -1194,7 +1194,7 @@ int index_file_guard(struct shard_index *idx, const char *path, char *msg, size_
 			     compact_nr_blocks(h->nr_inodes));
 	if (rc)
 		return log_format(msg, msg_len, rc, "%s", strerror(-rc));
-	if (shard_index_check(idx, 0, 0))
+	if (shard_index_check(idx, 0))
 		return log_format(msg, msg_len, -EINVAL, "offset %llu: the root's entries "
 				  "changed since the file was checked", (unsigned long long)
 				  h->sections[INDEX_SEC_ENTRIES].offset);

@@ -5,8 +5,8 @@
  *
  * A block of entries is checked in two steps: the span of BLOCKS that
  * holds its two offsets (where it starts and ends), then the spans of
- * ENTRIES between them.  Its bit in blocks_ok is the fast path: a LOOKUP
- * in a checked directory of 10,000 entries tests three words.  A span
+ * ENTRIES between them.  Its bit in blocks_ok is the fast path: a check
+ * of an entry whose block passed tests one bit.  A span
  * that fails stays failed: its bit in spans_bad answers later checks
  * without hashing it again, and makes the message come once; the first
  * also removes the file's record, so that the next mount checks it whole
@@ -37,22 +37,6 @@ static bool bit_set(atomic_ullong *bits, uint64_t i)
 {
 	return atomic_fetch_or_explicit(&bits[i / BITS], 1ull << (i % BITS),
 					memory_order_release) & (1ull << (i % BITS));
-}
-
-/* Whether bits @from .. @to (inclusive) are all set: a word at a time. */
-static bool bits_all(const atomic_ullong *bits, uint64_t from, uint64_t to)
-{
-	for (uint64_t w = from / BITS; w <= to / BITS; w++) {
-		unsigned long long want = ~0ull;
-
-		if (w == from / BITS)
-			want &= ~0ull << (from % BITS);
-		if (w == to / BITS && to % BITS != BITS - 1)
-			want &= (1ull << (to % BITS + 1)) - 1;
-		if ((atomic_load_explicit(&bits[w], memory_order_acquire) & want) != want)
-			return false;
-	}
-	return true;
 }
 
 uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k)
@@ -158,19 +142,11 @@ static int check_block(struct index_guard *g, uint32_t b)
 	return rc;
 }
 
-int index_guard_entries(struct index_guard *g, uint32_t first, uint32_t count)
+int index_guard_entry(struct index_guard *g, uint32_t e)
 {
-	uint64_t from = first / COMPACT_BLOCK_ENTRIES;
-	uint64_t to = (count ? (uint64_t)first + count - 1 : first) / COMPACT_BLOCK_ENTRIES;
-	int rc = 0;
+	uint32_t b = e / COMPACT_BLOCK_ENTRIES;
 
-	if (to >= g->nr_blocks)
-		return -EIO;
-	if (bits_all(g->blocks_ok, from, to))
-		return 0;
-	for (uint64_t b = from; !rc && b <= to; b++)
-		rc = check_block(g, (uint32_t)b);
-	return rc;
+	return b < g->nr_blocks ? check_block(g, b) : -EIO;
 }
 
 bool index_guard_entry_ok(const struct index_guard *g, uint32_t e)

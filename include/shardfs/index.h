@@ -242,11 +242,10 @@ static inline uint32_t shard_index_nr(const struct shard_index *idx)
 }
 
 /*
- * Check entries @first .. @first + @count - 1 (@count 0: @first alone)
- * before they are decoded: 0, or -EIO (logged) when the bytes of their
- * blocks changed since the index file was checked (index_guard.h).
+ * Check entry @e before it is decoded: 0, or -EIO (logged) when the bytes
+ * of its block changed since the index file was checked (index_guard.h).
  */
-int shard_index_check(const struct shard_index *idx, uint32_t first, uint32_t count);
+int shard_index_check(const struct shard_index *idx, uint32_t e);
 
 /* Check all entries and order[] (who walks them all): 0 or -EIO. */
 int shard_index_check_all(const struct shard_index *idx);

@@ -92,11 +92,10 @@ int index_guard_new(struct index_guard **out, const char *path,
 void index_guard_free(struct index_guard *g);
 
 /*
- * Check the blocks that hold entries @first .. @first + @count - 1 (at
- * least @first's: @count 0 checks the block of @first, which must be an
- * entry).  0, or -EIO (logged) when a span they need fails its sum.
+ * Check the block that holds entry @e.  0, or -EIO (logged) when a span
+ * it needs fails its sum.
  */
-int index_guard_entries(struct index_guard *g, uint32_t first, uint32_t count);
+int index_guard_entry(struct index_guard *g, uint32_t e);
 
 /* Whether entry @e's block was checked and passed. */
 bool index_guard_entry_ok(const struct index_guard *g, uint32_t e);
