@@ -23,21 +23,9 @@
 #include "shardfs/index_guard.h"
 #include "shardfs/index_verified.h"
 #include "shardfs/log.h"
+#include "shardfs/util.h"
 
 #define BITS 64u
-
-static bool bit_test(const atomic_ullong *bits, uint64_t i)
-{
-	return atomic_load_explicit(&bits[i / BITS], memory_order_acquire) &
-	       (1ull << (i % BITS));
-}
-
-/* Set bit @i; returns whether it was set before. */
-static bool bit_set(atomic_ullong *bits, uint64_t i)
-{
-	return atomic_fetch_or_explicit(&bits[i / BITS], 1ull << (i % BITS),
-					memory_order_release) & (1ull << (i % BITS));
-}
 
 uint64_t index_guard_span_sum(const char *bytes, uint64_t len, uint64_t k)
 {
@@ -91,15 +79,15 @@ static int check_span(struct index_guard *g, enum index_guarded i, uint64_t k)
 	const struct index_guard_section *s = &g->sec[i];
 	uint64_t bit = s->first_span + k;
 
-	if (bit_test(g->spans_ok, bit))
+	if (bitmap_test(g->spans_ok, bit))
 		return 0;
-	if (bit_test(g->spans_bad, bit))
+	if (bitmap_test(g->spans_bad, bit))
 		return -EIO;
 	if (index_guard_span_sum(s->bytes, s->length, k) == s->sums[k]) {
-		bit_set(g->spans_ok, bit);
+		bitmap_set(g->spans_ok, bit);
 		return 0;
 	}
-	if (!bit_set(g->spans_bad, bit)) {
+	if (!bitmap_set(g->spans_bad, bit)) {
 		uint64_t at = k * INDEX_SUM_SPAN;
 
 		log_error("%s: offset %llu: %llu bytes of the index's %s section changed "
@@ -132,13 +120,13 @@ static int check_block(struct index_guard *g, uint32_t b)
 	const uint64_t *blocks = (const uint64_t *)g->sec[INDEX_GUARDED_BLOCKS].bytes;
 	int rc;
 
-	if (bit_test(g->blocks_ok, b))
+	if (bitmap_test(g->blocks_ok, b))
 		return 0;
 	rc = check_bytes(g, INDEX_GUARDED_BLOCKS, (uint64_t)b * sizeof(*blocks),
 			 ((uint64_t)b + 2) * sizeof(*blocks));
 	rc = rc ?: check_bytes(g, INDEX_GUARDED_ENTRIES, le64toh(blocks[b]), le64toh(blocks[b + 1]));
 	if (!rc)
-		bit_set(g->blocks_ok, b);
+		bitmap_set(g->blocks_ok, b);
 	return rc;
 }
 
@@ -151,7 +139,7 @@ int index_guard_entry(struct index_guard *g, uint32_t e)
 
 bool index_guard_entry_ok(const struct index_guard *g, uint32_t e)
 {
-	return bit_test(g->blocks_ok, e / COMPACT_BLOCK_ENTRIES);
+	return bitmap_test(g->blocks_ok, e / COMPACT_BLOCK_ENTRIES);
 }
 
 int index_guard_all(struct index_guard *g)

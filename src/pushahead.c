@@ -61,29 +61,19 @@ static uint64_t entry_field(const struct pushahead *p, uint32_t e, enum compact_
 /* Bit @b of entry @e. */
 static bool bit_test(const struct pushahead *p, enum pushahead_bit b, uint32_t e)
 {
-	return atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) &
-	       (1ull << (e % 64));
+	return bitmap_test(p->bits[b], e);
 }
 
 /* Set bit @b of entry @e; returns whether it was set before. */
 static bool bit_set(struct pushahead *p, enum pushahead_bit b, uint32_t e)
 {
-	unsigned long long m = 1ull << (e % 64);
-
-	/* a load first: a bit set already writes nothing shared */
-	return (atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) & m) ||
-	       (atomic_fetch_or_explicit(&p->bits[b][e / 64], m,
-					 memory_order_relaxed) & m);
+	return bitmap_set(p->bits[b], e);
 }
 
 /* Clear bit @b of entry @e; returns whether it was set. */
 static bool bit_clear(struct pushahead *p, enum pushahead_bit b, uint32_t e)
 {
-	unsigned long long m = 1ull << (e % 64);
-
-	return (atomic_load_explicit(&p->bits[b][e / 64], memory_order_relaxed) & m) &&
-	       (atomic_fetch_and_explicit(&p->bits[b][e / 64], ~m,
-					  memory_order_relaxed) & m);
+	return bitmap_clear(p->bits[b], e);
 }
 
 /* Members worth pushing: plain data of a file's first name, not too big. */

@@ -17,6 +17,7 @@
 #ifndef SHARDFS_UTIL_H
 #define SHARDFS_UTIL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -130,6 +131,35 @@ uint64_t monotonic_ns(void);
 static inline uint64_t monotonic_ms(void)
 {
 	return monotonic_ns() / 1000000;
+}
+
+/*
+ * Bit @i of a bitmap of atomic words, shared by threads (push-ahead's
+ * marks, the index guard's checked blocks).  Relaxed: a bit orders no
+ * other memory.  Setting and clearing load first, so that a bit already
+ * as wanted writes nothing shared (the common case on hot paths).
+ */
+static inline bool bitmap_test(const atomic_ullong *words, uint64_t i)
+{
+	return atomic_load_explicit(&words[i / 64], memory_order_relaxed) & (1ull << (i % 64));
+}
+
+/* Set bit @i; returns whether it was set before. */
+static inline bool bitmap_set(atomic_ullong *words, uint64_t i)
+{
+	unsigned long long m = 1ull << (i % 64);
+
+	return bitmap_test(words, i) ||
+	       (atomic_fetch_or_explicit(&words[i / 64], m, memory_order_relaxed) & m);
+}
+
+/* Clear bit @i; returns whether it was set. */
+static inline bool bitmap_clear(atomic_ullong *words, uint64_t i)
+{
+	unsigned long long m = 1ull << (i % 64);
+
+	return bitmap_test(words, i) &&
+	       (atomic_fetch_and_explicit(&words[i / 64], ~m, memory_order_relaxed) & m);
 }
 
 /* Seconds since @start_ns, a monotonic_ns(): for elapsed times shown. */
