@@ -7,10 +7,11 @@
  * and hands every other member here as a leaf record: the directory it is
  * in, its name, and what the index stores of it.  Records collect in a
  * buffer of at most the build's memory budget; a full buffer is sorted by
- * (directory, name, shard, member) and written as one run to an unlinked
- * temporary file.  A merge then reads the runs back in that order, each
- * through a buffer of its own, so that a directory's leaves arrive
- * together, by name, and the copies of one path in archive order.
+ * (directory, name, shard, member) and written as one run, each record
+ * coded against the one before it, to an unlinked temporary file.  A
+ * merge then reads the runs back in that order, each through a buffer of
+ * its own, so that a directory's leaves arrive together, by name, and
+ * the copies of one path in archive order.
  *
  * Thread-safety: none; the builder's merging thread owns both structs.
  */
@@ -30,9 +31,10 @@
 #define LEAF_RUN_WRITE_BUF (1u << 20)
 
 /*
- * One leaf, as the runs store it: this struct, then name_len bytes of
- * name, link_len bytes of link target, padding to 8 bytes, then
- * nr_extents struct tar_extent.
+ * One leaf, as the buffer holds it and a merge shows it: this struct,
+ * then name_len bytes of name, link_len bytes of link target, padding to
+ * 8 bytes, then nr_extents struct tar_extent.  A run codes it in fewer
+ * bytes, against the record before it (leaf_runs.c).
  */
 struct leaf_record {
 	uint64_t data_offset;	/* data offset in the shard */
@@ -84,7 +86,8 @@ struct leaf_runs {
 	uint64_t file_len;	/* bytes written to fd */
 	uint64_t records;	/* records added in all */
 	char *sorted;		/* when no run had to be written: all the
-				 * records, sorted, kept for the merges */
+				 * records, sorted and coded as a run,
+				 * kept for the merges */
 	size_t sorted_len;	/* bytes in sorted */
 };
 
@@ -130,7 +133,8 @@ int leaf_merge_start(struct leaf_merge *m, const struct leaf_runs *r);
  * until leaf_merge_next(). */
 const struct leaf_view *leaf_merge_peek(const struct leaf_merge *m);
 
-/* Take the smallest record.  0 or -errno (a read error). */
+/* Take the smallest record.  0 or -errno (a read error; -EIO also for
+ * bytes that are not a run's coding). */
 int leaf_merge_next(struct leaf_merge *m);
 
 /*
