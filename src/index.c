@@ -164,15 +164,39 @@ uint64_t shard_index_order_starts(const struct shard_inode *inodes, uint32_t n,
 	return at;
 }
 
-/* (data offset, entry) of two entries of one shard, for qsort_r(). */
+/* A shard's range of order[] is sorted through copies of its entries'
+ * data offsets when it has at most this many entries (16 bytes each, and
+ * as much again for qsort()'s merge): a comparison that read the offsets
+ * from the entries missed the cache twice, the entries of a shard being
+ * spread over every directory (a sixth of a 20 M member build's serial
+ * part).  A larger range is sorted in place, by reading the entries. */
+#define ORDER_SORT_COPY_MAX (1u << 20)
+
+/* An entry of order[] with its data offset, while its range is sorted. */
+struct order_key {
+	uint64_t data;		/* the entry's data offset */
+	uint32_t entry;		/* the entry */
+};
+
+/* (data offset, entry): the order of one shard's range. */
+static int key_cmp(const void *pa, const void *pb)
+{
+	const struct order_key *a = pa, *b = pb;
+
+	if (a->data != b->data)
+		return a->data < b->data ? -1 : 1;
+	return a->entry < b->entry ? -1 : a->entry > b->entry;
+}
+
+/* key_cmp() of two entries named by number, for a range too large to
+ * copy. */
 static int by_data(const void *a, const void *b, void *arg)
 {
 	const struct shard_inode *inodes = arg;
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	struct order_key kx = { inodes[x].data, x }, ky = { inodes[y].data, y };
 
-	if (inodes[x].data != inodes[y].data)
-		return inodes[x].data < inodes[y].data ? -1 : 1;
-	return x < y ? -1 : x > y;
+	return key_cmp(&kx, &ky);
 }
 
 /* Whether @n entries at @o are in by_data() order already. */
@@ -185,26 +209,51 @@ static bool in_data_order(const struct shard_inode *inodes, const uint32_t *o,
 	return true;
 }
 
+/* Sort the @n entries at @o by data offset and entry, through @keys (room
+ * for ORDER_SORT_COPY_MAX) when they fit. */
+static void order_sort(const struct shard_inode *inodes, uint32_t *o, uint32_t n,
+		       struct order_key *keys)
+{
+	if (in_data_order(inodes, o, n))
+		return;
+	if (n > ORDER_SORT_COPY_MAX) {
+		qsort_r(o, n, sizeof(*o), by_data, (void *)inodes);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = (struct order_key){ inodes[o[i]].data, o[i] };
+	qsort(keys, n, sizeof(*keys), key_cmp);
+	for (uint32_t i = 0; i < n; i++)
+		o[i] = keys[i].entry;
+}
+
 /* Fill @order with the orderable entries of @inodes, @starts from
  * shard_index_order_starts(). */
 static int order_fill(const struct shard_inode *inodes, uint32_t n, uint32_t nr_shards,
 		      const uint32_t *starts, uint32_t *order)
 {
-	uint32_t *next = malloc(((size_t)nr_shards + 1) * sizeof(*next));
+	uint32_t *next = malloc(((size_t)nr_shards + 1) * sizeof(*next)), most = 0;
+	struct order_key *keys;
 
-	if (!next)
+	for (uint32_t s = 0; s < nr_shards; s++)
+		if (starts[s + 1] - starts[s] > most)
+			most = starts[s + 1] - starts[s];
+	keys = malloc((most < ORDER_SORT_COPY_MAX ? most + 1 : ORDER_SORT_COPY_MAX) *
+		      sizeof(*keys));
+	if (!next || !keys) {
+		free(keys);
+		free(next);
 		return -ENOMEM;
+	}
 	memcpy(next, starts, ((size_t)nr_shards + 1) * sizeof(*next));
 	for (uint32_t e = 0; e < n; e++)	/* by entry within each shard */
 		if (shard_index_orderable(&inodes[e], nr_shards))
 			order[next[inodes[e].shard]++] = e;
 	for (uint32_t s = 0; s < nr_shards; s++) {
-		uint32_t *o = order + starts[s], len = starts[s + 1] - starts[s];
-
 		assert(next[s] == starts[s + 1]);
-		if (!in_data_order(inodes, o, len))
-			qsort_r(o, len, sizeof(*o), by_data, (void *)inodes);
+		order_sort(inodes, order + starts[s], starts[s + 1] - starts[s], keys);
 	}
+	free(keys);
 	free(next);
 	return 0;
 }
