@@ -209,21 +209,27 @@ static bool in_data_order(const struct shard_inode *inodes, const uint32_t *o,
 	return true;
 }
 
-/* Sort the @n entries at @o by data offset and entry, through @keys (room
- * for ORDER_SORT_COPY_MAX) when they fit. */
+/* Sort the @n entries at @o, in entry order, by data offset and entry,
+ * through @keys (room for ORDER_SORT_COPY_MAX) when they fit; a range in
+ * that order already is left as it is. */
 static void order_sort(const struct shard_inode *inodes, uint32_t *o, uint32_t n,
 		       struct order_key *keys)
 {
-	if (in_data_order(inodes, o, n))
-		return;
+	uint32_t i;
+
 	if (n > ORDER_SORT_COPY_MAX) {
-		qsort_r(o, n, sizeof(*o), by_data, (void *)inodes);
+		if (!in_data_order(inodes, o, n))
+			qsort_r(o, n, sizeof(*o), by_data, (void *)inodes);
 		return;
 	}
-	for (uint32_t i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
 		keys[i] = (struct order_key){ inodes[o[i]].data, o[i] };
+	for (i = 1; i < n && keys[i - 1].data <= keys[i].data; i++)
+		;
+	if (i >= n)
+		return;
 	qsort(keys, n, sizeof(*keys), key_cmp);
-	for (uint32_t i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
 		o[i] = keys[i].entry;
 }
 
