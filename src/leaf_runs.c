@@ -9,7 +9,7 @@
  * read back twice, sequentially, and mostly stay in the page cache.
  *
  * A run codes each record against the one before it (below, before
- * emit_sorted()): 8.8 bytes a record at 20 M members of scale_gen's
+ * emit_sorted()): 15.4 bytes a record at 20 M members of scale_gen's
  * shards, where the buffer's form takes 88.  Written whole, the runs were
  * 1.8 GB at 20 M members, and the kernel's copy of them into the page
  * cache the largest part of the build's serial merge (23 % of its
