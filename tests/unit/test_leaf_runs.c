@@ -110,12 +110,12 @@ static void assert_same(const struct leaf_view *v, const struct added *a)
 				    a->rec.nr_extents * sizeof(*a->extents));
 }
 
-/* Runs of @recs under @budget in a scratch directory of @e. */
+/* Runs of the @n records @recs under @budget in a scratch directory of @e. */
 static void add_all(struct leaf_runs *r, struct tb_env *e, const struct added *recs,
-		    size_t budget)
+		    uint32_t n, size_t budget)
 {
 	assert_int_equal(leaf_runs_init(r, e->dir, budget), 0);
-	for (uint32_t i = 0; i < NR_RECORDS; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		struct leaf_view v = view_of(&recs[i]);
 
 		assert_int_equal(leaf_runs_add(r, &v), 0);
@@ -125,7 +125,12 @@ static void add_all(struct leaf_runs *r, struct tb_env *e, const struct added *r
 
 static void test_records_come_back_sorted(void **state)
 {
-	static const size_t budgets[] = { 1, 64 * 1024, 64u << 20 };
+	/* one record a run (300 runs: a reader's buffer each), a few runs,
+	 * all in memory */
+	static const struct {
+		size_t budget;
+		uint32_t records;
+	} cases[] = { { 1, 300 }, { 64 * 1024, NR_RECORDS }, { 64u << 20, NR_RECORDS } };
 	struct tb_env *e = *state;
 	struct added *recs = calloc(NR_RECORDS, sizeof(*recs));
 	struct added *sorted = calloc(NR_RECORDS, sizeof(*sorted));
@@ -135,24 +140,25 @@ static void test_records_come_back_sorted(void **state)
 	srandom(29);
 	for (uint32_t i = 0; i < NR_RECORDS; i++)
 		make_record(&recs[i], i);
-	memcpy(sorted, recs, NR_RECORDS * sizeof(*recs));
-	qsort(sorted, NR_RECORDS, sizeof(*sorted), added_cmp);
-	for (size_t b = 0; b < ARRAY_SIZE(budgets); b++) {
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		uint32_t nr = cases[k].records, n = 0;
 		struct leaf_runs r;
 		struct leaf_merge m;
-		uint32_t n = 0;
 
-		add_all(&r, e, recs, budgets[b]);
-		assert_true(budgets[b] >= (32u << 20) ? r.nr_runs == 0 : r.nr_runs > 1);
+		memcpy(sorted, recs, nr * sizeof(*recs));
+		qsort(sorted, nr, sizeof(*sorted), added_cmp);
+		add_all(&r, e, recs, nr, cases[k].budget);
+		assert_true(cases[k].budget >= (32u << 20) ? r.nr_runs == 0 : r.nr_runs > 1);
+		assert_true(cases[k].budget > 1 || r.nr_runs == nr);
 		for (int pass = 0; pass < 2; pass++, n = 0) {	/* merged twice, as built */
 			assert_int_equal(leaf_merge_start(&m, &r), 0);
 			for (const struct leaf_view *v; (v = leaf_merge_peek(&m)); n++) {
-				assert_true(n < NR_RECORDS);
+				assert_true(n < nr);
 				assert_same(v, &sorted[n]);
 				assert_int_equal(leaf_merge_next(&m), 0);
 			}
 			leaf_merge_end(&m);
-			assert_int_equal(n, NR_RECORDS);
+			assert_int_equal(n, nr);
 		}
 		leaf_runs_release(&r);
 	}
@@ -181,7 +187,7 @@ static void test_samples_code_small(void **state)
 						     100000 + i / 2, i % 2 ? "cls" : "jpg");
 		at += 512 + (size + 511) / 512 * 512;
 	}
-	add_all(&r, e, recs, 64 * 1024);
+	add_all(&r, e, recs, NR_RECORDS, 64 * 1024);
 	assert_true(r.nr_runs > 1);
 	assert_true(r.file_len <= (uint64_t)r.records * 16);	/* 88 in the buffer */
 	leaf_runs_release(&r);
@@ -202,7 +208,7 @@ static void test_changed_runs_fail_cleanly(void **state)
 	srandom(30);
 	for (uint32_t i = 0; i < NR_RECORDS; i++)
 		make_record(&recs[i], i);
-	add_all(&r, e, recs, 64 * 1024);
+	add_all(&r, e, recs, NR_RECORDS, 64 * 1024);
 	for (int round = 0; round < 100; round++) {
 		struct leaf_merge m;
 		uint64_t at = (uint64_t)random() % r.file_len;
