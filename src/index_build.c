@@ -29,10 +29,14 @@
  * memory instead of holding every member (2.4 GiB at 10 M members: scans,
  * nodes, then the index): phase 2' merges only the directories as nodes
  * and hands every other member to sorted runs (leaf_runs.c), freeing each
- * scan once merged; phase 3' merges the runs twice, to count what each
- * directory holds (entry numbers and offsets follow, per directory) and
- * then to write every entry where it belongs.  93 MiB at 10 M members
- * (docs/benchmarks-scale.md); the same bytes.
+ * scan once merged; phase 3' merges the runs once, to count what each
+ * directory holds (entry numbers and offsets follow, per directory),
+ * keeping each directory's leaves, and then visits the directories in
+ * entry order, handing every entry to the writer in that order, which
+ * packs it at once.  93 MiB at 10 M members (docs/benchmarks-scale.md);
+ * the same bytes.  Writing the entries in place instead (64 bytes each,
+ * in the order of the runs, packed at the end) and merging the runs a
+ * second time took 15.9-19.1 s at 20 M members against 11.3-13.4 s.
  */
 #include <assert.h>
 #include <errno.h>
@@ -1224,9 +1228,7 @@ struct stream_dir {
 	uint32_t rank;		/* its place among its parent's children */
 	uint32_t entry;		/* its entry */
 	uint32_t first;		/* the entry of its first child */
-	uint64_t names;		/* bytes its leaves' names and targets take
-				 * in NAMES; once numbered, where the names
-				 * of its children start */
+	struct leaf_run kept;	/* its leaves, kept by the first pass */
 	uint64_t sparse;	/* sparse maps among its leaves; then the
 				 * number of the first */
 	uint64_t extents;	/* their runs; then the first run's number */
@@ -1250,18 +1252,18 @@ static void stream_count_leaf(struct stream_dir *sd, const struct leaf_view *v)
 	const struct leaf_record *r = v->rec;
 
 	sd->nr_leaves++;
-	sd->names += r->name_len + 1 + (r->type == TAR_SYMLINK ? r->link_len + 1 : 0);
 	sd->sparse += r->sparse;
 	sd->extents += r->nr_extents;
 	stream_newer(sd, r->mtime_sec, r->mtime_nsec);
 }
 
 /*
- * Phase 3a' (bounded): one pass over the leaves, path by path: what each
+ * Phase 3a' (bounded): the merge of the runs, path by path: what each
  * directory holds, and where each subdirectory falls among its parent's
- * leaves.  -EAGAIN when a path is both a directory and a leaf: what the
- * extraction did then depends on the order of the two, which only the
- * in-memory merge replays.
+ * leaves; each path's leaf is kept, directory by directory, for the
+ * layout's pass.  -EAGAIN when a path is both a directory and a leaf:
+ * what the extraction did then depends on the order of the two, which
+ * only the in-memory merge replays.
  */
 static int stream_count(struct builder *b, const struct child_lists *cl,
 			struct stream_dir *dirs)
@@ -1295,37 +1297,39 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
 			}
 			b->counts.duplicates += earlier;
 			stream_count_leaf(&dirs[d], &v);
+			got = leaf_runs_keep(&b->runs, &v, &dirs[d].kept);
+			if (got)
+				break;
 		}
 		for (; k < nsub; k++)
 			dirs[sub[k]].rank = dirs[d].nr_leaves + k;
 	}
 	leaf_merge_end(&m);
-	return got < 0 ? got : 0;
+	return got < 0 ? got : leaf_runs_keep_finish(&b->runs);
 }
 
 /*
  * Phase 3b' (bounded): entry numbers, breadth first over the directories
  * (@queue gets them in entry order), and where every directory's children
- * put their names, sparse maps and runs; @len gets the sections' lengths.
+ * put their sparse maps and runs; @len gets the sections' lengths,
+ * *@nr_entries the entries'.
  */
 static int stream_number(struct builder *b, const struct child_lists *cl,
 			 struct stream_dir *dirs, uint32_t *queue,
-			 uint64_t len[INDEX_NR_PARTS])
+			 uint64_t len[INDEX_NR_PARTS], uint32_t *nr_entries)
 {
-	uint64_t next = 1, names = 1, sparse = 0, extents = 0;	/* root: "" */
+	uint64_t next = 1, sparse = 0, extents = 0;	/* the root */
 	uint32_t tail = 1;
 
 	queue[0] = 0;
 	for (uint32_t q = 0; q < tail; q++) {
 		struct stream_dir *sd = &dirs[queue[q]];
-		uint64_t leaf_names = sd->names, nr_sparse = sd->sparse, nr_extents = sd->extents;
+		uint64_t nr_sparse = sd->sparse, nr_extents = sd->extents;
 
 		sd->first = (uint32_t)next;
 		next += b->nodes[queue[q]].nr_children + (uint64_t)sd->nr_leaves;
 		if (next > SHARD_INDEX_MAX_ENTRIES)
 			return -E2BIG;
-		sd->names = names;
-		names += leaf_names;
 		sd->sparse = sparse;
 		sparse += nr_sparse;
 		sd->extents = extents;
@@ -1333,14 +1337,12 @@ static int stream_number(struct builder *b, const struct child_lists *cl,
 		for (uint32_t c = cl->start[queue[q]]; c < cl->start[queue[q] + 1]; c++) {
 			uint32_t child = cl->child[c];
 
-			names += b->nodes[child].name_len + 1;
 			dirs[child].entry = sd->first + dirs[child].rank;
 			queue[tail++] = child;
 		}
 	}
 	assert(tail == b->nr_nodes);
-	len[INDEX_PART_INODES] = next * sizeof(struct shard_inode);
-	len[INDEX_PART_NAMES] = names;
+	*nr_entries = (uint32_t)next;
 	len[INDEX_PART_SPARSE] = sparse * sizeof(struct shard_sparse);
 	len[INDEX_PART_EXTENTS] = extents * sizeof(struct shard_extent);
 	return 0;
@@ -1401,33 +1403,15 @@ static int out_put(struct section_out *o, uint64_t at, const void *p, size_t n)
 	return 0;
 }
 
-/* Put a name and its NUL at *@at of NAMES, moving *@at past them. */
-static int out_name(struct section_out *names, uint64_t *at, const char *s, size_t len)
-{
-	int rc = out_put(names, *at, s, len) ?: out_put(names, *at + len, "", 1);
-
-	*at += len + 1;
-	return rc;
-}
-
-/* The four sections a bounded layout writes. */
+/* The two sections a bounded layout writes besides its entries. */
 struct stream_out {
-	struct section_out inodes, names, sparse, extents;
+	struct index_file_writer *w;	/* the file, which takes the entries */
+	struct section_out sparse, extents;
 };
 
-/* Write entry @e: @in, named @name (@len bytes) at *@name_at. */
-static int out_entry(struct stream_out *o, uint32_t e, struct shard_inode *in,
-		     const char *name, size_t len, uint64_t *name_at)
-{
-	in->name = *name_at;
-	in->name_len = (uint16_t)len;
-	return out_name(&o->names, name_at, name, len) ?:
-	       out_put(&o->inodes, (uint64_t)e * sizeof(*in), in, sizeof(*in));
-}
-
-/* Write the subdirectory @c of a directory, as entry @e. */
+/* Write the subdirectory @c of a directory, as entry dirs[@c].entry. */
 static int out_dir(struct builder *b, struct stream_out *o, const struct stream_dir *dirs,
-		   uint32_t c, uint32_t e, uint64_t *name_at)
+		   uint32_t c)
 {
 	const struct build_node *n = &b->nodes[c];
 	struct shard_inode in = { .parent = c ? dirs[n->parent].entry : 0 };
@@ -1437,27 +1421,24 @@ static int out_dir(struct builder *b, struct stream_out *o, const struct stream_
 		in.mtime_sec = dirs[c].mtime_sec;
 		in.mtime_nsec = dirs[c].mtime_nsec;
 	}
-	return out_entry(o, e, &in, n->name, n->name_len, name_at);
+	return index_file_writer_entry(o->w, dirs[c].entry, &in, n->name, n->name_len,
+				       NULL, 0);
 }
 
-/* Write leaf @v of the directory @sd as entry @e, its target or runs after. */
+/* Write leaf @v of the directory @sd as entry @e, its runs after. */
 static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *sd,
-		    const struct leaf_view *v, uint32_t e, uint64_t *name_at)
+		    const struct leaf_view *v, uint32_t e)
 {
 	const struct leaf_record *r = v->rec;
 	struct raw_member m = {
 		.data_offset = r->data_offset, .size = r->size, .mtime_sec = r->mtime_sec,
 		.mtime_nsec = r->mtime_nsec, .mode = r->mode, .uid = r->uid, .gid = r->gid,
 		.link_len = r->link_len, .type = r->type, .sparse = r->sparse };
-	struct shard_inode in = { .parent = sd->entry, .nlink = 1, .name = *name_at,
-				  .name_len = (uint16_t)r->name_len };
-	uint64_t at = *name_at + r->name_len + 1, data = 0;
-	int rc = out_name(&o->names, name_at, v->name, r->name_len);
+	struct shard_inode in = { .parent = sd->entry, .nlink = 1 };
+	uint64_t data = 0;
+	int rc = 0;
 
-	if (!rc && r->type == TAR_SYMLINK) {
-		data = at;
-		rc = out_name(&o->names, name_at, v->link, r->link_len);
-	} else if (!rc && r->sparse) {
+	if (r->sparse) {
 		struct shard_sparse sp = { sd->extents, r->nr_extents };
 
 		data = sd->sparse++;
@@ -1470,48 +1451,50 @@ static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *
 		}
 	}
 	leaf_attrs(b, &in, &m, r->shard, data, true);
-	return rc ?: out_put(&o->inodes, (uint64_t)e * sizeof(in), &in, sizeof(in));
+	return rc ?: index_file_writer_entry(o->w, e, &in, v->name, r->name_len,
+					     r->type == TAR_SYMLINK ? v->link : NULL, r->member);
+}
+
+/* Phase 3d' for directory @d: its children, subdirectories and the
+ * leaves the first pass kept, merged by name. */
+static int stream_write_dir(struct builder *b, const struct child_lists *cl,
+			    struct stream_dir *dirs, uint32_t d, struct stream_out *o)
+{
+	struct stream_dir *sd = &dirs[d];
+	struct leaf_merge m = { 0 };
+	const struct leaf_view *v;
+	uint32_t c = cl->start[d], e = sd->first;
+	int rc = sd->nr_leaves ? leaf_merge_start_kept(&m, &b->runs, &sd->kept) : 0;
+
+	for (v = leaf_merge_peek(&m); !rc && (c < cl->start[d + 1] || v); e++) {
+		const struct build_node *n = c < cl->start[d + 1] ? &b->nodes[cl->child[c]] : NULL;
+
+		if (n && (!v || shard_index_name_cmp(n->name, n->name_len, v->name,
+						     v->rec->name_len) < 0)) {
+			assert(dirs[cl->child[c]].entry == e);
+			rc = out_dir(b, o, dirs, cl->child[c++]);
+			continue;
+		}
+		rc = out_leaf(b, o, sd, v, e) ?: leaf_merge_next(&m);
+		v = leaf_merge_peek(&m);
+	}
+	leaf_merge_end(&m);
+	return rc;
 }
 
 /*
- * Phase 3d' (bounded): a second pass over the leaves, directory by
- * directory in node order, writes every directory's children (its
- * subdirectories and leaves, merged by name) where their entries, names
- * and runs belong.
+ * Phase 3d' (bounded): the entries in entry order, directory by directory
+ * breadth first (@queue), each with its children, their sparse maps and
+ * runs where they belong.
  */
 static int stream_write(struct builder *b, const struct child_lists *cl,
-			struct stream_dir *dirs, struct stream_out *o)
+			struct stream_dir *dirs, const uint32_t *queue, struct stream_out *o)
 {
-	struct leaf_merge m;
-	struct leaf_view v;
-	uint64_t earlier, root_name = 0;
-	int rc = leaf_merge_start(&m, &b->runs), got;
+	int rc = out_dir(b, o, dirs, 0);
 
-	rc = rc ?: out_dir(b, o, dirs, 0, 0, &root_name);
-	got = rc ?: leaf_merge_take_path(&m, &v, &earlier);
-	for (uint32_t d = 0; got >= 0 && d < b->nr_nodes; d++) {
-		struct stream_dir *sd = &dirs[d];
-		uint32_t c = cl->start[d], e = sd->first;
-		uint64_t name_at = sd->names;
-
-		while (got >= 0 && (c < cl->start[d + 1] || (got == 1 && v.rec->dir == d))) {
-			const struct build_node *n = c < cl->start[d + 1] ? &b->nodes[cl->child[c]] : NULL;
-
-			if (n && (got != 1 || v.rec->dir != d ||
-				  shard_index_name_cmp(n->name, n->name_len, v.name,
-						       v.rec->name_len) < 0)) {
-				rc = out_dir(b, o, dirs, cl->child[c++], e++, &name_at);
-				got = rc ?: got;
-				continue;
-			}
-			rc = out_leaf(b, o, sd, &v, e++, &name_at);
-			got = rc ?: leaf_merge_take_path(&m, &v, &earlier);
-		}
-	}
-	leaf_merge_end(&m);
-	return got < 0 ? got :
-	       out_flush(&o->inodes) ?: out_flush(&o->names) ?:
-	       out_flush(&o->sparse) ?: out_flush(&o->extents);
+	for (uint32_t q = 0; !rc && q < b->nr_nodes; q++)
+		rc = stream_write_dir(b, cl, dirs, queue[q], o);
+	return rc ?: out_flush(&o->sparse) ?: out_flush(&o->extents);
 }
 
 /* Phase 3' (bounded): lay the tree out straight into the file @w. */
@@ -1527,18 +1510,16 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 
 	rc = rc ?: leaf_runs_finish(&b->runs);
 	rc = rc ?: stream_count(b, &cl, dirs);
-	rc = rc ?: stream_number(b, &cl, dirs, queue, len);
+	rc = rc ?: stream_number(b, &cl, dirs, queue, len, nr_entries);
 	if (!rc) {
 		stream_times(b, dirs, queue);
-		*nr_entries = (uint32_t)(len[INDEX_PART_INODES] / sizeof(struct shard_inode));
 		rc = index_file_writer_place(w, len, b->runs.nr_runs == 0);
 	}
 	if (!rc) {
-		o->inodes = (struct section_out){ .w = w, .s = INDEX_PART_INODES };
-		o->names = (struct section_out){ .w = w, .s = INDEX_PART_NAMES };
+		o->w = w;
 		o->sparse = (struct section_out){ .w = w, .s = INDEX_PART_SPARSE };
 		o->extents = (struct section_out){ .w = w, .s = INDEX_PART_EXTENTS };
-		rc = stream_write(b, &cl, dirs, o);
+		rc = stream_write(b, &cl, dirs, queue, o);
 	}
 	free(o);
 	free(queue);

@@ -2,11 +2,11 @@
 /*
  * index_file.c - write, map and verify persistent index files.
  *
- * A writer takes the entries as the build lays them out, 64 bytes each,
- * and packs them as it seals the file (index_compact.h: a fifth to a
- * quarter of the bytes); the packed sections go last, as their length is
- * known only then, and a build in bounded memory stages the wide entries
- * in an unlinked file until the seal.
+ * A writer takes the entries in entry order as the build lays them out
+ * and packs them at once (index_compact.h: a fifth to a quarter of the
+ * bytes of the 64-byte struct shard_inode); the packed sections go last,
+ * as their length is known only then.  Staged wide entries were 1.6 GB
+ * at 20 M members, written and read back (docs/benchmarks-scale.md).
  *
  * Loading never trusts the file: besides the checksums (which catch
  * accidental damage), every block of packed entries is checked as bytes
@@ -244,7 +244,7 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 {
 	int removed;
 
-	*w = (struct index_file_writer){ .fd = -1, .stage_fd = -1, .set = set };
+	*w = (struct index_file_writer){ .fd = -1, .set = set };
 	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(w->tmp) ||
 	    snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path)) {
 		w->tmp[0] = '\0';
@@ -263,34 +263,10 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 	return 0;
 }
 
-/* An unlinked file beside the index for the staged parts. */
-static int stage_open(struct index_file_writer *w)
-{
-	char tmp[PATH_MAX];
-
-	if (snprintf(tmp, sizeof(tmp), "%s", w->tmp) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
-	w->stage_fd = mkostemp(tmp, O_CLOEXEC);
-	if (w->stage_fd < 0)
-		return -errno;
-	unlink(tmp);
-	return 0;
-}
-
-/* Where staged part @p starts in the staging file. */
-static uint64_t stage_offset(const struct index_file_writer *w, enum index_part p)
-{
-	assert(p == INDEX_PART_INODES || p == INDEX_PART_NAMES);
-	return p == INDEX_PART_NAMES ? section_align(w->part_len[INDEX_PART_INODES]) : 0;
-}
-
-/* The section a part is written to as it is; INDEX_NR_SECTIONS: staged. */
+/* The section a part is written to. */
 static enum index_section part_section(enum index_part p)
 {
 	static const enum index_section of[INDEX_NR_PARTS] = {
-		[INDEX_PART_INODES] = INDEX_NR_SECTIONS,
-		[INDEX_PART_NAMES] = INDEX_NR_SECTIONS,
 		[INDEX_PART_SPARSE] = INDEX_SEC_SPARSE,
 		[INDEX_PART_EXTENTS] = INDEX_SEC_EXTENTS,
 		[INDEX_PART_HARDLINKS] = INDEX_SEC_HARDLINKS,
@@ -310,13 +286,12 @@ int index_file_writer_place(struct index_file_writer *w,
 	int rc = shard_table(w->path, w->set, &w->recs, &w->names, &w->names_len);
 
 	rc = rc ?: seek_sections_fill(w->set, &w->ss);
-	rc = rc ?: (in_memory ? 0 : stage_open(w));
 	if (rc)
 		return rc;
 	memcpy(w->part_len, len, sizeof(w->part_len));
+	w->in_memory = in_memory;
 	for (int p = 0; p < INDEX_NR_PARTS; p++)
-		if (part_section(p) < INDEX_NR_SECTIONS)
-			own[part_section(p)] = len[p];
+		own[part_section(p)] = len[p];
 	own[INDEX_SEC_SHARDS] = w->set->nr * sizeof(*w->recs);
 	own[INDEX_SEC_SHARD_NAMES] = w->names_len;
 	own[INDEX_SEC_SEEK_SHARDS] = w->set->nr * sizeof(*w->ss.recs);
@@ -343,8 +318,6 @@ int index_file_writer_put(struct index_file_writer *w, enum index_part p,
 		memcpy(w->image[p] + at, buf, len);
 		return 0;
 	}
-	if (s == INDEX_NR_SECTIONS)
-		return write_all(w->stage_fd, buf, len, stage_offset(w, p) + at);
 	if (!at && len == w->h.sections[s].length) { /* whole: hashed here */
 		w->h.sections[s].xxh3 = XXH3_64bits(buf, len);
 		w->hashed[s] = true;
@@ -355,7 +328,7 @@ int index_file_writer_put(struct index_file_writer *w, enum index_part p,
 void index_file_writer_put_packed(struct index_file_writer *w,
 				  const struct shard_index *idx)
 {
-	assert(!w->part_len[INDEX_PART_INODES] && !w->part_len[INDEX_PART_NAMES]);
+	assert(!w->stream);
 	w->packed = idx;
 }
 
@@ -405,18 +378,29 @@ static int tail_put(struct index_file_writer *w, enum index_section s, const voi
 	return section_put(w, s, buf);
 }
 
-/* Packed blocks on their way into ENTRIES, a buffer at a time. */
-struct entries_out {
+/* Bytes on their way into the section that begins at the file's tail,
+ * a buffer at a time, hashed as they go. */
+struct tail_out {
 	struct index_file_writer *w;	/* the file */
-	XXH3_state_t *hash;		/* of ENTRIES so far */
-	uint64_t written;		/* bytes of ENTRIES in the file */
+	XXH3_state_t *hash;		/* of the section so far */
+	uint64_t start;			/* where the section begins */
+	uint64_t written;		/* bytes of it in the file */
 	size_t len;			/* bytes in buf */
 	char buf[INDEX_WRITER_PACK_BUF]; /* bytes not yet written */
 };
 
-static int entries_flush(struct entries_out *o)
+static int tail_out_init(struct tail_out *o, struct index_file_writer *w)
 {
-	int rc = write_all(o->w->fd, o->buf, o->len, o->w->tail + o->written);
+	*o = (struct tail_out){ .w = w, .start = w->tail, .hash = XXH3_createState() };
+	if (!o->hash)
+		return -ENOMEM;
+	XXH3_64bits_reset(o->hash);
+	return 0;
+}
+
+static int tail_out_flush(struct tail_out *o)
+{
+	int rc = write_all(o->w->fd, o->buf, o->len, o->start + o->written);
 
 	XXH3_64bits_update(o->hash, o->buf, o->len);
 	o->written += o->len;
@@ -424,139 +408,196 @@ static int entries_flush(struct entries_out *o)
 	return rc;
 }
 
-/* compact_emit_fn into an entries_out. */
-static int entries_emit(void *arg, const void *block, size_t len)
+/* compact_emit_fn into a tail_out (and what ORDER is written through). */
+static int tail_out_put(void *arg, const void *bytes, size_t len)
 {
-	struct entries_out *o = arg;
-	int rc = o->len + len > sizeof(o->buf) ? entries_flush(o) : 0;
+	struct tail_out *o = arg;
+	int rc = o->len + len > sizeof(o->buf) ? tail_out_flush(o) : 0;
 
 	assert(len <= sizeof(o->buf));
-	memcpy(o->buf + o->len, block, len);
+	memcpy(o->buf + o->len, bytes, len);
 	o->len += len;
 	return rc;
 }
 
-/* Pack the @n staged entries @inodes named in @names into ENTRIES, BLOCKS
- * and TARGETS at w->tail. */
-static int pack_staged(struct index_file_writer *w, const struct shard_inode *inodes,
-		       uint32_t n, const char *names)
+/* Flush @o and make what it wrote section @s; the tail moves past it. */
+static int tail_out_close(struct tail_out *o, enum index_section s)
 {
-	struct entries_out *o = malloc(sizeof(*o));
-	struct compact_encoder *enc = malloc(sizeof(*enc));
-	int rc = o && enc ? 0 : -ENOMEM;
+	struct index_file_writer *w = o->w;
+	int rc = tail_out_flush(o);
 
-	if (!rc && !(*o = (struct entries_out){ .w = w, .hash = XXH3_createState() }).hash)
-		rc = -ENOMEM;
-	if (rc)
-		goto out_free;
-	XXH3_64bits_reset(o->hash);
-	compact_encoder_init(enc, entries_emit, o);
-	rc = shard_index_encode(enc, inodes, n, names) ?: entries_flush(o);
-	if (!rc) {
-		w->h.sections[INDEX_SEC_ENTRIES] = (struct index_section_entry){
-			w->tail, o->written, XXH3_64bits_digest(o->hash) };
-		w->hashed[INDEX_SEC_ENTRIES] = true;
-		w->tail = section_align(w->tail + o->written);
-		rc = tail_put(w, INDEX_SEC_BLOCKS, enc->blocks,
-			      ((uint64_t)compact_nr_blocks(n) + 1) * sizeof(*enc->blocks)) ?:
-		     tail_put(w, INDEX_SEC_TARGETS, enc->targets, enc->targets_len);
-	}
-	compact_encoder_release(enc);
-	XXH3_freeState(o->hash);
-out_free:
-	free(enc);
-	free(o);
+	w->h.sections[s] = (struct index_section_entry){ o->start, o->written,
+							 XXH3_64bits_digest(o->hash) };
+	w->hashed[s] = true;
+	w->tail = section_align(o->start + o->written);
 	return rc;
 }
 
 /*
- * The ORDER section, the last of the file, computed from the staged
- * entries (index.h: shard_index_order_compute(), whichever build wrote
- * them).  The file is written through a mapping, so that the build holds
- * its pages as page cache, not per member in its own memory; the file
- * grows by at most 4 bytes per entry and the seal cuts it to what the
- * section takes.
+ * Entries as they come (index_file_writer_entry()): packed at once into
+ * ENTRIES, which grows from the tail, while each file ORDER lists has its
+ * entry put in the slot of its member: a slot per member of the set,
+ * shard by shard, member by member.  Read in order, the slots that were
+ * filled are ORDER, with no sort.  The slots are a mapping of an unlinked
+ * file beside the index (4 bytes a member, page cache rather than the
+ * build's own memory), or memory for an index written in memory.
  */
-static int staged_order(struct index_file_writer *w, const struct shard_inode *inodes,
-			uint32_t n)
+struct entry_stream {
+	struct compact_encoder enc;	/* packs the entries */
+	struct tail_out entries;	/* ENTRIES on their way */
+	uint64_t *first_slot;		/* per shard: its member 0's slot; one
+					 * more: the number of slots */
+	uint32_t *slots;		/* entry + 1 per member; 0: none */
+	size_t slots_len;		/* bytes of slots */
+	bool mapped;			/* slots is a mapping, not malloc'd */
+};
+
+/* An unlinked file of @len bytes beside the index, mapped. */
+static void *map_scratch(const struct index_file_writer *w, size_t len)
 {
-	struct index_section_entry *o = &w->h.sections[INDEX_SEC_ORDER];
-	size_t len = w->tail + (uint64_t)n * sizeof(uint32_t);
-	char *map = MAP_FAILED;
-	int rc = 0;
+	char tmp[PATH_MAX];
+	void *map = MAP_FAILED;
+	int fd;
 
-	if (ftruncate(w->fd, (off_t)len))
-		rc = -errno;
-	if (!rc && (map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED,
-			       w->fd, 0)) == MAP_FAILED)
-		rc = -errno;
-	if (!rc) {
-		int64_t nr = shard_index_order_compute(inodes, n, w->set->nr,
-						       (uint32_t *)(map + w->tail));
-
-		rc = nr < 0 ? (int)nr : 0;
-		*o = (struct index_section_entry){ w->tail, nr < 0 ? 0 : (uint64_t)nr * 4, 0 };
-	}
-	if (!rc) {
-		o->xxh3 = XXH3_64bits(map + o->offset, o->length);
-		w->hashed[INDEX_SEC_ORDER] = true;
-		w->tail = section_align(o->offset + o->length);
-	}
-	if (map != MAP_FAILED)
-		munmap(map, len);
-	return rc;
+	if (snprintf(tmp, sizeof(tmp), "%s", w->tmp) >= (int)sizeof(tmp))
+		return MAP_FAILED;
+	memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return MAP_FAILED;
+	unlink(tmp);
+	if (!ftruncate(fd, (off_t)len))
+		map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return map;
 }
 
-/* The staged parts where the commit can read them: the images, or the
- * staging file mapped (*@map, @map_len to unmap). */
-static int staged_view(struct index_file_writer *w, const char **inodes, const char **names,
-		       void **map, size_t *map_len)
+/* ORDER's slots, one per member of the set. */
+static int slots_alloc(struct index_file_writer *w, struct entry_stream *st)
 {
-	*map = MAP_FAILED;
-	*map_len = 0;
-	if (w->stage_fd < 0) {
-		*inodes = w->image[INDEX_PART_INODES];
-		*names = w->image[INDEX_PART_NAMES];
-		return 0;
+	const struct shard_set *set = w->set;
+	uint64_t n = 0;
+
+	st->first_slot = malloc(((size_t)set->nr + 1) * sizeof(*st->first_slot));
+	if (!st->first_slot)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < set->nr; s++) {
+		st->first_slot[s] = n;
+		n += set->shards[s].members;
 	}
-	*map_len = stage_offset(w, INDEX_PART_NAMES) + w->part_len[INDEX_PART_NAMES];
-	if (!*map_len)
-		return 0;
-	if (ftruncate(w->stage_fd, (off_t)*map_len))
+	st->first_slot[set->nr] = n;
+	st->slots_len = (n ? n : 1) * sizeof(*st->slots);
+	if (w->in_memory) {
+		st->slots = calloc_huge(st->slots_len, 1);
+		return st->slots ? 0 : -ENOMEM;
+	}
+	st->slots = map_scratch(w, st->slots_len);
+	if (st->slots == MAP_FAILED) {
+		st->slots = NULL;
 		return -errno;
-	*map = mmap(NULL, *map_len, PROT_READ, MAP_SHARED, w->stage_fd, 0);
-	if (*map == MAP_FAILED)
-		return -errno;
-	*inodes = *map;
-	*names = (const char *)*map + stage_offset(w, INDEX_PART_NAMES);
+	}
+	st->mapped = true;
 	return 0;
 }
 
-/* ENTRIES, BLOCKS, TARGETS and ORDER, from the staged parts or as put. */
+static void stream_free(struct entry_stream *st)
+{
+	if (!st)
+		return;
+	compact_encoder_release(&st->enc);
+	XXH3_freeState(st->entries.hash);
+	if (st->mapped)
+		munmap(st->slots, st->slots_len);
+	else
+		free(st->slots);
+	free(st->first_slot);
+	free(st);
+}
+
+static int stream_begin(struct index_file_writer *w)
+{
+	struct entry_stream *st = calloc(1, sizeof(*st));
+	int rc = st ? 0 : -ENOMEM;
+
+	if (rc)
+		return rc;
+	compact_encoder_init(&st->enc, tail_out_put, &st->entries);
+	rc = tail_out_init(&st->entries, w) ?: slots_alloc(w, st);
+	if (rc) {
+		stream_free(st);
+		return rc;
+	}
+	w->stream = st;
+	return 0;
+}
+
+int index_file_writer_entry(struct index_file_writer *w, uint32_t e,
+			    const struct shard_inode *in, const char *name, size_t len,
+			    const char *target, uint32_t member)
+{
+	struct entry_stream *st = w->stream;
+	int rc = st ? 0 : stream_begin(w);
+
+	if (rc)
+		return rc;
+	st = w->stream;
+	assert(e == st->enc.nr && !w->packed);
+	if (shard_index_orderable(in, w->set->nr)) {
+		uint64_t slot = st->first_slot[in->shard] + member;
+
+		assert(slot < st->first_slot[in->shard + 1] && !st->slots[slot]);
+		st->slots[slot] = e + 1;
+	}
+	return compact_encoder_add(&st->enc, in, name, len, target);
+}
+
+/* ORDER from the slots, at the tail. */
+static int order_from_slots(struct index_file_writer *w, const struct entry_stream *st)
+{
+	struct tail_out *o = malloc(sizeof(*o));
+	uint64_t n = st->first_slot[w->set->nr];
+	int rc = o ? tail_out_init(o, w) : -ENOMEM;
+
+	for (uint64_t i = 0; !rc && i < n; i++)
+		if (st->slots[i]) {
+			uint32_t e = st->slots[i] - 1;
+
+			rc = tail_out_put(o, &e, sizeof(e));
+		}
+	rc = rc ?: tail_out_close(o, INDEX_SEC_ORDER);
+	if (o)
+		XXH3_freeState(o->hash);
+	free(o);
+	return rc;
+}
+
+/* ENTRIES, BLOCKS, TARGETS and ORDER of the @n entries streamed. */
+static int stream_finish(struct index_file_writer *w, uint32_t n)
+{
+	struct entry_stream *st = w->stream;
+	int rc;
+
+	if (!st || st->enc.nr != n)
+		return -EINVAL;
+	rc = compact_encoder_finish(&st->enc) ?: tail_out_close(&st->entries, INDEX_SEC_ENTRIES);
+	rc = rc ?: tail_put(w, INDEX_SEC_BLOCKS, st->enc.blocks,
+			    ((uint64_t)compact_nr_blocks(n) + 1) * sizeof(*st->enc.blocks));
+	rc = rc ?: tail_put(w, INDEX_SEC_TARGETS, st->enc.targets, st->enc.targets_len);
+	return rc ?: order_from_slots(w, st);
+}
+
+/* ENTRIES, BLOCKS, TARGETS and ORDER, as streamed or as put. */
 static int writer_entries(struct index_file_writer *w, uint32_t n)
 {
 	const struct shard_index *idx = w->packed;
-	const char *inodes = NULL, *names = NULL;
-	void *map;
-	size_t map_len;
-	int rc;
 
-	if (idx)
-		return tail_put(w, INDEX_SEC_ENTRIES, idx->entries.entries,
-				idx->entries.entries_len) ?:
-		       tail_put(w, INDEX_SEC_BLOCKS, idx->entries.blocks,
-				((uint64_t)compact_nr_blocks(n) + 1) * sizeof(uint64_t)) ?:
-		       tail_put(w, INDEX_SEC_TARGETS, idx->entries.targets,
-				idx->entries.targets_len) ?:
-		       tail_put(w, INDEX_SEC_ORDER, idx->order,
-				idx->nr_order * sizeof(*idx->order));
-	assert(w->part_len[INDEX_PART_INODES] == (uint64_t)n * sizeof(struct shard_inode));
-	rc = staged_view(w, &inodes, &names, &map, &map_len);
-	rc = rc ?: pack_staged(w, (const struct shard_inode *)inodes, n, names);
-	rc = rc ?: staged_order(w, (const struct shard_inode *)inodes, n);
-	if (map != MAP_FAILED)
-		munmap(map, map_len);
-	return rc;
+	if (!idx)
+		return stream_finish(w, n);
+	return tail_put(w, INDEX_SEC_ENTRIES, idx->entries.entries, idx->entries.entries_len) ?:
+	       tail_put(w, INDEX_SEC_BLOCKS, idx->entries.blocks,
+			((uint64_t)compact_nr_blocks(n) + 1) * sizeof(uint64_t)) ?:
+	       tail_put(w, INDEX_SEC_TARGETS, idx->entries.targets, idx->entries.targets_len) ?:
+	       tail_put(w, INDEX_SEC_ORDER, idx->order, idx->nr_order * sizeof(*idx->order));
 }
 
 /* The sum of each span of the summed sections of the file image @map
@@ -606,7 +647,7 @@ static int writer_seal(struct index_file_writer *w, uint32_t n)
 	rc = rc ?: section_put(w, INDEX_SEC_SEEK_POINTS, w->ss.points);
 	rc = rc ?: section_put(w, INDEX_SEC_SEEK_WINDOWS, w->ss.windows);
 	for (int p = 0; !rc && p < INDEX_NR_PARTS; p++)
-		if (w->image[p] && part_section(p) < INDEX_NR_SECTIONS)
+		if (w->image[p])
 			rc = section_put(w, part_section(p), w->image[p]);
 	rc = rc ?: writer_entries(w, n);
 	rc = rc ?: writer_sums(w);
@@ -656,11 +697,11 @@ void index_file_writer_abort(struct index_file_writer *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	if (w->stage_fd >= 0)
-		close(w->stage_fd);
 	if (w->tmp[0])
 		unlink(w->tmp);
-	w->fd = w->stage_fd = -1;
+	w->fd = -1;
+	stream_free(w->stream);
+	w->stream = NULL;
 	w->tmp[0] = '\0';
 	free(w->recs);
 	free(w->names);
@@ -684,7 +725,7 @@ static int write_arrays(struct index_file_writer *w, const struct shard_index *i
 		[INDEX_PART_SPARSE] = idx->nr_sparse * sizeof(*idx->sparse),
 		[INDEX_PART_EXTENTS] = idx->nr_extents * sizeof(*idx->extents),
 		[INDEX_PART_HARDLINKS] = idx->nr_hardlinks * sizeof(*idx->hardlinks) };
-	int rc = index_file_writer_place(w, len, true);	/* nothing staged */
+	int rc = index_file_writer_place(w, len, true);
 
 	for (int p = 0; !rc && p < INDEX_NR_PARTS; p++)
 		if (data[p])

@@ -6,7 +6,11 @@
  * The file is unlinked at once (O_TMPFILE where the file system has it):
  * a build that dies leaves nothing behind.  It lives in the index's
  * directory, which has room for the index; the runs are written once and
- * read back twice, sequentially, and mostly stay in the page cache.
+ * read back once, sequentially, and mostly stay in the page cache.  What
+ * their merge kept follows them in the file, read back through a mapping
+ * directory by directory: a second merge of the runs (the heap's
+ * comparisons, a reader per run) cost more than reading the kept records
+ * (leaf_runs_keep()).
  *
  * A run codes each record against the one before it (below, before
  * emit_sorted()): 15.4 bytes a record at 20 M members of scale_gen's
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "leaf_runs.h"
@@ -398,8 +403,89 @@ int leaf_runs_finish(struct leaf_runs *r)
 	return rc;
 }
 
+/* What leaf_runs_keep() has kept. */
+struct leaf_keep {
+	struct run_sink sink;	/* coded records not yet written; in
+				 * memory, all of them */
+	char *prev;		/* the last record kept, which the next is
+				 * coded against */
+	size_t prev_cap;	/* bytes allocated for prev */
+	uint64_t start;		/* the file offset of the first kept byte */
+	uint64_t len;		/* bytes kept */
+};
+
+int leaf_runs_keep(struct leaf_runs *r, const struct leaf_view *v, struct leaf_run *dir)
+{
+	const char *p = (const char *)v->rec, *prev;
+	struct leaf_keep *k = r->keep;
+	size_t n;
+	int rc;
+
+	assert(v->name == p + sizeof(*v->rec) && !r->kept);
+	if (!k) {
+		k = r->keep = calloc(1, sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		k->sink.to_file = !r->sorted;
+		k->start = r->file_len;
+		if (k->sink.to_file &&
+		    buf_reserve((char **)&k->sink.buf, &k->sink.cap, LEAF_RUN_WRITE_BUF))
+			return -ENOMEM;
+	}
+	if (!dir->length)
+		dir->offset = k->len;
+	assert(dir->offset + dir->length == k->len);
+	prev = dir->length ? k->prev : (const char *)&run_start;
+	rc = sink_room(r, &k->sink, coded_bound(p));
+	if (rc)
+		return rc;
+	n = code_record(k->sink.buf + k->sink.len, p, prev);
+	k->sink.len += n;
+	k->len += n;
+	dir->length += n;
+	if (buf_reserve(&k->prev, &k->prev_cap, record_bytes(v->rec)))
+		return -ENOMEM;
+	memcpy(k->prev, p, record_bytes(v->rec));
+	return 0;
+}
+
+int leaf_runs_keep_finish(struct leaf_runs *r)
+{
+	struct leaf_keep *k = r->keep;
+	uint64_t from;
+	int rc;
+
+	free(r->sorted);	/* no merge of the runs from now on */
+	r->sorted = NULL;
+	if (!k || !k->sink.to_file) {
+		r->kept = k ? (const char *)k->sink.buf : NULL;
+		return 0;
+	}
+	rc = write_out(r, (const char *)k->sink.buf, k->sink.len);
+	free(k->sink.buf);
+	k->sink = (struct run_sink){ .to_file = true };
+	if (rc || !k->len)
+		return rc;
+	from = k->start & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1);
+	r->kept_map_len = (size_t)(r->file_len - from);
+	r->kept_map = mmap(NULL, r->kept_map_len, PROT_READ, MAP_SHARED, r->fd, (off_t)from);
+	if (r->kept_map == MAP_FAILED) {
+		r->kept_map = NULL;
+		return -errno;
+	}
+	r->kept = (const char *)r->kept_map + (k->start - from);
+	return 0;
+}
+
 void leaf_runs_release(struct leaf_runs *r)
 {
+	if (r->kept_map)
+		munmap(r->kept_map, r->kept_map_len);
+	if (r->keep) {
+		free(r->keep->sink.buf);
+		free(r->keep->prev);
+		free(r->keep);
+	}
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r->buf);
@@ -635,25 +721,39 @@ static void heap_down(struct leaf_merge *m, size_t i)
 	}
 }
 
+/* Load the first record of reader @i (its buffer set) and put it on the
+ * heap if it has one. */
+static int reader_begin(struct leaf_merge *m, size_t i)
+{
+	struct leaf_run_reader *rd = &m->readers[i];
+	int rc;
+
+	rd->rec_cap = sizeof(run_start);	/* the first is coded against it */
+	rd->rec = calloc(1, rd->rec_cap);
+	rc = rd->buf && rd->rec ? reader_load(rd, m->runs->fd) : -ENOMEM;
+	if (rc > 0)
+		m->heap[m->nr_heap++] = (uint32_t)i;
+	return rc < 0 ? rc : 0;
+}
+
+/* A reader of the @len coded bytes at @buf, held in memory. */
+static struct leaf_run_reader borrowed_reader(const char *buf, size_t len)
+{
+	return (struct leaf_run_reader){ .buf = (char *)buf, .cap = len, .len = len,
+					 .borrowed = true };
+}
+
 /* Start reader @i on run @i of @r, or on the records kept in memory. */
 static int reader_start(struct leaf_merge *m, size_t i, size_t each)
 {
 	const struct leaf_runs *r = m->runs;
-	struct leaf_run_reader *rd = &m->readers[i];
-	int rc;
 
 	if (r->sorted)
-		*rd = (struct leaf_run_reader){ .buf = r->sorted, .cap = r->sorted_len,
-						.len = r->sorted_len, .borrowed = true };
+		m->readers[i] = borrowed_reader(r->sorted, r->sorted_len);
 	else
-		*rd = (struct leaf_run_reader){ .buf = malloc(each), .cap = each,
+		m->readers[i] = (struct leaf_run_reader){ .buf = malloc(each), .cap = each,
 			.next = r->runs[i].offset, .end = r->runs[i].offset + r->runs[i].length };
-	rd->rec_cap = sizeof(run_start);	/* the first is coded against it */
-	rd->rec = calloc(1, rd->rec_cap);
-	rc = rd->buf && rd->rec ? reader_load(rd, r->fd) : -ENOMEM;
-	if (rc > 0)
-		m->heap[m->nr_heap++] = (uint32_t)i;
-	return rc < 0 ? rc : 0;
+	return reader_begin(m, i);
 }
 
 int leaf_merge_start(struct leaf_merge *m, const struct leaf_runs *r)
@@ -673,6 +773,19 @@ int leaf_merge_start(struct leaf_merge *m, const struct leaf_runs *r)
 	for (size_t i = m->nr_heap / 2; i-- > 0;)
 		heap_down(m, i);
 	return rc;
+}
+
+int leaf_merge_start_kept(struct leaf_merge *m, const struct leaf_runs *r,
+			  const struct leaf_run *dir)
+{
+	*m = (struct leaf_merge){ .runs = r, .nr_readers = 1 };
+	m->readers = calloc(1, sizeof(*m->readers));
+	m->heap = calloc(1, sizeof(*m->heap));
+	if (!m->readers || !m->heap)
+		return -ENOMEM;
+	assert(r->kept && dir->offset + dir->length <= r->keep->len);
+	m->readers[0] = borrowed_reader(r->kept + dir->offset, (size_t)dir->length);
+	return reader_begin(m, 0);
 }
 
 const struct leaf_view *leaf_merge_peek(const struct leaf_merge *m)

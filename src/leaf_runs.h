@@ -13,6 +13,12 @@
  * its own, so that a directory's leaves arrive together, by name, and
  * the copies of one path in archive order.
  *
+ * The merge's result can be kept for a second pass that visits the
+ * directories in another order (the layout's, breadth first): each
+ * directory's records are kept as a run of their own after the sorted
+ * ones, and read back alone.  The second pass then merges nothing, and
+ * the layout needs no staging of its own (index_build.c).
+ *
  * Thread-safety: none; the builder's merging thread owns both structs.
  */
 #ifndef SHARDFS_LEAF_RUNS_H
@@ -72,6 +78,8 @@ struct leaf_run {
 	uint64_t length;	/* its bytes */
 };
 
+struct leaf_keep;
+
 struct leaf_runs {
 	int fd;			/* the unlinked temporary file; -1: none */
 	size_t budget;		/* bytes the buffer and its order may use */
@@ -89,6 +97,14 @@ struct leaf_runs {
 				 * records, sorted and coded as a run,
 				 * kept for the merges */
 	size_t sorted_len;	/* bytes in sorted */
+	struct leaf_keep *keep;	/* leaf_runs_keep(): the records kept so
+				 * far; NULL before the first */
+	const char *kept;	/* after leaf_runs_keep_finish(): the kept
+				 * records' bytes (in keep's buffer or
+				 * kept_map) */
+	void *kept_map;		/* the mapping of the file they were
+				 * written to; NULL: none */
+	size_t kept_map_len;	/* bytes mapped */
 };
 
 /*
@@ -146,5 +162,24 @@ int leaf_merge_next(struct leaf_merge *m);
 int leaf_merge_take_path(struct leaf_merge *m, struct leaf_view *v, uint64_t *earlier);
 
 void leaf_merge_end(struct leaf_merge *m);
+
+/*
+ * Keep record @v (as leaf_merge_take_path() shows it: one record's bytes)
+ * after those kept before, as the last of directory run @dir: a @dir of
+ * length 0 starts with it.  The records of one @dir must be kept one
+ * after another, in the order a merge gives them; directories in any
+ * order.  Kept records go to the runs' file after the runs (to memory
+ * when the runs are kept there).  0 or -errno.
+ */
+int leaf_runs_keep(struct leaf_runs *r, const struct leaf_view *v, struct leaf_run *dir);
+
+/* Make the kept records readable (leaf_merge_start_kept()).  The runs
+ * can no longer be merged afterwards.  0 or -errno. */
+int leaf_runs_keep_finish(struct leaf_runs *r);
+
+/* Start a "merge" of the one directory run @dir that leaf_runs_keep()
+ * kept: peek and next as for a merge of runs.  0 or -errno. */
+int leaf_merge_start_kept(struct leaf_merge *m, const struct leaf_runs *r,
+			  const struct leaf_run *dir);
 
 #endif

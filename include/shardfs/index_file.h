@@ -124,31 +124,31 @@ struct seek_sections {
 };
 
 /*
- * What a build puts into a writer: the entries as laid out (struct
- * shard_inode) and their pool of names and link targets, which the
- * commit packs (index_compact.h), and three sections as they are.
+ * What a build puts into a writer besides its entries: three sections as
+ * they are.
  */
 enum index_part {
-	INDEX_PART_INODES,	/* struct shard_inode[], in entry order */
-	INDEX_PART_NAMES,	/* the names and targets they point at */
 	INDEX_PART_SPARSE,	/* the SPARSE section */
 	INDEX_PART_EXTENTS,	/* the EXTENTS section */
 	INDEX_PART_HARDLINKS,	/* the HARDLINKS section */
 	INDEX_NR_PARTS
 };
 
-/* Bytes of packed entries a writer collects before each write. */
+/* Bytes of packed entries, and of ORDER, a writer collects before each
+ * write. */
 #define INDEX_WRITER_PACK_BUF (1u << 20)
 
+struct entry_stream;
+
 /*
- * An index file being written, part by part and in any order: a build
- * that streams its entries (index_build.c) puts them where they belong as
- * it goes, and never holds the whole index.  The entries and names are
- * staged (in memory, or in an unlinked file beside the index) and packed
- * at the commit into the ENTRIES, BLOCKS and TARGETS sections, which go
- * last with ORDER.  Use: index_file_writer_open(), _place() with the
- * lengths of the parts, _put() the bytes of every part (or, for an index
- * already packed, _put_packed()), _commit() (packing, checksums, header,
+ * An index file being written, part by part: a build that streams its
+ * entries (index_build.c) hands them over one at a time in entry order,
+ * packed at once into ENTRIES (index_compact.h), and puts the other parts
+ * where they belong as it goes; it never holds the whole index.  BLOCKS,
+ * TARGETS and ORDER follow ENTRIES at the commit.  Use:
+ * index_file_writer_open(), _place() with the lengths of the parts,
+ * _put() the bytes of every part and _entry() every entry (or, for an
+ * index already packed, _put_packed()), _commit() (checksums, header,
  * then the atomic rename), and always _abort() to release (after a
  * commit it only frees).  Single-threaded.
  */
@@ -168,9 +168,10 @@ struct index_file_writer {
 	uint64_t part_len[INDEX_NR_PARTS]; /* bytes of each part (_place) */
 	char *image[INDEX_NR_PARTS];	/* parts collected in memory, to be
 					 * written whole at commit */
-	int stage_fd;			/* the staged INODES and NAMES of a
-					 * writer without images: an unlinked
-					 * file; -1: none */
+	bool in_memory;			/* _place()'s in_memory */
+	struct entry_stream *stream;	/* _entry(): the entries packed so far
+					 * and ORDER's slots; NULL before the
+					 * first */
 	uint64_t tail;			/* where the sections placed at the
 					 * commit start */
 	const struct shard_index *packed; /* _put_packed(): what the commit
@@ -189,8 +190,10 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 /*
  * Take the set's shard table and seek tables (as the build left them) and
  * lay the sections out; @len gives each part's length in bytes.  With
- * @in_memory, the parts are collected in memory and written at commit (a
- * small index: nothing is read back to checksum it).  0 or -errno.
+ * @in_memory, the parts are collected in memory and written at commit,
+ * and so is ORDER (a small index: nothing is read back to checksum it);
+ * else ORDER is gathered in an unlinked file beside the index.  0 or
+ * -errno.
  */
 int index_file_writer_place(struct index_file_writer *w,
 			    const uint64_t len[INDEX_NR_PARTS], bool in_memory);
@@ -202,9 +205,21 @@ int index_file_writer_put(struct index_file_writer *w, enum index_part p,
 			  uint64_t at, const void *buf, size_t len);
 
 /*
+ * Add entry @e, the next in entry order (the root first): @in, named
+ * @name (@len bytes) and, for a symbolic link, with target @target
+ * (in->size bytes; else NULL), as compact_encoder_add() takes them.  A
+ * file that ORDER lists (shard_index_orderable()) is the member numbered
+ * @member among those of its shard (shard_set's members): within a shard
+ * members are in the order of their data, so ORDER needs no sort.  After
+ * _place(), once the shards' member counts are final.  0 or -errno.
+ */
+int index_file_writer_entry(struct index_file_writer *w, uint32_t e,
+			    const struct shard_inode *in, const char *name, size_t len,
+			    const char *target, uint32_t member);
+
+/*
  * Take @idx's packed entries and order as they are, for the commit to
- * write instead of packing INODES and NAMES (placed with length 0);
- * @idx must outlive the commit.
+ * write (no _entry()); @idx must outlive the commit.
  */
 void index_file_writer_put_packed(struct index_file_writer *w,
 				  const struct shard_index *idx);

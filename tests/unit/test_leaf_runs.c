@@ -3,9 +3,11 @@
  * test_leaf_runs.c - the bounded build's sorted runs (leaf_runs.c): every
  * record a merge gives back is the one added, field for field, in
  * (directory, name, shard, member) order, whether the records stay in
- * memory or spill to many runs, coded against their neighbours; extreme
- * values of every field survive the coding; and a run whose bytes were
- * changed on disk gives -EIO or records, never a read out of bounds.
+ * memory or spill to many runs, coded against their neighbours, and so is
+ * every record kept from the merge, read back directory by directory in
+ * another order; extreme values of every field survive the coding; and
+ * a run whose bytes were changed on disk gives -EIO or records, never a
+ * read out of bounds.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +23,8 @@
 /* Records of the test; names and links point into text. */
 #define NR_RECORDS 3000
 #define MAX_EXTENTS 5
+/* Directories the records are in. */
+#define NR_DIRS 7
 
 /* One record as the test added it. */
 struct added {
@@ -60,7 +64,7 @@ static void make_record(struct added *a, uint32_t i)
 		.data_offset = pick(1u << 20), .size = pick(1u << 12),
 		.mtime_sec = (int64_t)pick(1u << 31) * (random() % 3 ? 1 : -1),
 		.mtime_nsec = (uint32_t)pick(1000000000),
-		.dir = (uint32_t)random() % 7, .shard = (uint32_t)random() % 4,
+		.dir = (uint32_t)random() % NR_DIRS, .shard = (uint32_t)random() % 4,
 		.member = i,	/* unique: the order is total */
 		.mode = random() % 4 ? 0644 : (uint32_t)pick(UINT32_MAX),
 		.uid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
@@ -110,6 +114,43 @@ static void assert_same(const struct leaf_view *v, const struct added *a)
 				    a->rec.nr_extents * sizeof(*a->extents));
 }
 
+/* Merge @r's runs, keeping each record in its directory's run of @dirs
+ * (NR_DIRS of them); returns the records merged, checked against @sorted. */
+static uint32_t merge_and_keep(struct leaf_runs *r, struct leaf_run *dirs,
+			       const struct added *sorted)
+{
+	struct leaf_merge m;
+	uint32_t n = 0;
+
+	memset(dirs, 0, NR_DIRS * sizeof(*dirs));
+	assert_int_equal(leaf_merge_start(&m, r), 0);
+	for (const struct leaf_view *v; (v = leaf_merge_peek(&m)); n++) {
+		if (sorted)
+			assert_same(v, &sorted[n]);
+		assert_int_equal(leaf_runs_keep(r, v, &dirs[v->rec->dir]), 0);
+		assert_int_equal(leaf_merge_next(&m), 0);
+	}
+	leaf_merge_end(&m);
+	assert_int_equal(leaf_runs_keep_finish(r), 0);
+	return n;
+}
+
+/* Read the kept run of directory @dir to its end: 0 or what failed. */
+static int read_kept(const struct leaf_runs *r, const struct leaf_run *dir,
+		     const struct added *sorted, uint32_t *n)
+{
+	struct leaf_merge m;
+	int rc = leaf_merge_start_kept(&m, r, dir);
+
+	for (const struct leaf_view *v; !rc && (v = leaf_merge_peek(&m)); (*n)++) {
+		if (sorted)
+			assert_same(v, &sorted[*n]);
+		rc = leaf_merge_next(&m);
+	}
+	leaf_merge_end(&m);
+	return rc;
+}
+
 /* Runs of the @n records @recs under @budget in a scratch directory of @e. */
 static void add_all(struct leaf_runs *r, struct tb_env *e, const struct added *recs,
 		    uint32_t n, size_t budget)
@@ -142,6 +183,7 @@ static void test_records_come_back_sorted(void **state)
 		make_record(&recs[i], i);
 	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
 		uint32_t nr = cases[k].records, n = 0;
+		struct leaf_run dirs[NR_DIRS];
 		struct leaf_runs r;
 		struct leaf_merge m;
 
@@ -150,15 +192,18 @@ static void test_records_come_back_sorted(void **state)
 		add_all(&r, e, recs, nr, cases[k].budget);
 		assert_true(cases[k].budget >= (32u << 20) ? r.nr_runs == 0 : r.nr_runs > 1);
 		assert_true(cases[k].budget > 1 || r.nr_runs == nr);
-		for (int pass = 0; pass < 2; pass++, n = 0) {	/* merged twice, as built */
-			assert_int_equal(leaf_merge_start(&m, &r), 0);
-			for (const struct leaf_view *v; (v = leaf_merge_peek(&m)); n++) {
-				assert_true(n < nr);
-				assert_same(v, &sorted[n]);
-				assert_int_equal(leaf_merge_next(&m), 0);
-			}
-			leaf_merge_end(&m);
-			assert_int_equal(n, nr);
+		assert_int_equal(leaf_merge_start(&m, &r), 0);	/* a merge may repeat */
+		leaf_merge_end(&m);
+		assert_int_equal(merge_and_keep(&r, dirs, sorted), nr);
+		for (uint32_t d = NR_DIRS; d-- > 0;) {	/* the directories backwards */
+			uint32_t first = 0;
+
+			while (first < nr && sorted[first].rec.dir < d)
+				first++;
+			n = first;
+			assert_int_equal(read_kept(&r, &dirs[d], sorted, &n), 0);
+			assert_true(n == nr || sorted[n].rec.dir != d);
+			assert_true(n > first || !dirs[d].length);
 		}
 		leaf_runs_release(&r);
 	}
@@ -201,7 +246,9 @@ static void test_changed_runs_fail_cleanly(void **state)
 {
 	struct tb_env *e = *state;
 	struct added *recs = calloc(NR_RECORDS, sizeof(*recs));
+	struct leaf_run dirs[NR_DIRS];
 	struct leaf_runs r;
+	uint64_t start;
 	int failed = 0;
 
 	assert_non_null(recs);
@@ -221,6 +268,24 @@ static void test_changed_runs_fail_cleanly(void **state)
 		while (!rc && leaf_merge_peek(&m))
 			rc = leaf_merge_next(&m);
 		leaf_merge_end(&m);
+		assert_true(rc == 0 || rc == -EIO);
+		failed += rc == -EIO;
+		assert_int_equal(pwrite(r.fd, &byte, 1, (off_t)at), 1);
+	}
+	assert_true(failed > 0);
+	failed = 0;
+	start = r.file_len;
+	merge_and_keep(&r, dirs, NULL);
+	for (int round = 0; round < 100; round++) {	/* the records kept */
+		uint64_t at = start + (uint64_t)random() % (r.file_len - start);
+		unsigned char byte, bad = (unsigned char)random();
+		uint32_t n = 0;
+		int rc = 0;
+
+		assert_int_equal(pread(r.fd, &byte, 1, (off_t)at), 1);
+		assert_int_equal(pwrite(r.fd, &bad, 1, (off_t)at), 1);	/* seen mapped */
+		for (uint32_t d = 0; !rc && d < NR_DIRS; d++)
+			rc = read_kept(&r, &dirs[d], NULL, &n);
 		assert_true(rc == 0 || rc == -EIO);
 		failed += rc == -EIO;
 		assert_int_equal(pwrite(r.fd, &byte, 1, (off_t)at), 1);
