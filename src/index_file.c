@@ -452,31 +452,36 @@ struct entry_stream {
 	bool mapped;			/* slots is a mapping, not malloc'd */
 };
 
-/* An unlinked file of @len bytes beside the index, mapped. */
-static void *map_scratch(const struct index_file_writer *w, size_t len)
+/* An unlinked file of @len bytes beside the index, mapped at *@map.
+ * 0 or -errno. */
+static int map_scratch(const struct index_file_writer *w, size_t len, void **map)
 {
 	char tmp[PATH_MAX];
-	void *map = MAP_FAILED;
-	int fd;
+	int fd, rc = 0;
 
 	if (snprintf(tmp, sizeof(tmp), "%s", w->tmp) >= (int)sizeof(tmp))
-		return MAP_FAILED;
+		return -ENAMETOOLONG;
 	memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
-		return MAP_FAILED;
+		return -errno;
 	unlink(tmp);
-	if (!ftruncate(fd, (off_t)len))
-		map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (ftruncate(fd, (off_t)len))
+		rc = -errno;
+	if (!rc && (*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+		   MAP_FAILED)
+		rc = -errno;
 	close(fd);
-	return map;
+	return rc;
 }
 
 /* ORDER's slots, one per member of the set. */
 static int slots_alloc(struct index_file_writer *w, struct entry_stream *st)
 {
 	const struct shard_set *set = w->set;
+	void *map;
 	uint64_t n = 0;
+	int rc;
 
 	st->first_slot = malloc(((size_t)set->nr + 1) * sizeof(*st->first_slot));
 	if (!st->first_slot)
@@ -491,13 +496,12 @@ static int slots_alloc(struct index_file_writer *w, struct entry_stream *st)
 		st->slots = calloc_huge(st->slots_len, 1);
 		return st->slots ? 0 : -ENOMEM;
 	}
-	st->slots = map_scratch(w, st->slots_len);
-	if (st->slots == MAP_FAILED) {
-		st->slots = NULL;
-		return -errno;
+	rc = map_scratch(w, st->slots_len, &map);
+	if (!rc) {
+		st->slots = map;
+		st->mapped = true;
 	}
-	st->mapped = true;
-	return 0;
+	return rc;
 }
 
 static void stream_free(struct entry_stream *st)
@@ -517,10 +521,10 @@ static void stream_free(struct entry_stream *st)
 static int stream_begin(struct index_file_writer *w)
 {
 	struct entry_stream *st = calloc(1, sizeof(*st));
-	int rc = st ? 0 : -ENOMEM;
+	int rc;
 
-	if (rc)
-		return rc;
+	if (!st)
+		return -ENOMEM;
 	compact_encoder_init(&st->enc, tail_out_put, &st->entries);
 	rc = tail_out_init(&st->entries, w) ?: slots_alloc(w, st);
 	if (rc) {
