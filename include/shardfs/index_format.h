@@ -46,11 +46,13 @@
  * (nr 0 and no encoding for a plain tar).
  *
  * The ORDER section is what push-ahead walks a shard by (pushahead.h): it
- * is computed from the entries as the file is sealed
- * (shard_index_order_compute(), index.h), so that a mount serves it from the
- * file's pages instead of sorting the members into private memory (4
- * bytes per member, docs/benchmarks-scale.md).  It comes last in the file,
- * after the packed entries, because its length is known only then.  The
+ * is written with the file (sorted from the entries by
+ * shard_index_order_compute(), index.h, or gathered from the members'
+ * numbers by a writer that takes the entries one at a time,
+ * index_file.h), so that a mount serves it from the file's pages instead
+ * of sorting the members into private memory (4 bytes per member,
+ * docs/benchmarks-scale.md).  It comes last in the file, after the
+ * packed entries, because its length is known only then.  The
  * sections need not lie in the order of the table: a writer places the
  * packed ones last (index_file.h).
  *
