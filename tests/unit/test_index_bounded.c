@@ -151,6 +151,8 @@ static void write_tree_shards(struct tb_env *e)
 	tb_add_attrs(&a, "old/f", '0', &old, "x", 1);
 	tb_file(&a, "y/x/deep/d/e.txt", "e");
 	tb_add_attrs(&a, "u/", '5', &dir_attrs, NULL, 0);
+	tb_file(&a, "m/empty", "");		/* in no shard's order */
+	tb_file(&a, "m/a", "a, again");	/* the later copy in the order */
 	tb_env_shard(e, "00.tar", &a);
 	tb_file(&a, "z/1.jpg", "ONE");
 	tb_add(&a, "y/", '5', NULL, 0);
