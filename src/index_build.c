@@ -64,6 +64,25 @@
  * (their scans are in memory until merged). */
 #define BUILD_SCAN_AHEAD 4
 
+/* Labels the class names lack that the build names in its warning. */
+#define BUILD_UNMAPPED_EXAMPLES 3
+
+/*
+ * The classes layout: what the scans found of labels, kept as each shard
+ * is merged (a bounded build frees each scan then), for check_labels().
+ */
+struct label_report {
+	uint64_t unmapped;		/* samples whose label the class names
+					 * lack */
+	unsigned nr_examples;		/* entries used below */
+	const char *example_shard[BUILD_UNMAPPED_EXAMPLES]; /* a shard of
+					 * such samples (the set's path) */
+	char *example_label[BUILD_UNMAPPED_EXAMPLES]; /* and one such label */
+	const char *unlabeled_shard;	/* the first shard with a sample
+					 * without a label; NULL: none */
+	char *unlabeled_key;		/* that sample's key */
+};
+
 /* A path in the merged tree. */
 struct build_node {
 	const char *name;		/* last component, in a shard's pool */
@@ -129,6 +148,7 @@ struct builder {
 	uint64_t names_len;		/* bytes in names */
 	char *padded;			/* classes layout: the padded names of
 					 * numeric class directories */
+	struct label_report labels;	/* classes layout: labels to report */
 	bool bounded;			/* a build into a file (phase 2'): only
 					 * directories are nodes, leaves go to
 					 * runs, each scan is freed once merged */
@@ -677,7 +697,37 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 }
 
 /* Phase 2 for shard @s: its totals. */
-static void shard_totals(struct builder *b, uint32_t s)
+/* Keep what check_labels() reports of scan @sc.  0 or -ENOMEM. */
+static int label_report_add(struct label_report *r, const struct shard_scan *sc)
+{
+	const struct sample_label *ex = &sc->unlabeled_example;
+
+	r->unmapped += sc->unmapped;
+	if (sc->unmapped && r->nr_examples < BUILD_UNMAPPED_EXAMPLES) {
+		r->example_shard[r->nr_examples] = sc->shard->path;
+		if (!(r->example_label[r->nr_examples++] =
+			      strdup(sc->strings + sc->unmapped_example)))
+			return -ENOMEM;
+	}
+	if (sc->unlabeled && !r->unlabeled_shard) {
+		r->unlabeled_shard = sc->shard->path;
+		r->unlabeled_key = strndup(sc->strings + ex->key, ex->key_len);
+		if (!r->unlabeled_key)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void label_report_release(struct label_report *r)
+{
+	for (unsigned i = 0; i < r->nr_examples; i++)
+		free(r->example_label[i]);
+	free(r->unlabeled_key);
+	*r = (struct label_report){ 0 };
+}
+
+/* Shard @s's totals, and what check_labels() reports of it. */
+static int shard_totals(struct builder *b, uint32_t s)
 {
 	const struct shard_scan *sc = &b->scans[s];
 
@@ -687,15 +737,15 @@ static void shard_totals(struct builder *b, uint32_t s)
 	b->counts.special += sc->special;
 	b->set->shards[s].members = sc->nr_members;
 	b->set->shards[s].digest = sc->digest;
+	return classes_layout(b) ? label_report_add(&b->labels, sc) : 0;
 }
 
 /* Phase 2 for shard @s: its totals, then its members in archive order. */
 static int merge_shard(struct builder *b, uint32_t s)
 {
 	struct shard_scan *sc = &b->scans[s];
-	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members);
+	int rc = table_reserve(b, (uint64_t)b->nr_nodes + sc->nr_members) ?: shard_totals(b, s);
 
-	shard_totals(b, s);
 	for (size_t i = 0; !rc && i < sc->nr_members; i++)
 		rc = merge_member(b, sc, s, &sc->members[i]);
 	return rc;
@@ -782,9 +832,8 @@ static int stream_member(struct builder *b, const struct shard_scan *sc,
 static int stream_shard(struct builder *b, uint32_t s)
 {
 	struct shard_scan *sc = &b->scans[s];
-	int rc = 0;
+	int rc = shard_totals(b, s);
 
-	shard_totals(b, s);
 	b->dir_len = 0;		/* both point into the scan */
 	b->leaf_dir_len = 0;
 	for (uint32_t i = 0; !rc && i < sc->nr_members; i++)
@@ -835,25 +884,16 @@ static int merge_all(struct builder *b)
 }
 
 /* Report labels the class names lack: the count and the first few. */
-static void report_unmapped(const struct builder *b)
+static void report_unmapped(const struct label_report *r)
 {
-	uint64_t total = 0;
-	unsigned shown = 0;
-
-	for (uint32_t s = b->first_shard; s < b->set->nr; s++)
-		total += b->scans[s].unmapped;
-	if (!total)
+	if (!r->unmapped)
 		return;
 	log_warn("%llu samples have a label that the classnames= file does not "
 		 "name; their directories are named by the label itself",
-		 (unsigned long long)total);
-	for (uint32_t s = b->first_shard; s < b->set->nr && shown < 3; s++) {
-		const struct shard_scan *sc = &b->scans[s];
-
-		if (sc->unmapped && ++shown)
-			log_warn("%s: label '%s' is not in the classnames= file",
-				 sc->shard->path, sc->strings + sc->unmapped_example);
-	}
+		 (unsigned long long)r->unmapped);
+	for (unsigned i = 0; i < r->nr_examples; i++)
+		log_warn("%s: label '%s' is not in the classnames= file",
+			 r->example_shard[i], r->example_label[i]);
 }
 
 /*
@@ -864,29 +904,21 @@ static void report_unmapped(const struct builder *b)
 static int check_labels(struct builder *b)
 {
 	const struct layout *l = classes_layout(b);
+	const struct label_report *r = &b->labels;
 	uint32_t classes = 0;
 
 	if (!l)
 		return 0;
-	report_unmapped(b);
+	report_unmapped(r);
 	for (uint32_t i = 1; i < b->nr_nodes; i++)
 		classes += b->nodes[i].parent == 0 &&
 			   !(l->unlabeled && b->nodes[i].name_len == strlen(l->unlabeled) &&
 			     !memcmp(b->nodes[i].name, l->unlabeled, b->nodes[i].name_len));
 	if (classes || !b->counts.unlabeled)
 		return 0;
-	for (uint32_t s = b->first_shard; s < b->set->nr; s++) {
-		const struct shard_scan *sc = &b->scans[s];
-		const struct sample_label *ex = &sc->unlabeled_example;
-
-		if (!sc->unlabeled)
-			continue;
-		log_error("layout=classes: no sample has a label from label=%s "
-			  "(sample '%.*s' of %s has none); not mounting a tree of "
-			  "one class", l->label_source, (int)ex->key_len,
-			  sc->strings + ex->key, sc->shard->path);
-		break;
-	}
+	log_error("layout=classes: no sample has a label from label=%s "
+		  "(sample '%s' of %s has none); not mounting a tree of "
+		  "one class", l->label_source, r->unlabeled_key, r->unlabeled_shard);
 	return -EINVAL;
 }
 
@@ -1547,6 +1579,7 @@ static void builder_release(struct builder *b)
 	free(b->names);
 	free(b->slots);
 	free(b->padded);
+	label_report_release(&b->labels);
 	leaf_runs_release(&b->runs);
 	bump_release(&b->dir_arena);
 	pthread_mutex_destroy(&b->lock);
@@ -1630,6 +1663,8 @@ static int build_bounded(struct builder *b, struct index_file_writer *w,
 	rc = rc ?: scan_start(b);
 	rc = rc ?: merge_all(b);
 	scan_finish(b);
+	rc = rc ?: check_labels(b);
+	rc = rc ?: pad_numeric_classes(b);
 	return rc ?: stream_layout(b, w, nr_entries);
 }
 
@@ -1641,7 +1676,7 @@ int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set
 	struct builder b;
 	int rc;
 
-	if (opt->base || (opt->layout && opt->layout->kind == LAYOUT_CLASSES)) {
+	if (opt->base) {
 		free(was_bad);
 		return -EAGAIN;
 	}

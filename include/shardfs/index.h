@@ -177,11 +177,12 @@ struct index_file_writer;
  * commit.  Memory is bounded by opt->memory_budget plus what the
  * directories take, not by the members: directories are merged in
  * memory, every other member goes to sorted runs in a temporary file
- * beside the index, merged twice (to count, then to write).  Returns what
- * shard_index_build() returns, or -EAGAIN (logged) for a set only the
- * in-memory build replays: one with hard links, with a path that is both
- * a directory and a file, with a base index, or of the classes layout;
- * its shards may then be built with shard_index_build() (scanned again).
+ * beside the index, merged once (to count, keeping each directory's
+ * leaves), then each directory's kept leaves are written in entry order.
+ * Returns what shard_index_build() returns, or -EAGAIN (logged) for a
+ * set only the in-memory build replays: one with hard links, with a path
+ * that is both a directory and a file, or with a base index; its shards
+ * may then be built with shard_index_build() (scanned again).
  */
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,

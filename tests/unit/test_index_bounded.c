@@ -18,6 +18,7 @@
 
 #include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
+#include "shardfs/layout.h"
 #include "shardfs/util.h"
 #include "tarbuild.h"
 
@@ -48,10 +49,11 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-/* The in-memory build of the set, written to @path. */
-static void write_in_memory(struct tb_env *e, const char *path)
+/* The in-memory build of the set under @layout (NULL: the tree), written
+ * to @path. */
+static void write_in_memory(struct tb_env *e, const char *path, const struct layout *layout)
 {
-	const struct shard_index_build_options opt = { .threads = 2 };
+	const struct shard_index_build_options opt = { .threads = 2, .layout = layout };
 	struct shard_index idx;
 	struct shard_set set;
 	char msg[512];
@@ -63,11 +65,13 @@ static void write_in_memory(struct tb_env *e, const char *path)
 	shard_set_release(&set);
 }
 
-/* The bounded build with @budget bytes into @path; returns its result. */
-static int write_bounded(struct tb_env *e, const char *path, size_t budget)
+/* The bounded build under @layout with @budget bytes into @path; returns
+ * its result. */
+static int write_bounded(struct tb_env *e, const char *path, size_t budget,
+			 const struct layout *layout)
 {
-	const struct shard_index_build_options opt = { .threads = 2,
-						       .memory_budget = budget };
+	const struct shard_index_build_options opt = { .threads = 2, .memory_budget = budget,
+						       .layout = layout };
 	struct shard_index_counts counts;
 	struct index_file_writer w;
 	struct shard_set set;
@@ -178,9 +182,9 @@ static void test_same_bytes_any_budget(void **state)
 	write_tree_shards(e);
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
-	write_in_memory(e, mem);
+	write_in_memory(e, mem, NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
-		assert_int_equal(write_bounded(e, bounded, budgets[i]), 0);
+		assert_int_equal(write_bounded(e, bounded, budgets[i], NULL), 0);
 		assert_same_file(mem, bounded);
 	}
 	assert_nothing_left(e, 2);	/* no runs, no temporary index */
@@ -206,9 +210,44 @@ static void test_same_bytes_many_runs(void **state)
 	}
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
-	write_in_memory(e, mem);
-	assert_int_equal(write_bounded(e, bounded, 2048), 0);
+	write_in_memory(e, mem, NULL);
+	assert_int_equal(write_bounded(e, bounded, 2048, NULL), 0);
 	assert_same_file(mem, bounded);
+}
+
+/* The classes layout (ImageFolder's tree, from the samples' labels):
+ * numeric classes padded, samples without a label in their directory,
+ * the same bytes bounded as in memory. */
+static void test_same_bytes_classes(void **state)
+{
+	struct tb_env *e = *state;
+	char mem[4096], bounded[4096], key[64], label[16];
+	struct layout l;
+
+	assert_int_equal(layout_init(&l, "classes", NULL, NULL, NULL), 0);
+	for (int s = 0; s < 3; s++) {
+		struct tb a = { 0 };
+
+		for (int i = 0; i < 300; i++) {
+			snprintf(key, sizeof(key), "k%05d.jpg", (i * 53 + s * 7) % 1000);
+			tb_file(&a, key, key);
+			if (i % 7 == 0)
+				continue;	/* no label */
+			snprintf(label, sizeof(label), i % 5 ? "%d" : "cat%d", i % 12);
+			memcpy(key + strlen(key) - 3, "cls", 3);
+			tb_file(&a, key, label);
+		}
+		snprintf(key, sizeof(key), "%02d.tar", s);
+		tb_env_shard(e, key, &a);
+	}
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	write_in_memory(e, mem, &l);
+	assert_int_equal(write_bounded(e, bounded, 2048, &l), 0);
+	assert_same_file(mem, bounded);
+	assert_int_equal(write_bounded(e, bounded, 0, &l), 0);
+	assert_same_file(mem, bounded);
+	layout_release(&l);
 }
 
 /* What only the in-memory merge replays: refused, then built in memory by
@@ -243,8 +282,8 @@ static void test_in_memory_sets(void **state)
 			tb_file(&a, conflicts[i][1], "second");
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
-		write_in_memory(e, mem);
-		assert_int_equal(write_bounded(e, bounded, 0), -EAGAIN);
+		write_in_memory(e, mem, NULL);
+		assert_int_equal(write_bounded(e, bounded, 0, NULL), -EAGAIN);
 		open_set(&set, e);
 		assert_int_equal(index_store_open(&idx, &set, &bo, &so, &res), 0);
 		assert_true(res.saved);
@@ -270,7 +309,7 @@ static void test_store_builds_bounded(void **state)
 	write_tree_shards(e);
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(saved, sizeof(saved), "%s/.00.tar.shardfs-index", e->dir);
-	write_in_memory(e, mem);
+	write_in_memory(e, mem, NULL);
 	open_set(&set, e);
 	assert_int_equal(index_store_open(&idx, &set, &bo, &so, &res), 0);
 	assert_int_equal(res.origin, INDEX_BUILT);
@@ -290,6 +329,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		BOUNDED_TEST(test_same_bytes_any_budget),
 		BOUNDED_TEST(test_same_bytes_many_runs),
+		BOUNDED_TEST(test_same_bytes_classes),
 		BOUNDED_TEST(test_in_memory_sets),
 		BOUNDED_TEST(test_store_builds_bounded),
 	};
