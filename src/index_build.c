@@ -696,7 +696,6 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 	return rc;
 }
 
-/* Phase 2 for shard @s: its totals. */
 /* Keep what check_labels() reports of scan @sc.  0 or -ENOMEM. */
 static int label_report_add(struct label_report *r, const struct shard_scan *sc)
 {

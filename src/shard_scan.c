@@ -10,9 +10,11 @@
  * The classes layout needs each sample's label before it can name the
  * sample's members, and a sample's members may come in any order within
  * the shard.  Labels are therefore collected during the scan (reading
- * each label member, at most LAYOUT_LABEL_FILE_MAX bytes, usually from
- * the page cache the header probe just filled) and applied in a second
- * pass over the shard's members, by binary search on the sorted labels.
+ * each label member, at most LAYOUT_LABEL_FILE_MAX bytes, from the
+ * scanner's window, which holds a small member's data with its header; a
+ * read per label took 10 of the 13 s of system time of a 20 M member
+ * build) and applied in a second pass over the shard's members, by
+ * binary search on the sorted labels.
  * A member keeps its whole path under its label ("a/0001.jpg" of label 5
  * becomes "5/a/0001.jpg"): ImageFolder recurses, and two samples whose
  * base names collide are two files, not one lost to the other.
@@ -211,7 +213,7 @@ static int member_names(struct shard_scan *sc, const struct tar_member *m,
 static int read_label(struct shard_scan *sc, const struct tar_member *m,
 		      const struct raw_member *rm)
 {
-	const char *path = sc->strings + rm->path;
+	const char *path = sc->strings + rm->path, *bytes = m->data;
 	char data[LAYOUT_LABEL_FILE_MAX], label[PATH_COMPONENT_MAX + 1];
 	struct sample_label *sl;
 	bool unmapped;
@@ -220,10 +222,11 @@ static int read_label(struct shard_scan *sc, const struct tar_member *m,
 	if (m->type != TAR_FILE || m->sparse || m->size > sizeof(data) ||
 	    !layout_is_label_member(sc->layout, path, rm->path_len))
 		return 0;
-	if (shard_source_read_full(sc->shard->src, data, m->size, m->data_offset))
+	if (!bytes && shard_source_read_full(sc->shard->src, data, m->size, m->data_offset))
 		return 0;	/* the scan reports a short shard itself */
-	XXH3_64bits_update(sc->hash, data, m->size);
-	len = layout_label(sc->layout, data, m->size, label, sizeof(label), &unmapped);
+	bytes = bytes ? bytes : data;
+	XXH3_64bits_update(sc->hash, bytes, m->size);
+	len = layout_label(sc->layout, bytes, m->size, label, sizeof(label), &unmapped);
 	if (len < 0) {
 		shard_scan_warn(sc, m->header_offset, "no usable label in", path,
 				rm->path_len);

@@ -211,6 +211,16 @@ static int reader_get(struct tar_scan *s, uint64_t off, size_t len,
 	return 0;
 }
 
+/* The @len bytes at archive offset @off if the window holds them all,
+ * else NULL. */
+static const char *window_bytes(const struct tar_reader *rd, uint64_t off, uint64_t len)
+{
+	if (off < rd->win_off || off - rd->win_off > rd->win_len ||
+	    len > rd->win_len - (off - rd->win_off))
+		return NULL;
+	return rd->window + (off - rd->win_off);
+}
+
 /* Copy @len bytes at @off into @b (NUL-terminated). */
 static int reader_copy(struct tar_scan *s, uint64_t off, size_t len,
 		       struct tar_buf *b)
@@ -879,6 +889,8 @@ static int member_emit(struct tar_scan *s, const char *blk, uint64_t first_off,
 	if (m.type == TAR_FILE && !is_file_type(flag))
 		scan_warn(s, hdr_off, "unknown member type, served as a regular file");
 	*next = m.data_offset + round_up_block(stored);
+	if (m.type == TAR_FILE && !m.sparse)
+		m.data = window_bytes(&s->rd, m.data_offset, m.size);
 	return s->ops->member(s->arg, &m);
 }
 

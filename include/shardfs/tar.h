@@ -75,6 +75,9 @@ struct tar_member {
 	bool sparse;		/* a GNU sparse member: its data is extents */
 	const struct tar_extent *extents; /* the sparse map (if sparse) */
 	size_t nr_extents;	/* entries in extents; 0: all holes */
+	const char *data;	/* a file's size bytes when the scan read them
+				 * with its header (small members), valid in
+				 * the callback; NULL otherwise */
 };
 
 /* Where and why a scan stopped. */
