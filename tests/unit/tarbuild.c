@@ -434,6 +434,8 @@ static int collect_member(void *arg, const struct tar_member *m)
 		.data_offset = m->data_offset, .nr_extents = m->nr_extents,
 		.sparse = m->sparse,
 	};
+	if (m->data)
+		c->data = copy_bytes(m->data, m->size);
 	if (m->extents) {
 		c->extents = calloc(m->nr_extents + 1, sizeof(*c->extents));
 		assert_non_null(c->extents);
@@ -476,6 +478,15 @@ void tb_scan(struct tb_scan *r, const struct tb *a)
 
 	tb_scan_fd(r, fd, a->len);
 	close(fd);
+	for (size_t i = 0; i < r->nr; i++) {
+		const struct tb_member *m = &r->m[i];
+
+		assert_true(!m->data || (m->type == TAR_FILE && !m->sparse));
+		if (m->data) {
+			assert_true(m->data_offset + m->size <= a->len);
+			assert_memory_equal(m->data, a->data + m->data_offset, m->size);
+		}
+	}
 }
 
 void tb_scan_free(struct tb_scan *r)
@@ -484,6 +495,7 @@ void tb_scan_free(struct tb_scan *r)
 		free(r->m[i].path);
 		free(r->m[i].link);
 		free(r->m[i].extents);
+		free(r->m[i].data);
 	}
 	free(r->m);
 	*r = (struct tb_scan){ 0 };

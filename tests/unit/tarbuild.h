@@ -168,6 +168,8 @@ struct tb_member {
 	bool sparse;			/* tar_member.sparse */
 	struct tar_extent *extents;	/* copy, NULL when m->extents was */
 	size_t nr_extents;
+	char *data;			/* copy of tar_member.data, NULL when
+					 * it was */
 };
 
 #define TB_MAX_WARNINGS 8
@@ -185,7 +187,8 @@ struct tb_scan {
 void tb_scan_fd(struct tb_scan *r, int fd, uint64_t size);
 /* The same through @src, which the caller closes. */
 void tb_scan_source(struct tb_scan *r, struct shard_source *src);
-/* Scan @a from a temporary file. */
+/* Scan @a from a temporary file; every member's bytes that came with it
+ * (tar_member.data) must be @a's at its data offset. */
 void tb_scan(struct tb_scan *r, const struct tb *a);
 void tb_scan_free(struct tb_scan *r);
 /* Scan @a; expect -EINVAL at @offset after exactly @members members. */

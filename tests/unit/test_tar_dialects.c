@@ -10,6 +10,7 @@
  * block.  The archives are built byte by byte (tarbuild.h) so each test
  * shows exactly which header layout it relies on.
  */
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -525,6 +526,43 @@ static void test_eof_on_block_boundary_is_accepted(void **state)
 	tb_scan_free(&r);
 }
 
+/*
+ * A small member's bytes come with it from the scanner's window (the
+ * classes layout reads its labels there); a member larger than the window
+ * comes without, and so does one whose data the window ends inside.  The
+ * bytes are the archive's (tb_scan() compares every member's).
+ */
+static void test_small_members_come_with_their_bytes(void **state)
+{
+	static char big[TAR_WINDOW_SIZE + 1000];
+	struct tb a = { 0 };
+	struct tb_scan r;
+	char blk[TAR_BLOCK_SIZE], name[32];
+	size_t with = 0;
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (char)('a' + i % 26);
+	for (int i = 0; i < 600; i++) {	/* past one window's end */
+		snprintf(name, sizeof(name), "k%04d.cls", i);
+		tb_header(blk, TB_USTAR, name, '0', 3 + i % 600);
+		tb_block(&a, blk);
+		tb_data(&a, big + i, 3 + i % 600);
+	}
+	tb_header(blk, TB_USTAR, "big", '0', sizeof(big));
+	tb_block(&a, blk);
+	tb_data(&a, big, sizeof(big));
+	tb_end(&a);
+	tb_scan(&r, &a);
+	assert_int_equal(r.rc, 0);
+	assert_int_equal(r.nr, 601);
+	for (int i = 0; i < 600; i++)
+		with += r.m[i].data != NULL;
+	assert_true(with >= 590 && with < 600);	/* a window ends inside some */
+	assert_null(r.m[600].data);
+	tb_scan_free(&r);
+	tb_free(&a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -546,6 +584,7 @@ int main(void)
 		cmocka_unit_test(test_lone_zero_block_then_junk_ends_archive),
 		cmocka_unit_test(test_header_offset_excludes_skipped_blocks),
 		cmocka_unit_test(test_eof_on_block_boundary_is_accepted),
+		cmocka_unit_test(test_small_members_come_with_their_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
