@@ -948,14 +948,15 @@ static bool placement_ok(const struct shard_index *idx, uint32_t e,
 
 /*
  * Breadth-first layout: the children ranges of the directories, taken in
- * entry order, tile entries 1 .. nr - 1 without gap or overlap.
+ * entry order, tile entries 1 .. nr - 1 without gap or overlap, and an
+ * empty directory's range is (0, 0), as the builds write it.
  * pass->next_child is where the next range must start.
  */
 static bool dir_ok(const struct shard_index *idx, uint32_t e, const struct shard_inode *d,
 		   struct entries_pass *pass)
 {
 	if (!d->size)
-		return true;
+		return !d->data;
 	if (d->data != pass->next_child || d->data <= e ||
 	    !range_ok(d->data, d->size, shard_index_nr(idx)))
 		return false;
