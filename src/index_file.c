@@ -456,16 +456,16 @@ struct entry_stream {
  * 0 or -errno. */
 static int map_scratch(const struct index_file_writer *w, size_t len, void **map)
 {
-	char tmp[PATH_MAX];
+	size_t n = dir_len(w->path);
+	char dir[PATH_MAX];
 	int fd, rc = 0;
 
-	if (snprintf(tmp, sizeof(tmp), "%s", w->tmp) >= (int)sizeof(tmp))
+	if (snprintf(dir, sizeof(dir), "%.*s", n ? (int)n : 1, n ? w->path : ".") >=
+	    (int)sizeof(dir))
 		return -ENAMETOOLONG;
-	memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
-	fd = mkostemp(tmp, O_CLOEXEC);
+	fd = scratch_file(dir);
 	if (fd < 0)
-		return -errno;
-	unlink(tmp);
+		return fd;
 	if (ftruncate(fd, (off_t)len))
 		rc = -errno;
 	if (!rc && (*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==

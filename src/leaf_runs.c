@@ -3,8 +3,8 @@
  * leaf_runs.c - sorted runs of leaf records in a temporary file, and
  * their merge (see leaf_runs.h).
  *
- * The file is unlinked at once (O_TMPFILE where the file system has it):
- * a build that dies leaves nothing behind.  It lives in the index's
+ * The file is unlinked at once (scratch_file(), util.h): a build that
+ * dies leaves nothing behind.  It lives in the index's
  * directory, which has room for the index; the runs are written once and
  * read back once, sequentially, and mostly stay in the page cache.  What
  * their merge kept follows them in the file, read back through a mapping
@@ -22,9 +22,7 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -99,27 +97,10 @@ static int offset_cmp(const void *pa, const void *pb, void *arg)
 	return view_cmp(&a, &b);
 }
 
-/* An unlinked file in @dir. */
-static int temp_file(const char *dir)
-{
-	char name[PATH_MAX];
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-
-	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
-		return fd >= 0 ? fd : -errno;
-	if (snprintf(name, sizeof(name), "%s/.shardfs-runs.XXXXXX", dir) >= (int)sizeof(name))
-		return -ENAMETOOLONG;
-	fd = mkostemp(name, O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	unlink(name);
-	return fd;
-}
-
 int leaf_runs_init(struct leaf_runs *r, const char *dir, size_t budget)
 {
 	*r = (struct leaf_runs){ .budget = budget };
-	r->fd = temp_file(dir);
+	r->fd = scratch_file(dir);
 	return r->fd < 0 ? r->fd : 0;
 }
 

@@ -314,3 +314,19 @@ int tmp_files_remove_stale(const char *path)
 	closedir(d);
 	return removed;
 }
+
+int scratch_file(const char *dir)
+{
+	char name[PATH_MAX];
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd >= 0 ? fd : -errno;
+	if (snprintf(name, sizeof(name), "%s/.shardfs-scratch.XXXXXX", dir) >= (int)sizeof(name))
+		return -ENAMETOOLONG;
+	fd = mkostemp(name, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(name);
+	return fd;
+}

@@ -206,4 +206,12 @@ int dir_trusted(const char *path, char *msg, size_t msg_len);
  */
 int tmp_files_remove_stale(const char *path);
 
+/*
+ * An unlinked file in directory @dir for scratch data, open for reading
+ * and writing: O_TMPFILE where the file system has it, else made and
+ * removed at once, so that a process that dies leaves nothing behind.
+ * The descriptor, or -errno.
+ */
+int scratch_file(const char *dir);
+
 #endif

@@ -2,9 +2,11 @@
 /*
  * test_util.c - the shared rules of util.c: byte counts (a table of what
  * parses and what is refused), name tables, array growth (on the heap and
- * mapped, with huge pages), the bump arena, the clock, and the sweep of
- * crashed writers' temporary files.
+ * mapped, with huge pages), the bump arena, the clock, the sweep of
+ * crashed writers' temporary files, and scratch files that leave no name.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -299,6 +301,31 @@ static void test_tmp_files_remove_stale(void **state)
 	tb_rmtree(dir);
 }
 
+/* A scratch file reads back what was written and leaves no name in its
+ * directory; a directory that does not exist is an error, not a crash. */
+static void test_scratch_file(void **state)
+{
+	char *dir = tb_tmpdir(), buf[6] = "";
+	struct dirent *de;
+	int fd = scratch_file(dir), names = 0;
+	DIR *d;
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "hello", 5, 4096), 5);
+	assert_int_equal(pread(fd, buf, 5, 4096), 5);
+	assert_string_equal(buf, "hello");
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		names += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	assert_int_equal(names, 0);
+	close(fd);
+	assert_int_equal(scratch_file("/nonexistent/shardfs-scratch"), -ENOENT);
+	tb_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -312,6 +339,7 @@ int main(void)
 		cmocka_unit_test(test_monotonic_ns),
 		cmocka_unit_test(test_deadline_after_ms),
 		cmocka_unit_test(test_tmp_files_remove_stale),
+		cmocka_unit_test(test_scratch_file),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
