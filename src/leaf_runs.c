@@ -88,13 +88,42 @@ static int view_cmp(const struct leaf_view *a, const struct leaf_view *b)
 	return a->rec->member < b->rec->member ? -1 : a->rec->member > b->rec->member;
 }
 
-static int offset_cmp(const void *pa, const void *pb, void *arg)
+/* The bytes @from to @from + 8 of @name (@len bytes), big-endian, 0
+ * past its end: compared as numbers, they order names as
+ * shard_index_name_cmp() does wherever they differ (a name has no NUL). */
+static uint64_t name_bytes(const char *name, size_t len, size_t from)
 {
-	const char *buf = arg;
-	struct leaf_view a = view_at(buf + *(const uint64_t *)pa);
-	struct leaf_view b = view_at(buf + *(const uint64_t *)pb);
+	uint64_t v = 0;
 
-	return view_cmp(&a, &b);
+	for (size_t i = from; i < from + 8; i++)
+		v = v << 8 | (i < len ? (unsigned char)name[i] : 0);
+	return v;
+}
+
+/* The key of record @v at @offset of the buffer. */
+static struct leaf_key key_of(const struct leaf_view *v, uint64_t offset)
+{
+	const char *name = v->name;
+	size_t len = v->rec->name_len;
+
+	return (struct leaf_key){
+		.head = (uint64_t)v->rec->dir << 32 | name_bytes(name, len, 0) >> 32,
+		.next = name_bytes(name, len, 4), .offset = offset };
+}
+
+/* view_cmp() of two keys' records, from the keys where they differ. */
+static int key_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct leaf_key *a = pa, *b = pb;
+	struct leaf_view x, y;
+
+	if (a->head != b->head)
+		return a->head < b->head ? -1 : 1;
+	if (a->next != b->next)
+		return a->next < b->next ? -1 : 1;
+	x = view_at((const char *)arg + a->offset);
+	y = view_at((const char *)arg + b->offset);
+	return view_cmp(&x, &y);
 }
 
 int leaf_runs_init(struct leaf_runs *r, const char *dir, size_t budget)
@@ -290,9 +319,9 @@ static int emit_sorted(struct leaf_runs *r, bool to_file)
 	int rc = buf_reserve((char **)&o.buf, &o.cap,
 			     to_file ? LEAF_RUN_WRITE_BUF : r->buf_len);
 
-	qsort_r(r->order, r->nr, sizeof(*r->order), offset_cmp, r->buf);
+	qsort_r(r->order, r->nr, sizeof(*r->order), key_cmp, r->buf);
 	for (size_t i = 0; !rc && i < r->nr; i++) {
-		const char *p = r->buf + r->order[i];
+		const char *p = r->buf + r->order[i].offset;
 
 		rc = sink_room(r, &o, coded_bound(p));
 		if (!rc)
@@ -361,7 +390,7 @@ int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v)
 	memset(p + head, 0, align8(head) - head);
 	if (len > align8(head))
 		memcpy(p + align8(head), v->extents, len - align8(head));
-	r->order[r->nr++] = r->buf_len;
+	r->order[r->nr++] = key_of(v, r->buf_len);
 	r->buf_len += len;
 	r->records++;
 	return 0;

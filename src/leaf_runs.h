@@ -72,6 +72,15 @@ struct leaf_view {
 	const struct tar_extent *extents; /* rec->nr_extents runs */
 };
 
+/* A record in the buffer and the first bytes of its order, so that most
+ * comparisons of a sort read no record (leaf_runs.c). */
+struct leaf_key {
+	uint64_t head;		/* its directory, then its name's first 4
+				 * bytes (big-endian, 0 past its end) */
+	uint64_t next;		/* its name's bytes 4 to 11, the same way */
+	uint64_t offset;	/* where the record is in the buffer */
+};
+
 /* Where one sorted run lies in the file. */
 struct leaf_run {
 	uint64_t offset;	/* its first byte */
@@ -86,7 +95,7 @@ struct leaf_runs {
 	char *buf;		/* records not yet spilled, in arrival order */
 	size_t buf_len;		/* bytes used in buf */
 	size_t buf_cap;		/* bytes allocated for buf */
-	uint64_t *order;	/* offsets of those records in buf */
+	struct leaf_key *order;	/* those records' keys, in arrival order */
 	size_t nr;		/* records in buf */
 	struct leaf_run *runs;	/* the runs written */
 	size_t nr_runs;		/* entries in runs */
