@@ -1637,17 +1637,6 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 	return rc;
 }
 
-/* The directory of the index file @w writes: where the runs go. */
-static int runs_dir(const struct index_file_writer *w, char dir[PATH_MAX])
-{
-	const char *slash = strrchr(w->path, '/');
-
-	if (!slash)
-		return snprintf(dir, PATH_MAX, ".") < 0 ? -EINVAL : 0;
-	return snprintf(dir, PATH_MAX, "%.*s", (int)(slash - w->path + !(slash - w->path)),
-			w->path) < PATH_MAX ? 0 : -ENAMETOOLONG;
-}
-
 /* Phases 1, 2' and 3': the bounded build of @b into @w. */
 static int build_bounded(struct builder *b, struct index_file_writer *w,
 			 uint32_t *nr_entries)
@@ -1655,7 +1644,7 @@ static int build_bounded(struct builder *b, struct index_file_writer *w,
 	size_t budget = b->opt->memory_budget ? b->opt->memory_budget
 					      : SHARD_INDEX_BUILD_BUDGET;
 	char dir[PATH_MAX];
-	int rc = runs_dir(w, dir);
+	int rc = index_file_writer_dir(w, dir);
 
 	b->bounded = b->scan_paced = true;
 	rc = rc ?: leaf_runs_init(&b->runs, dir, budget);

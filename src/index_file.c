@@ -452,17 +452,23 @@ struct entry_stream {
 	bool mapped;			/* slots is a mapping, not malloc'd */
 };
 
+int index_file_writer_dir(const struct index_file_writer *w, char dir[PATH_MAX])
+{
+	size_t n = dir_len(w->path);
+
+	return snprintf(dir, PATH_MAX, "%.*s", n ? (int)n : 1, n ? w->path : ".") <
+	       PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
 /* An unlinked file of @len bytes beside the index, mapped at *@map.
  * 0 or -errno. */
 static int map_scratch(const struct index_file_writer *w, size_t len, void **map)
 {
-	size_t n = dir_len(w->path);
 	char dir[PATH_MAX];
-	int fd, rc = 0;
+	int fd, rc = index_file_writer_dir(w, dir);
 
-	if (snprintf(dir, sizeof(dir), "%.*s", n ? (int)n : 1, n ? w->path : ".") >=
-	    (int)sizeof(dir))
-		return -ENAMETOOLONG;
+	if (rc)
+		return rc;
 	fd = scratch_file(dir);
 	if (fd < 0)
 		return fd;

@@ -155,6 +155,13 @@ static int buf_set(struct tar_buf *b, const char *src, size_t len)
 	return 0;
 }
 
+/* Whether the window holds the @len bytes at archive offset @off. */
+static bool window_holds(const struct tar_reader *rd, uint64_t off, uint64_t len)
+{
+	return off >= rd->win_off && off - rd->win_off <= rd->win_len &&
+	       len <= rd->win_len - (off - rd->win_off);
+}
+
 /*
  * Fill the window starting at @off.  Dense headers (small members) get a
  * whole window, sparse ones a probe: reading 64 KiB to find one header
@@ -199,7 +206,7 @@ static int reader_get(struct tar_scan *s, uint64_t off, size_t len,
 				 "archive truncated: %zu bytes needed, %llu left",
 				 len, (unsigned long long)(rd->file_size -
 				 (off < rd->file_size ? off : rd->file_size)));
-	if (off < rd->win_off || off + len > rd->win_off + rd->win_len) {
+	if (!window_holds(rd, off, len)) {
 		rc = reader_fill(s, off);
 		if (rc)
 			return rc;
@@ -215,10 +222,7 @@ static int reader_get(struct tar_scan *s, uint64_t off, size_t len,
  * else NULL. */
 static const char *window_bytes(const struct tar_reader *rd, uint64_t off, uint64_t len)
 {
-	if (off < rd->win_off || off - rd->win_off > rd->win_len ||
-	    len > rd->win_len - (off - rd->win_off))
-		return NULL;
-	return rd->window + (off - rd->win_off);
+	return window_holds(rd, off, len) ? rd->window + (off - rd->win_off) : NULL;
 }
 
 /* Copy @len bytes at @off into @b (NUL-terminated). */

@@ -187,6 +187,10 @@ struct index_file_writer {
 int index_file_writer_open(struct index_file_writer *w, const char *path,
 			   const struct shard_set *set, char *msg, size_t msg_len);
 
+/* The directory of the index file @w writes, where scratch files go
+ * (with its trailing '/'; "." for a bare name).  0 or -ENAMETOOLONG. */
+int index_file_writer_dir(const struct index_file_writer *w, char dir[PATH_MAX]);
+
 /*
  * Take the set's shard table and seek tables (as the build left them) and
  * lay the sections out; @len gives each part's length in bytes.  With
