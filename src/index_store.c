@@ -440,7 +440,7 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 		res->origin = INDEX_EXTENDED;
 	}
 	rc = -EAGAIN;
-	if (so->mode != INDEX_MODE_OFF && n && !opt.base)
+	if (so->mode != INDEX_MODE_OFF && n)
 		rc = build_to_file(idx, set, &opt, so, paths, n, res);
 	if (rc != -EAGAIN) {
 		shard_index_release(&base);

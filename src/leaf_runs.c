@@ -386,7 +386,8 @@ int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v)
 	p = r->buf + r->buf_len;
 	memcpy(p, v->rec, sizeof(*v->rec));
 	memcpy(p + sizeof(*v->rec), v->name, v->rec->name_len);
-	memcpy(p + sizeof(*v->rec) + v->rec->name_len, v->link, v->rec->link_len);
+	if (v->rec->link_len)	/* v->link may be NULL then */
+		memcpy(p + sizeof(*v->rec) + v->rec->name_len, v->link, v->rec->link_len);
 	memset(p + head, 0, align8(head) - head);
 	if (len > align8(head))
 		memcpy(p + align8(head), v->extents, len - align8(head));

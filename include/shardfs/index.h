@@ -179,10 +179,13 @@ struct index_file_writer;
  * memory, every other member goes to sorted runs in a temporary file
  * beside the index, merged once (to count, keeping each directory's
  * leaves), then each directory's kept leaves are written in entry order.
- * Returns what shard_index_build() returns, or -EAGAIN (logged) for a
- * set only the in-memory build replays: one with hard links, with a path
- * that is both a directory and a file, or with a base index; its shards
- * may then be built with shard_index_build() (scanned again).
+ * With opt->base (checked whole: shard_index_check_all()), its entries
+ * go the way of the scanned members, and the members of the base's
+ * shards in @set must be those the base's file records.  Returns what
+ * shard_index_build() returns, or -EAGAIN (logged) for a set only the
+ * in-memory build replays: one with hard links (the base's too), or with
+ * a path that is both a directory and a file; its shards may then be
+ * built with shard_index_build() (scanned again).
  */
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,

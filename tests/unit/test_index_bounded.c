@@ -6,10 +6,13 @@
  * index_file_write(), whatever its memory budget (down to one record per
  * run); the sets it cannot replay (hard links, a path both a file and a
  * directory) are refused with -EAGAIN and built in memory by
- * index_store_open(), to the same bytes; nothing is left behind.
+ * index_store_open(), to the same bytes; an index extended by appended
+ * shards is built bounded too, to the bytes of the whole set built in
+ * memory; nothing is left behind.
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +327,129 @@ static void test_store_builds_bounded(void **state)
 	assert_nothing_left(e, 2);
 }
 
+/* index_store_open() of the set in @e->dir under @bo: *@res, the index
+ * served from its file or not. */
+static bool store_open(struct tb_env *e, const struct shard_index_build_options *bo,
+		       struct index_store_result *res)
+{
+	const struct index_store_options so = { .mode = INDEX_MODE_AUTO };
+	struct shard_index idx;
+	struct shard_set set;
+	bool mapped;
+
+	open_set(&set, e);
+	assert_int_equal(index_store_open(&idx, &set, bo, &so, res), 0);
+	assert_true(res->saved);
+	mapped = idx.map != NULL;
+	shard_index_release(&idx);
+	shard_set_release(&set);
+	return mapped;
+}
+
+/* Rename the last @n shards of @e->dir to NAME.later, or (@n 0) every
+ * such shard back. */
+static void shards_aside(struct tb_env *e, size_t n)
+{
+	char pattern[4096], to[4096];
+	glob_t g;
+
+	snprintf(pattern, sizeof(pattern), "%s/*.tar%s", e->dir, n ? "" : ".later");
+	assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+	assert_true(g.gl_pathc > n);
+	for (size_t i = n ? g.gl_pathc - n : 0; i < g.gl_pathc; i++) {
+		size_t len = strlen(g.gl_pathv[i]) - (n ? 0 : strlen(".later"));
+
+		snprintf(to, sizeof(to), "%.*s%s", (int)len, g.gl_pathv[i], n ? ".later" : "");
+		assert_int_equal(rename(g.gl_pathv[i], to), 0);
+	}
+	globfree(&g);
+}
+
+/*
+ * The set in @e->dir but its last @appended shards indexed and saved,
+ * then those shards put back: the saved index is extended, bounded
+ * (@bounded: the index served from the file the build wrote) or in
+ * memory, to the bytes of the whole set built in memory.
+ */
+static void assert_extends(struct tb_env *e, size_t appended, size_t budget,
+			   const struct layout *layout, bool bounded)
+{
+	const struct shard_index_build_options bo = { .threads = 2, .memory_budget = budget,
+						      .layout = layout };
+	struct index_store_result res;
+	char mem[4096];
+
+	shards_aside(e, appended);
+	store_open(e, &bo, &res);
+	assert_int_equal(res.origin, INDEX_BUILT);
+	shards_aside(e, 0);	/* after the rename, as the ctime it records */
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	write_in_memory(e, mem, layout);
+	assert_int_equal(store_open(e, &bo, &res), bounded);
+	assert_int_equal(res.origin, INDEX_EXTENDED);
+	assert_same_file(mem, res.path);
+	assert_int_equal(unlink(res.path), 0);
+	assert_int_equal(unlink(mem), 0);
+	assert_nothing_left(e, 0);
+}
+
+/* A saved index extended by appended shards: bounded, the same bytes,
+ * whatever the budget; members replaced, files become links, directories
+ * change attributes across the boundary. */
+static void test_extended_bounded(void **state)
+{
+	static const size_t budgets[] = { 1, 4096, 0 };
+	struct tb_env *e = *state;
+
+	write_tree_shards(e);
+	for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
+		assert_extends(e, 1, budgets[i], NULL, true);
+		assert_extends(e, 2, budgets[i], NULL, true);
+	}
+}
+
+/* More base shards than the scan runs ahead of the merge, many
+ * directories, the classes layout (whose base has padded class names). */
+static void test_extended_bounded_many(void **state)
+{
+	struct tb_env *e = *state;
+	char key[64], label[16];
+	struct layout l;
+
+	assert_int_equal(layout_init(&l, "classes", NULL, NULL, NULL), 0);
+	for (int s = 0; s < 9; s++) {
+		struct tb a = { 0 };
+
+		for (int i = 0; i < 200; i++) {
+			snprintf(key, sizeof(key), "d%02d/k%05d.jpg", (i * 7 + s) % 23,
+				 (i * 37 + s * 11) % 1000);
+			tb_file(&a, key, key);
+			snprintf(label, sizeof(label), i % 5 ? "%d" : "cat%d", (i + s) % 12);
+			memcpy(key + strlen(key) - 3, "cls", 3);
+			tb_file(&a, key, label);
+		}
+		snprintf(key, sizeof(key), "%02d.tar", s);
+		tb_env_shard(e, key, &a);
+	}
+	assert_extends(e, 2, 2048, NULL, true);
+	assert_extends(e, 3, 0, &l, true);
+	layout_release(&l);
+}
+
+/* A base with a hard link is extended in memory, to the same bytes. */
+static void test_extended_hard_links(void **state)
+{
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+
+	tb_file(&a, "keep/1.jpg", "1");
+	tb_link(&a, "keep/2.jpg", '1', "keep/1.jpg");
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "keep/3.jpg", "3");
+	tb_env_shard(e, "01.tar", &a);
+	assert_extends(e, 1, 0, NULL, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +458,9 @@ int main(void)
 		BOUNDED_TEST(test_same_bytes_classes),
 		BOUNDED_TEST(test_in_memory_sets),
 		BOUNDED_TEST(test_store_builds_bounded),
+		BOUNDED_TEST(test_extended_bounded),
+		BOUNDED_TEST(test_extended_bounded_many),
+		BOUNDED_TEST(test_extended_hard_links),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
