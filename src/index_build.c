@@ -1000,7 +1000,7 @@ static int stream_from_base(struct builder *b, const struct shard_index *base)
 	if (!rc)
 		rc = orderable == base->nr_order ? stream_base_order(b, base, &d) : -EIO;
 	if (rc == -EIO)
-		log_error("the index to extend disagrees with itself; it is rebuilt");
+		log_error("the index being extended: its ORDER disagrees with its entries");
 	free(d.dir);
 	base_counts(b, base);
 	return rc;
