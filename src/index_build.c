@@ -861,25 +861,25 @@ struct base_dirs {
 				 * entries follow one another) */
 };
 
+static int base_dir_cmp(const void *key, const void *p)
+{
+	uint32_t e = *(const uint32_t *)key, entry = ((const struct base_dir *)p)->entry;
+
+	return (e > entry) - (e < entry);
+}
+
 /* The node of base directory entry @e, or -EIO when @e is none. */
 static int64_t base_dir_node(struct base_dirs *d, uint32_t e)
 {
-	size_t lo = 0, hi = d->nr;
+	const struct base_dir *found;
 
 	if (d->last < d->nr && d->dir[d->last].entry == e)
 		return d->dir[d->last].node;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (d->dir[mid].entry < e)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == d->nr || d->dir[lo].entry != e)
+	found = bsearch(&e, d->dir, d->nr, sizeof(*d->dir), base_dir_cmp);
+	if (!found)
 		return -EIO;
-	d->last = lo;
-	return d->dir[lo].node;
+	d->last = (size_t)(found - d->dir);
+	return found->node;
 }
 
 /* Bounded: base directory entry @e (@in, named @name, @len bytes) as a
