@@ -873,6 +873,8 @@ static int64_t base_dir_node(struct base_dirs *d, uint32_t e)
 {
 	const struct base_dir *found;
 
+	if (!d->nr)
+		return -EIO;
 	if (d->last < d->nr && d->dir[d->last].entry == e)
 		return d->dir[d->last].node;
 	found = bsearch(&e, d->dir, d->nr, sizeof(*d->dir), base_dir_cmp);

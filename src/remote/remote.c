@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,28 +268,58 @@ int remote_locate(struct remote *remote, struct remote_object *o, const char *ur
 	return rc;
 }
 
+/*
+ * @len bytes of @body as the local file @path, created or replaced: they
+ * go to a new file beside it (mkostemp()), renamed over @path, so that
+ * nothing already at @path (a link) is written through, and a failed
+ * write leaves no part behind.  0 or -errno with a message.
+ */
+static int write_local(const char *path, const char *body, size_t len, char *msg,
+		       size_t msg_len)
+{
+	char tmp[PATH_MAX];
+	size_t done = 0;
+	int fd, rc = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
+	while (!rc && done < len) {
+		ssize_t n = write(fd, body + done, len - done);
+
+		if (n > 0)
+			done += (size_t)n;
+		else
+			rc = n == 0 ? -EIO : errno == EINTR ? 0 : -errno;
+	}
+	if (!rc && fchmod(fd, 0644))
+		rc = -errno;
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		return log_format(msg, msg_len, rc, "%s: %s", path, strerror(-rc));
+	}
+	return 0;
+}
+
 int remote_fetch_file(struct remote *remote, const char *url, const char *path,
 		      char *msg, size_t msg_len)
 {
 	struct remote_object o = { .name = (char *)url };
 	char *body = NULL;
 	size_t len = 0;
-	FILE *f;
 	int rc = remote ? remote_locate(remote, &o, url, msg, msg_len) :
 		 not_configured(url, msg, msg_len);
 
 	rc = rc ?: remote_http_get_body(&o, NULL, REMOTE_FILE_MAX, &body, &len, msg,
 					msg_len);
 	free(o.sign_path);
-	if (rc)
-		return rc;
-	f = fopen(path, "we");
-	if (!f || fwrite(body, 1, len, f) != len || fclose(f)) {
-		rc = log_format(msg, msg_len, -EIO, "%s: %s", path, strerror(errno));
-		if (f)
-			fclose(f);
-		unlink(path);
-	}
+	rc = rc ?: write_local(path, body, len, msg, msg_len);
 	free(body);
 	return rc;
 }
@@ -311,6 +342,7 @@ static int read_local(const char *path, char **body, size_t *len, char *msg,
 	else if ((n = pread(fd, *body, st.st_size, 0)) != st.st_size) {
 		rc = log_format(msg, msg_len, -EIO, "%s: short read", path);
 		free(*body);
+		*body = NULL;	/* the caller frees it */
 	}
 	*len = (size_t)n;
 	close(fd);

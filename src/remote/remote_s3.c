@@ -557,6 +557,7 @@ int remote_s3_split(const char *name, char **bucket, char **key, char *msg,
 	if (!*bucket || !*key) {
 		free(*bucket);
 		free(*key);
+		*bucket = *key = NULL;
 		return -ENOMEM;
 	}
 	return 0;

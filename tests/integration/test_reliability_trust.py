@@ -413,6 +413,35 @@ def test_link_at_a_chunk_name_is_not_followed(site, tmp_path, env):
         assert target.read_bytes() == data
 
 
+def test_link_at_the_fetched_index_name_is_not_written_through(site, tmp_path, env):
+    """A published index is fetched into the local index cache: a
+    symbolic link left at the name it is fetched to is replaced, not
+    written through, and the mount serves the set."""
+    www, truth, names = site
+    mnt = tmp_path / "mnt"
+    with object_server(www) as (_, url):
+        r = lib.run_cmd([lib.binary("shardfs-index"), spec(url, names)], env=env)
+        assert r.returncode == 0, r
+        m = re.search(r"(\S+): to let other nodes mount with one request, upload "
+                      r"this index as (\S+)", r.stderr)
+        assert m, r.stderr
+        local, published = m.groups()
+        shutil.copy(local, www / published.rsplit("/", 1)[1])
+        fresh = dict(env, XDG_CACHE_HOME=str(tmp_path / "fresh"))
+        cached = tmp_path / "fresh" / os.path.relpath(local, env["XDG_CACHE_HOME"])
+        cached.parent.mkdir(parents=True, mode=0o700)
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"not an index")
+        fetched = cached.parent / (cached.name + ".fetched")
+        fetched.symlink_to(victim)
+        with lib.mounted(spec(url, names), mnt, env=fresh):
+            assert read_all(mnt, truth) == truth
+    assert victim.read_bytes() == b"not an index"
+    assert cached.is_file() and not cached.is_symlink()
+    assert cached.read_bytes() == (www / published.rsplit("/", 1)[1]).read_bytes()
+    assert not fetched.exists() and not fetched.is_symlink()
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     path = tmp_path / "fs"
