@@ -28,6 +28,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import socketserver
@@ -508,3 +509,19 @@ def parallel_digests(root, readers):
 def remote_stats(mnt):
     with open(os.path.join(mnt, ".shardfs", "stats")) as f:
         return json.load(f)["remote"]
+
+
+
+def publish_index(spec, www, env):
+    """Build the index of the remote set SPEC with shardfs-index and copy
+    it where mounts look for a published one (shardfs-index names the
+    URL: next to the first shard) into WWW, the directory the server
+    serves.  (The local index file, the published URL.)"""
+    r = lib.run_cmd([lib.binary("shardfs-index"), spec], env=env)
+    assert r.returncode == 0, r
+    m = re.search(r"(\S+): to let other nodes mount with one request, upload "
+                  r"this index as (\S+)", r.stderr)
+    assert m, r.stderr
+    local, published = m.groups()
+    shutil.copy(local, os.path.join(str(www), published.rsplit("/", 1)[1]))
+    return local, published

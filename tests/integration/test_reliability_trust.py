@@ -420,13 +420,7 @@ def test_link_at_the_fetched_index_name_is_not_written_through(site, tmp_path, e
     www, truth, names = site
     mnt = tmp_path / "mnt"
     with object_server(www) as (_, url):
-        r = lib.run_cmd([lib.binary("shardfs-index"), spec(url, names)], env=env)
-        assert r.returncode == 0, r
-        m = re.search(r"(\S+): to let other nodes mount with one request, upload "
-                      r"this index as (\S+)", r.stderr)
-        assert m, r.stderr
-        local, published = m.groups()
-        shutil.copy(local, www / published.rsplit("/", 1)[1])
+        local, published = rs.publish_index(spec(url, names), www, env)
         fresh = dict(env, XDG_CACHE_HOME=str(tmp_path / "fresh"))
         cached = tmp_path / "fresh" / os.path.relpath(local, env["XDG_CACHE_HOME"])
         cached.parent.mkdir(parents=True, mode=0o700)
