@@ -354,6 +354,10 @@ void cli_print_summary(const struct shard_index *idx, const struct layout *layou
 		 (unsigned long long)c->dirs, (unsigned long long)c->symlinks,
 		 (unsigned long long)c->bytes, (unsigned long long)c->duplicates,
 		 (unsigned long long)(c->skipped + c->special), seconds);
+	if (res->origin == INDEX_EXTENDED)
+		log_info("%s: extended; shards appended and scanned: %u, taken from "
+			 "the index: %u", res->path, nr_shards - res->base_shards,
+			 res->base_shards);
 	if (c->bad_shards)
 		log_warn("%u bad shards skipped", c->bad_shards);
 	if (c->unlabeled)

@@ -436,7 +436,7 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 	}
 	if (covered > 0) {
 		opt.base = &base;
-		opt.base_shards = (uint32_t)covered;
+		opt.base_shards = res->base_shards = (uint32_t)covered;
 		res->origin = INDEX_EXTENDED;
 	}
 	rc = -EAGAIN;

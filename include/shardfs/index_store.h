@@ -60,6 +60,8 @@ struct index_store_result {
 	char published[PATH_MAX];	/* a remote set: where mounts look for
 					 * a published copy (next to the first
 					 * shard); else "" */
+	uint32_t base_shards;		/* INDEX_EXTENDED: the shards the
+					 * index covered (not scanned) */
 };
 
 /* Parse "auto", "require", "rebuild" or "off".  0 or -EINVAL. */

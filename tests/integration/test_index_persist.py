@@ -331,6 +331,8 @@ def test_appended_shard_extends(tmp_path):
     ])
     extended, m, r = mount_snapshot(d, mnt)
     expect_origin(m, "extended", index_of(d), saved=True)
+    assert "%s: extended; shards appended and scanned: 1, taken from the index: 2" \
+        % os.path.realpath(index_of(d)) in r.stderr, r.stderr
     assert extended == fresh(d, mnt)
     assert b"brand/new/dir/file.txt" in extended
     # the extended index is saved and then simply loaded
