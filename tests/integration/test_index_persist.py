@@ -331,6 +331,7 @@ def test_appended_shard_extends(tmp_path):
     ])
     extended, m, r = mount_snapshot(d, mnt)
     expect_origin(m, "extended", index_of(d), saved=True)
+    assert "the index is built in memory: it holds hard links" in r.stderr, r.stderr
     assert "%s: extended; shards appended and scanned: 1, taken from the index: 2" \
         % os.path.realpath(index_of(d)) in r.stderr, r.stderr
     assert extended == fresh(d, mnt)
@@ -344,6 +345,41 @@ def test_appended_shard_extends(tmp_path):
     with lib.mounted(d, mnt):
         assert open(os.path.join(mnt, "shared/over.txt"), "rb").read() == \
             b"the newest shard wins\n"
+
+
+def test_appended_shard_extends_within_the_build_budget(tmp_path):
+    """A set without hard links is extended by the bounded build (the
+    index's entries go the way of the new shard's members, not into
+    memory whole): the same tree as a fresh build, inode numbers and all,
+    with members replaced and a file become a symlink across the
+    boundary.  (The sets above have hard links: extended in memory.)"""
+    d = tmp_path / "shards"
+    os.makedirs(d)
+    for i in range(2):
+        lib.tar_from_members(d / ("s-%03d.tar" % i), [
+            m for m in shard_members(i)
+            if not (isinstance(m, dict) and m["type"] == tarfile.LNKTYPE)])
+    mnt = tmp_path / "mnt"
+    mount_snapshot(d, mnt)
+    lib.tar_from_members(d / "s-002.tar", shard_members(2, n=4)[:4] + [
+        ("shared/over.txt", b"the newest shard wins\n"),
+        ("d0/sub0/s000-00.bin", b"replaced by shard 2\n"),
+        {"name": "top-001.txt", "type": tarfile.SYMTYPE, "linkname": "top-000.txt"},
+        ("brand/new/dir/file.txt", b"new\n"),
+    ])
+    with lib.mounted(d, mnt, "-o", "loglevel=debug") as r:
+        with open("/proc/%d/maps" % lib.daemon_pid(mnt)) as f:
+            maps = f.read()
+        extended = snapshot(mnt)
+    expect_origin(ORIGIN_RE.search(r.stderr), "extended", index_of(d), saved=True)
+    # served from the file the bounded build wrote, not built in memory
+    assert os.path.realpath(index_of(d)) in maps, maps
+    assert "built in memory" not in r.stderr, r.stderr
+    assert extended == fresh(d, mnt)
+    assert extended[b"top-001.txt"][7] == b"top-000.txt"
+    again, m, _ = mount_snapshot(d, mnt)
+    expect_origin(m, "loaded")
+    assert again == extended
 
 
 def test_appended_shard_is_the_only_one_scanned(tmp_path):
