@@ -649,6 +649,21 @@ static void base_counts(struct builder *b, const struct shard_index *base)
 	b->counts.unlabeled = base->counts.unlabeled;
 }
 
+/* The node of base entry @e (@in, named @name, @len bytes) below node
+ * @parent: the one the tree has, or a new one; or -errno. */
+static int64_t base_node(struct builder *b, uint32_t e, const struct shard_inode *in,
+			 const char *name, uint32_t len, uint32_t parent)
+{
+	int64_t id;
+
+	if (!e)
+		return 0;	/* the root */
+	if (in->parent == 0 && classes_layout(b))
+		unpad_number(&name, &len);
+	id = child_find(b, parent, name, len);
+	return id == -ENOENT ? node_new(b, parent, name, len, in->shard) : id;
+}
+
 /*
  * Rebuild the merge state from an existing index, as if its shards had
  * just been merged: one node per entry, each bound to a member that
@@ -675,18 +690,13 @@ static int seed_from_base(struct builder *b, const struct shard_index *base)
 		uint32_t len = (uint32_t)cur.name_len;
 		char *copy = len ? bump_alloc(&b->dir_arena, len) : NULL; /* nodes keep it */
 		const char *name = copy ? memcpy(copy, cur.name, len) : "";
-		int64_t id = 0;
+		int64_t id;
 
 		if (len && !copy) {
 			rc = -ENOMEM;
 			break;
 		}
-		if (e && in.parent == 0 && classes_layout(b))
-			unpad_number(&name, &len);
-		if (e)
-			id = child_find(b, node_of[in.parent], name, len);
-		if (id == -ENOENT)
-			id = node_new(b, node_of[in.parent], name, len, in.shard);
+		id = base_node(b, e, &in, name, len, node_of[in.parent]);
 		if (id < 0) {
 			rc = (int)id;
 			break;
@@ -890,16 +900,10 @@ static int stream_base_dir(struct builder *b, const struct shard_index *base,
 			   struct base_dirs *d, uint32_t e, const struct shard_inode *in,
 			   const char *name, uint32_t len, uint32_t parent)
 {
+	int64_t id = base_node(b, e, in, name, len, parent);
 	struct raw_member rm;
-	int64_t id = 0;
 	int rc;
 
-	if (e && in->parent == 0 && classes_layout(b))
-		unpad_number(&name, &len);
-	if (e)
-		id = child_find(b, parent, name, len);
-	if (id == -ENOENT)
-		id = node_new(b, parent, name, len, in->shard);
 	if (id < 0)
 		return (int)id;
 	rc = array_grow((void **)&d->dir, &d->cap, d->nr + 1, sizeof(*d->dir));
