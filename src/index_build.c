@@ -974,7 +974,7 @@ static int stream_base_order(struct builder *b, const struct shard_index *base,
  * not keep; within a shard the members' data offsets grow with their
  * numbers, so its rank in the base's ORDER stands for it, and those files
  * are streamed from ORDER.  -EAGAIN for hard links; -EIO (logged) for a
- * base whose ORDER disagrees with its entries.
+ * base that does not hold together (a full check would have refused it).
  */
 static int stream_from_base(struct builder *b, const struct shard_index *base)
 {
@@ -1006,7 +1006,8 @@ static int stream_from_base(struct builder *b, const struct shard_index *base)
 	if (!rc)
 		rc = orderable == base->nr_order ? stream_base_order(b, base, &d) : -EIO;
 	if (rc == -EIO)
-		log_error("the index being extended: its ORDER disagrees with its entries");
+		log_error("the index being extended does not hold together (its ORDER "
+			  "against its entries, or a parent that is no directory)");
 	free(d.dir);
 	base_counts(b, base);
 	return rc;
