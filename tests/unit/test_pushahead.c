@@ -280,9 +280,17 @@ static void test_forward_reader_gets_the_next_members(void **state)
 	assert_int_equal(stored, MEMBERS - SHARDFS_READAHEAD_STREAK - 2);
 	assert_int_equal(atomic_load(&c->files), stored);
 	assert_true(atomic_load(&c->ahead_max) <= e->fs.push.bound);
-	/* a READ of a stored member is counted as one the kernel missed */
+	/* a READ of a stored member is counted as one the kernel missed; a
+	 * slow run (valgrind) may find the window gone idle first
+	 * (SHARDFS_PUSHAHEAD_IDLE_MS), every stored member then counted as
+	 * unconfirmed and the READ as nothing */
 	read_member(e, 10);
-	assert_int_equal(atomic_load(&c->read_anyway), 1);
+	if (atomic_load(&c->unconfirmed)) {
+		assert_int_equal(atomic_load(&c->unconfirmed), stored);
+		assert_int_equal(atomic_load(&c->read_anyway), 0);
+	} else {
+		assert_int_equal(atomic_load(&c->read_anyway), 1);
+	}
 }
 
 /*
