@@ -94,27 +94,11 @@ bool index_verified_holds(const char *index_path, const struct stat *st,
  */
 static int write_record(const char *path, struct index_verified_rec *r, mode_t mode)
 {
-	char tmp[PATH_MAX];
-	int fd, removed, rc = 0;
+	int removed, rc = file_replace(path, r, sizeof(*r), mode, &removed);
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	removed = tmp_files_remove_stale(path);
 	if (removed)
 		log_info("%s.tmp.*: removed %d temporary record(s) left by writers that "
 			 "did not finish", path, removed);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	errno = 0;	/* a short write sets none */
-	if (fchmod(fd, mode) || write(fd, r, sizeof(*r)) != (ssize_t)sizeof(*r))
-		rc = errno ? -errno : -EIO;
-	if (close(fd) && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path))
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
 	return rc;
 }
 

@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,41 @@ int tmp_files_remove_stale(const char *path)
 	}
 	closedir(d);
 	return removed;
+}
+
+int file_replace(const char *path, const void *buf, size_t len, mode_t mode,
+		 int *removed)
+{
+	char tmp[PATH_MAX];
+	const char *p = buf;
+	int fd, rc = 0;
+
+	*removed = 0;
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	*removed = tmp_files_remove_stale(path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fchmod(fd, mode))
+		rc = -errno;
+	while (!rc && len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+		} else {
+			rc = n == 0 ? -EIO : errno == EINTR ? 0 : -errno;
+		}
+	}
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	return rc;
 }
 
 int scratch_file(const char *dir)

@@ -207,6 +207,17 @@ int dir_trusted(const char *path, char *msg, size_t msg_len);
 int tmp_files_remove_stale(const char *path);
 
 /*
+ * Replace the file @path with @len bytes of @buf, mode @mode: written to
+ * a new "@path.tmp.XXXXXX" beside it and renamed over @path, so that
+ * nothing already at @path (a symbolic link someone left) is written
+ * through and a failed write leaves @path as it was.  What crashed
+ * writers left is removed first (tmp_files_remove_stale(): *@removed,
+ * for the caller to say).  0 or -errno.
+ */
+int file_replace(const char *path, const void *buf, size_t len, mode_t mode,
+		 int *removed);
+
+/*
  * An unlinked file in directory @dir for scratch data, open for reading
  * and writing: O_TMPFILE where the file system has it, else made and
  * removed at once, so that a process that dies leaves nothing behind.

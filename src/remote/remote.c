@@ -268,43 +268,18 @@ int remote_locate(struct remote *remote, struct remote_object *o, const char *ur
 	return rc;
 }
 
-/*
- * @len bytes of @body as the local file @path, created or replaced: they
- * go to a new file beside it (mkostemp()), renamed over @path, so that
- * nothing already at @path (a link) is written through, and a failed
- * write leaves no part behind.  0 or -errno with a message.
- */
+/* @len bytes of @body as the local file @path, created or replaced
+ * (file_replace(): nothing at @path is written through).  0 or -errno
+ * with a message. */
 static int write_local(const char *path, const char *body, size_t len, char *msg,
 		       size_t msg_len)
 {
-	char tmp[PATH_MAX];
-	size_t done = 0;
-	int fd, rc = 0;
+	int removed, rc = file_replace(path, body, len, 0644, &removed);
 
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
-		return log_format(msg, msg_len, -ENAMETOOLONG, "%s: name too long", path);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return log_format(msg, msg_len, -errno, "%s: %s", path, strerror(errno));
-	while (!rc && done < len) {
-		ssize_t n = write(fd, body + done, len - done);
-
-		if (n > 0)
-			done += (size_t)n;
-		else
-			rc = n == 0 ? -EIO : errno == EINTR ? 0 : -errno;
-	}
-	if (!rc && fchmod(fd, 0644))
-		rc = -errno;
-	if (close(fd) && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path))
-		rc = -errno;
-	if (rc) {
-		unlink(tmp);
-		return log_format(msg, msg_len, rc, "%s: %s", path, strerror(-rc));
-	}
-	return 0;
+	if (removed)
+		log_info("%s.tmp.*: removed %d temporary file(s) left by fetches that "
+			 "did not finish", path, removed);
+	return rc ? log_format(msg, msg_len, rc, "%s: %s", path, strerror(-rc)) : 0;
 }
 
 int remote_fetch_file(struct remote *remote, const char *url, const char *path,

@@ -301,6 +301,44 @@ static void test_tmp_files_remove_stale(void **state)
 	tb_rmtree(dir);
 }
 
+/* file_replace(): the new bytes and mode at the name, a symbolic link
+ * there replaced and its target untouched, a stale temporary file of an
+ * earlier writer removed and counted, nothing left on a failure. */
+static void test_file_replace(void **state)
+{
+	char *dir = tb_tmpdir(), path[PATH_MAX], victim[PATH_MAX], buf[16] = "";
+	struct stat st;
+	int removed, fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/set.idx", dir);
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	fd = open(victim, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	assert_int_equal(write(fd, "keep", 4), 4);
+	close(fd);
+	assert_int_equal(symlink(victim, path), 0);
+	make_aged(dir, "set.idx.tmp.AbC123", false, TMP_FILE_STALE_SECONDS + 60);
+	assert_int_equal(file_replace(path, "fetched", 7, 0640, &removed), 0);
+	assert_int_equal(removed, 1);
+	assert_false(exists_in(dir, "set.idx.tmp.AbC123"));
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0640);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_int_equal(read(fd, buf, sizeof(buf)), 7);
+	close(fd);
+	assert_string_equal(buf, "fetched");
+	fd = open(victim, O_RDONLY | O_CLOEXEC);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(read(fd, buf, sizeof(buf)), 4);
+	close(fd);
+	assert_string_equal(buf, "keep");
+	snprintf(path, sizeof(path), "%s/no/such/dir/set.idx", dir);
+	assert_int_equal(file_replace(path, "x", 1, 0644, &removed), -ENOENT);
+	assert_int_equal(removed, 0);
+	tb_rmtree(dir);
+}
+
 /* A scratch file reads back what was written and leaves no name in its
  * directory; a directory that does not exist is an error, not a crash. */
 static void test_scratch_file(void **state)
@@ -339,6 +377,7 @@ int main(void)
 		cmocka_unit_test(test_monotonic_ns),
 		cmocka_unit_test(test_deadline_after_ms),
 		cmocka_unit_test(test_tmp_files_remove_stale),
+		cmocka_unit_test(test_file_replace),
 		cmocka_unit_test(test_scratch_file),
 	};
 
