@@ -68,8 +68,8 @@ _Static_assert(sizeof(struct leaf_record) == 72,
 struct leaf_view {
 	const struct leaf_record *rec;	/* the fixed part */
 	const char *name;		/* rec->name_len bytes, no NUL */
-	const char *link;		/* rec->link_len bytes, no NUL; NULL
-					 * when none */
+	const char *link;		/* rec->link_len bytes, no NUL; may be
+					 * NULL when that is 0 */
 	const struct tar_extent *extents; /* rec->nr_extents runs */
 };
 
