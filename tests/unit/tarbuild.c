@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -636,12 +637,13 @@ static bool task_file(pid_t tid, const char *what, char *buf, size_t len)
 
 bool tb_thread_asleep(pid_t tid)
 {
-	char stat[512], *end;
+	char stat[512], call[256], *end;
 
-	if (!task_file(tid, "stat", stat, sizeof(stat)))
+	if (!task_file(tid, "stat", stat, sizeof(stat)) ||
+	    !task_file(tid, "syscall", call, sizeof(call)))
 		return false;
 	end = strrchr(stat, ')');	/* the name may hold anything */
-	return end && end[1] == ' ' && end[2] == 'S';
+	return end && end[1] == ' ' && end[2] == 'S' && atol(call) == SYS_futex;
 }
 
 pid_t tb_thread_named(const char *comm)

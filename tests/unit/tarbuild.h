@@ -234,11 +234,15 @@ int64_t tb_entry(const struct shard_index *idx, const char *path);
 /* ---- threads of the program under test ------------------------------ */
 
 /*
- * Is thread @tid of this process asleep (state S in /proc: blocked in a
+ * Is thread @tid of this process asleep in a futex (state S in /proc,
+ * in the futex system call: a mutex, condition variable or semaphore
  * wait, not running or waiting for a CPU)?  What a test waits for before
  * it counts on a thread having reached a wait, instead of a sleep: under
  * valgrind, beside the sanitized suites, a thread may not run for
- * hundreds of milliseconds.  False for a thread that is gone.
+ * hundreds of milliseconds.  State S alone is not enough there: a thread
+ * waiting for valgrind's turn sleeps too, in a read(2) of its pipe (ci83:
+ * a reader taken for queued had not reached the cache's queue yet).
+ * False for a thread that is gone.
  */
 bool tb_thread_asleep(pid_t tid);
 /* The thread of this process named @comm (pthread_setname_np), or 0. */
