@@ -36,7 +36,9 @@
  * packs it at once.  93 MiB at 10 M members (docs/benchmarks-scale.md);
  * the same bytes.  An index extended by appended shards streams its base
  * the same way: 111 MiB at 20 M members where its copy in memory took
- * 4.8 GiB.  Writing the entries in place instead (64 bytes each,
+ * 4.8 GiB.  A hard link is bound within its own shard's scan, still in
+ * memory as the shard is streamed (build_links.c): 2 M members with 200 k
+ * links, 133 MiB where the in-memory build took 518 MiB.  Writing the entries in place instead (64 bytes each,
  * in the order of the runs, packed at the end) and merging the runs a
  * second time took 15.9-19.1 s at 20 M members against 11.3-13.4 s.
  */
@@ -52,6 +54,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "build_links.h"
 #include "leaf_runs.h"
 #include "shard_scan.h"
 #include "shardfs/index_file.h"
@@ -155,6 +158,8 @@ struct builder {
 					 * directories are nodes, leaves go to
 					 * runs, each scan is freed once merged */
 	struct leaf_runs runs;		/* bounded: the leaves */
+	struct build_links links;	/* bounded: hard links and their
+					 * groups */
 	struct bump_arena dir_arena;	/* bounded: names and members of the
 					 * directories (the scans are freed) */
 	uint32_t merged;		/* bounded: shards merged; the pool
@@ -806,11 +811,12 @@ static int64_t stream_leaf_dir(struct builder *b, const char *path, size_t len,
 /*
  * Bounded: hand file or symlink @rm, member @member of @shard, to the
  * runs as a leaf of directory node @dir named @name (@len bytes); its
- * link target and sparse runs are in @sc.
+ * link target and sparse runs are in @sc.  A hard link is @rm, member
+ * @group, named again: @member its own number (@group: @member if none).
  */
 static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		       const struct raw_member *rm, uint32_t shard, uint32_t member,
-		       uint32_t dir, const char *name, size_t len)
+		       uint32_t group, uint32_t dir, const char *name, size_t len)
 {
 	const struct leaf_record rec = {
 		.data_offset = rm->data_offset, .size = rm->size,
@@ -819,7 +825,8 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		.uid = rm->uid, .gid = rm->gid, .name_len = (uint32_t)len,
 		.link_len = rm->type == TAR_SYMLINK ? rm->link_len : 0,
 		.nr_extents = rm->sparse ? rm->nr_extents : 0,
-		.type = rm->type, .sparse = rm->sparse };
+		.type = rm->type, .sparse = rm->sparse, .linked = group != member,
+		.group = group != member ? group : 0 };
 
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
@@ -828,32 +835,58 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 }
 
 /*
- * Phase 2' (bounded) for one member: a directory becomes (or binds) a
- * node, anything else a leaf record of its directory's node.  -EAGAIN for
- * what only the in-memory merge replays: hard links (bound to what their
- * target names at that moment) and a root that is not a directory.
+ * Bounded: what hard link @i of @sc binds to, in *@group, with its
+ * member.  1 when refused (warned and skipped, as merge_member() does);
+ * -EAGAIN when its target is not in its shard before it (build_links.h).
  */
-static int stream_member(struct builder *b, const struct shard_scan *sc,
-			 uint32_t shard, uint32_t i)
+static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t shard,
+			   uint32_t i, uint32_t *group)
+{
+	int rc = build_links_resolve(&b->links, sc, shard, i, group);
+
+	if (rc == -EAGAIN)
+		b->why_in_memory = "a hard link in it names a member of another shard";
+	if (rc != -ENOENT)
+		return rc;
+	merge_warn(b, sc, &sc->members[i], "hard link target missing, a directory or later in the shard set:");
+	return 1;
+}
+
+/*
+ * Phase 2' (bounded) for one member: a directory becomes (or binds) a
+ * node, anything else a leaf record of its directory's node (a hard link
+ * its target's, stream_hardlink()).  -EAGAIN for what only the in-memory
+ * merge replays: a hard link to another shard's member, a root that is
+ * not a directory.
+ */
+static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shard,
+			 uint32_t i)
 {
 	const struct raw_member *rm = &sc->members[i];
 	const char *path = sc->strings + rm->path;
 	const char *slash = memrchr(path, '/', rm->path_len);
 	size_t dir_len = slash ? (size_t)(slash - path) : 0;
+	uint32_t group = i;
 	int64_t dir;
 
-	if (rm->type == TAR_HARDLINK || (!rm->path_len && rm->type != TAR_DIR)) {
-		b->why_in_memory = "it holds hard links";
+	if (!rm->path_len && rm->type != TAR_DIR) {
+		b->why_in_memory = "its root is not a directory";
 		return -EAGAIN;
 	}
 	if (rm->type == TAR_DIR)
 		return stream_dir_member(b, node_walk(b, path, rm->path_len, shard, true),
 					 rm, shard);
+	if (rm->type == TAR_HARDLINK) {
+		int rc = stream_hardlink(b, sc, shard, i, &group);
+
+		if (rc)
+			return rc > 0 ? 0 : rc;
+	}
 	dir = stream_leaf_dir(b, path, dir_len, shard);
 	if (dir < 0)
 		return (int)dir;
-	return stream_leaf(b, sc, rm, shard, i, (uint32_t)dir, slash ? slash + 1 : path,
-			   rm->path_len - (slash ? dir_len + 1 : 0));
+	return stream_leaf(b, sc, &sc->members[group], shard, i, group, (uint32_t)dir,
+			   slash ? slash + 1 : path, rm->path_len - (slash ? dir_len + 1 : 0));
 }
 
 /* A directory of the base index and the node it became. */
@@ -928,7 +961,7 @@ static int stream_base_leaf(struct builder *b, const struct shard_index *base,
 
 	sc->strings_len = sc->nr_extents = 0;	/* one leaf's at a time */
 	rc = seed_member(sc, base, in, &rm);
-	return rc ?: stream_leaf(b, sc, &rm, in->shard, member, dir, name, len);
+	return rc ?: stream_leaf(b, sc, &rm, in->shard, member, member, dir, name, len);
 }
 
 /*
@@ -985,7 +1018,7 @@ static int stream_from_base(struct builder *b, const struct shard_index *base)
 	int rc = 0;
 
 	if (base->nr_hardlinks) {
-		b->why_in_memory = "it holds hard links";
+		b->why_in_memory = "the index it extends holds hard links";
 		return -EAGAIN;
 	}
 	compact_cursor_init(&cur, &base->entries, 0);
@@ -1024,6 +1057,7 @@ static int stream_shard(struct builder *b, uint32_t s)
 	b->leaf_dir_len = 0;
 	for (uint32_t i = 0; !rc && i < sc->nr_members; i++)
 		rc = stream_member(b, sc, s, i);
+	build_links_shard_done(&b->links);
 	return rc;
 }
 
@@ -1515,6 +1549,7 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
 				break;
 			}
 			b->counts.duplicates += earlier;
+			build_links_count(&b->links, v.rec);
 			stream_count_leaf(&dirs[d], &v);
 			got = leaf_runs_keep(&b->runs, &v, &dirs[d].kept);
 			if (got)
@@ -1622,10 +1657,11 @@ static int out_put(struct section_out *o, uint64_t at, const void *p, size_t n)
 	return 0;
 }
 
-/* The two sections a bounded layout writes besides its entries. */
+/* The sections a bounded layout writes besides its entries. */
 struct stream_out {
 	struct index_file_writer *w;	/* the file, which takes the entries */
-	struct section_out sparse, extents;
+	struct section_out sparse, extents, hardlinks;
+	uint64_t later_names;		/* hardlinks[] records written */
 };
 
 /* Write the subdirectory @c of a directory, as entry dirs[@c].entry. */
@@ -1653,9 +1689,18 @@ static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *
 		.data_offset = r->data_offset, .size = r->size, .mtime_sec = r->mtime_sec,
 		.mtime_nsec = r->mtime_nsec, .mode = r->mode, .uid = r->uid, .gid = r->gid,
 		.link_len = r->link_len, .type = r->type, .sparse = r->sparse };
-	struct shard_inode in = { .parent = sd->entry, .nlink = 1 };
+	struct shard_inode in = { .parent = sd->entry };
+	uint32_t first = build_links_name(&b->links, r, e, &in.nlink);
 	uint64_t data = 0;
 	int rc = 0;
+
+	if (first != UINT32_MAX) {	/* a later name of a hard-link group */
+		struct shard_hardlink h = { e, first };
+
+		in.flags |= SHARD_INODE_LINKED;
+		rc = out_put(&o->hardlinks, o->later_names++ * sizeof(h), &h, sizeof(h));
+		b->counts.hardlinks++;
+	}
 
 	if (r->sparse) {
 		struct shard_sparse sp = { sd->extents, r->nr_extents };
@@ -1669,9 +1714,10 @@ static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *
 			rc = out_put(&o->extents, sd->extents++ * sizeof(x), &x, sizeof(x));
 		}
 	}
-	leaf_attrs(b, &in, &m, r->shard, data, true);
+	leaf_attrs(b, &in, &m, r->shard, data, first == UINT32_MAX);
 	return rc ?: index_file_writer_entry(o->w, e, &in, v->name, r->name_len,
-					     r->type == TAR_SYMLINK ? v->link : NULL, r->member);
+					     r->type == TAR_SYMLINK ? v->link : NULL,
+					     r->linked ? r->group : r->member);
 }
 
 /* Phase 3d' for directory @d: its children, subdirectories and the
@@ -1713,7 +1759,7 @@ static int stream_write(struct builder *b, const struct child_lists *cl,
 
 	for (uint32_t q = 0; !rc && q < b->nr_nodes; q++)
 		rc = stream_write_dir(b, cl, dirs, queue[q], o);
-	return rc ?: out_flush(&o->sparse) ?: out_flush(&o->extents);
+	return rc ?: out_flush(&o->sparse) ?: out_flush(&o->extents) ?: out_flush(&o->hardlinks);
 }
 
 /* Phase 3' (bounded): lay the tree out straight into the file @w. */
@@ -1730,6 +1776,8 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 	rc = rc ?: leaf_runs_finish(&b->runs);
 	rc = rc ?: stream_count(b, &cl, dirs);
 	rc = rc ?: stream_number(b, &cl, dirs, queue, len, nr_entries);
+	len[INDEX_PART_HARDLINKS] = build_links_later_names(&b->links) *
+				    sizeof(struct shard_hardlink);
 	if (!rc) {
 		stream_times(b, dirs, queue);
 		rc = index_file_writer_place(w, len, b->runs.nr_runs == 0);
@@ -1738,6 +1786,7 @@ static int stream_layout(struct builder *b, struct index_file_writer *w,
 		o->w = w;
 		o->sparse = (struct section_out){ .w = w, .s = INDEX_PART_SPARSE };
 		o->extents = (struct section_out){ .w = w, .s = INDEX_PART_EXTENTS };
+		o->hardlinks = (struct section_out){ .w = w, .s = INDEX_PART_HARDLINKS };
 		rc = stream_write(b, &cl, dirs, queue, o);
 	}
 	free(o);
@@ -1768,6 +1817,7 @@ static void builder_release(struct builder *b)
 	free(b->padded);
 	label_report_release(&b->labels);
 	leaf_runs_release(&b->runs);
+	build_links_release(&b->links);
 	bump_release(&b->dir_arena);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);

@@ -162,6 +162,7 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
  *   varint	member, data_offset		with RUN_SAME_SHARD: each the
  *						zigzag of its difference from
  *						the previous record's
+ *   varint	member - group			with RUN_LINKED
  *   varint	size
  *   varint	mtime_sec (zigzag), mtime_nsec	unless RUN_SAME_MTIME
  *   varint	mode, uid, gid; byte type	unless RUN_SAME_ATTRS
@@ -181,11 +182,12 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
 #define RUN_SAME_ATTRS	0x08u
 #define RUN_LINK	0x10u
 #define RUN_SPARSE	0x20u
+#define RUN_LINKED	0x40u
 
 /* Bytes of the longest varint, and of a coded record's fields other than
  * its name, link and extents at most. */
 #define VARINT_MAX 10u
-#define RUN_CODED_FIXED (16u * VARINT_MAX + 2u)
+#define RUN_CODED_FIXED (17u * VARINT_MAX + 2u)
 
 /* The record a run's first one is coded against. */
 static const struct leaf_record run_start;
@@ -229,6 +231,11 @@ static uint8_t *code_fields(uint8_t *o, unsigned *flags, const struct leaf_view 
 		o = put_varint(o, zigzag((int64_t)(a->data_offset - b->data_offset)));
 	} else {
 		o = put_varint(put_varint(put_varint(o, a->shard), a->member), a->data_offset);
+	}
+	assert(a->linked ? a->group < a->member : !a->group);
+	if (a->linked) {
+		*flags |= RUN_LINKED;
+		o = put_varint(o, a->member - a->group);
 	}
 	o = put_varint(o, a->size);
 	if (a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec)
@@ -625,6 +632,14 @@ static void decode_fields(struct leaf_run_reader *rd, struct coded *c,
 		n->shard = take_u32(c);
 		n->member = take_u32(c);
 		n->data_offset = take_varint(c);
+	}
+	n->linked = !!(flags & RUN_LINKED);
+	n->group = 0;
+	if (n->linked) {
+		uint32_t back = take_u32(c);
+
+		c->bad |= !back || back > n->member;
+		n->group = n->member - back;
 	}
 	n->size = take_varint(c);
 	if (!(flags & RUN_SAME_MTIME)) {

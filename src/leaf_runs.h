@@ -58,8 +58,12 @@ struct leaf_record {
 	uint32_t nr_extents;	/* sparse runs; 0 unless sparse */
 	uint8_t type;		/* enum tar_type: TAR_FILE or TAR_SYMLINK */
 	uint8_t sparse;		/* has a sparse map */
-	uint8_t zero[6];	/* 0: a record goes to a file whole, so it
+	uint8_t linked;		/* a hard link: its data and attributes are
+				 * those of member group of its shard */
+	uint8_t zero;		/* 0: a record goes to a file whole, so it
 				 * has no padding whose bytes are undefined */
+	uint32_t group;		/* with linked: the member whose inode it
+				 * shares (earlier in the shard); else 0 */
 };
 _Static_assert(sizeof(struct leaf_record) == 72,
 	       "struct leaf_record has no padding");

@@ -41,13 +41,15 @@ def members(i, n):
     return m
 
 
-def make_set(d, n, hard_link=False):
+def make_set(d, n, hard_link=None):
+    """HARD_LINK: the last shard's links/hard names a member of its own
+    shard ("same") or of the second ("other"); None: no link."""
     os.makedirs(d, exist_ok=True)
     for i in range(3):
         m = members(i, n)
         if hard_link and i == 2:
             m.append({"name": "links/hard", "type": tarfile.LNKTYPE,
-                      "linkname": "c00/k000001.jpg"})
+                      "linkname": "c00/k00000%d.jpg" % (2 if hard_link == "same" else 1)})
         lib.tar_from_members(os.path.join(d, "s-%03d.tar" % i), m)
 
 
@@ -100,12 +102,17 @@ def test_budget_runs_and_tree(tmp_path):
     assert served == in_memory
 
 
-def test_hard_link_set_is_built_in_memory(tmp_path):
+@pytest.mark.parametrize("target", ["same", "other"])
+def test_hard_link_set(tmp_path, target):
+    """A hard link to a member of its own shard is built bounded, one to
+    another shard's in memory; both serve the tree index_mode=off does."""
     d = tmp_path / "shards"
-    make_set(d, 200, hard_link=True)
+    make_set(d, 200, hard_link=target)
     r = run_index(d)
     assert r.returncode == 0, r
-    assert "the index is built in memory: it holds hard links" in r.stderr, r
+    why = "the index is built in memory: a hard link in it names a member of another shard"
+    assert (why in r.stderr) == (target == "other"), r
+    assert ("built in memory" in r.stderr) == (target == "other"), r
     served = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=require")
     in_memory = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=off")
     assert served == in_memory

@@ -4,8 +4,9 @@
  * directories in memory, leaves in sorted runs) writes the same index
  * file, byte for byte, as the in-memory build written by
  * index_file_write(), whatever its memory budget (down to one record per
- * run); the sets it cannot replay (hard links, a path both a file and a
- * directory) are refused with -EAGAIN and built in memory by
+ * run), hard links bound within their shard included; the sets it
+ * cannot replay (a hard link to another shard's member, a path both a
+ * file and a directory) are refused with -EAGAIN and built in memory by
  * index_store_open(), to the same bytes; an index extended by appended
  * shards is built bounded too, to the bytes of the whole set built in
  * memory; nothing is left behind.
@@ -176,13 +177,13 @@ static void write_tree_shards(struct tb_env *e)
 	tb_env_shard(e, "02.tar", &a);
 }
 
-static void test_same_bytes_any_budget(void **state)
+/* The shards in @e->dir build bounded under budgets from one record a
+ * run to the default, each time to the bytes of the in-memory build. */
+static void assert_same_bytes_any_budget(struct tb_env *e)
 {
 	static const size_t budgets[] = { 1, 300, 4096, 0 };
-	struct tb_env *e = *state;
 	char mem[4096], bounded[4096];
 
-	write_tree_shards(e);
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
 	write_in_memory(e, mem, NULL);
@@ -191,6 +192,12 @@ static void test_same_bytes_any_budget(void **state)
 		assert_same_file(mem, bounded);
 	}
 	assert_nothing_left(e, 2);	/* no runs, no temporary index */
+}
+
+static void test_same_bytes_any_budget(void **state)
+{
+	write_tree_shards(*state);
+	assert_same_bytes_any_budget(*state);
 }
 
 /* Many members over many directories, more runs than a merge buffer. */
@@ -253,12 +260,53 @@ static void test_same_bytes_classes(void **state)
 	layout_release(&l);
 }
 
+/*
+ * Hard links bound within their shard, to the bytes of the in-memory
+ * build whatever the budget: a group of three names, a link to a link, a
+ * target replaced after its link (in the shard and in a later one), a
+ * link replaced, links to a symlink and to a sparse file, one to a path
+ * named twice before it, one to a directory (refused) and one to a link
+ * that was refused (it names what came before).
+ */
+static void test_same_bytes_hard_links(void **state)
+{
+	static const struct tar_extent runs[] = { { 10, 5, 0 }, { 100, 5, 0 } };
+	struct tb_env *e = *state;
+	struct tb a = { 0 };
+
+	tb_file(&a, "d/1.jpg", "one");
+	tb_link(&a, "d/1b.jpg", '1', "d/1.jpg");
+	tb_link(&a, "e/1c.jpg", '1', "d/1b.jpg");	/* a link's link */
+	tb_file(&a, "d/2.jpg", "two");
+	tb_link(&a, "d/2b.jpg", '1', "d/2.jpg");
+	tb_file(&a, "d/2.jpg", "two, again");		/* replaced after */
+	tb_link(&a, "s", '2', "d/1.jpg");
+	tb_link(&a, "sb", '1', "s");			/* to a symlink */
+	tb_old_sparse(&a, "holes", 200, runs, 2, "aaaaabbbbb");
+	tb_link(&a, "holes2", '1', "holes");		/* to a sparse file */
+	tb_file(&a, "t", "t1");
+	tb_file(&a, "t", "t2");
+	tb_link(&a, "tb", '1', "t");			/* the later t */
+	tb_add(&a, "dir/", '5', NULL, 0);
+	tb_link(&a, "x", '1', "dir");			/* refused */
+	tb_file(&a, "y", "y1");
+	tb_link(&a, "y", '1', "dir");			/* refused: y stays */
+	tb_link(&a, "yb", '1', "y");			/* y1 */
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "d/1.jpg", "one, replaced");	/* in a later shard */
+	tb_file(&a, "d/2b.jpg", "not a link now");
+	tb_file(&a, "f", "f");
+	tb_link(&a, "f2", '1', "f");
+	tb_env_shard(e, "01.tar", &a);
+	assert_same_bytes_any_budget(e);
+}
+
 /* What only the in-memory merge replays: refused, then built in memory by
  * index_store_open() to the same bytes. */
 static void test_in_memory_sets(void **state)
 {
 	static const char *const conflicts[][2] = {
-		{ "hard", "" },			/* a hard link */
+		{ "hard", "" },			/* a hard link to another shard */
 		{ "f", "f/x" },			/* a file, then below it */
 		{ "d/x", "d" },			/* a directory, then a file */
 	};
@@ -278,11 +326,11 @@ static void test_in_memory_sets(void **state)
 
 		tb_file(&a, "keep/1.jpg", "1");
 		tb_file(&a, i ? conflicts[i][0] : "keep/2.jpg", "first");
-		if (!i)
-			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
 		tb_env_shard(e, "00.tar", &a);
 		if (i)
 			tb_file(&a, conflicts[i][1], "second");
+		else
+			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
 		write_in_memory(e, mem, NULL);
@@ -461,6 +509,7 @@ int main(void)
 		BOUNDED_TEST(test_extended_bounded),
 		BOUNDED_TEST(test_extended_bounded_many),
 		BOUNDED_TEST(test_extended_hard_links),
+		BOUNDED_TEST(test_same_bytes_hard_links),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

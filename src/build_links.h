@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * build_links.h - hard links in a bounded index build (private to the
+ * builder, index_build.c).
+ *
+ * A hard link names the inode its target path names at that point of the
+ * extraction.  The in-memory build finds it among its nodes; a bounded
+ * build keeps no file in memory, so it looks in the scan of the link's own
+ * shard, which is in memory while that shard is streamed: the latest
+ * member before the link whose path is the target's.  A link whose target
+ * is not there (in an earlier shard, or nowhere) is left to the in-memory
+ * build (-EAGAIN).  GNU tar and bsdtar write a link after its target, in
+ * the same archive.
+ *
+ * A link's leaf record carries its target's data and attributes and the
+ * target's member number as its group (leaf_runs.h); the names of a group
+ * are counted once the runs are merged (a later member may replace any of
+ * them), and the layout then gives every name the group's nlink and each
+ * later name in entry order its hardlinks[] record, as the in-memory
+ * build's link_groups() does.
+ *
+ * Memory: while a shard with hard links is streamed, 16 bytes a member of
+ * that shard and 4 a member for what its links bound to; for the whole
+ * set, 32 to 64 bytes a group (a target some link named), not a member.
+ *
+ * Thread-safety: none; the builder's merging thread owns it.
+ */
+#ifndef SHARDFS_BUILD_LINKS_H
+#define SHARDFS_BUILD_LINKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "leaf_runs.h"
+#include "shard_scan.h"
+
+struct link_path;
+struct link_group;
+
+struct build_links {
+	const struct shard_scan *scan;	/* the shard whose members paths
+					 * holds; NULL: none */
+	struct link_path *paths;	/* its members by path hash, then
+					 * member number */
+	uint32_t *bound;		/* per member of it: the member a hard
+					 * link bound to (BUILD_LINK_REFUSED) */
+	struct link_group *groups;	/* open addressing, by (shard,
+					 * member); NULL: no link bound */
+	uint64_t nr_groups;		/* slots used */
+	uint64_t mask;			/* slots - 1 (a power of two) */
+};
+
+/* What bound[] holds for a hard link refused (its target a directory). */
+#define BUILD_LINK_REFUSED UINT32_MAX
+
+/*
+ * The member hard link @i of scan @sc (shard @shard) binds to, in
+ * *@target: its target's latest member before it, or what that member, a
+ * hard link itself, bound to.  -ENOENT when the target is a directory
+ * (refused, as GNU tar refuses it), -EAGAIN when no member before it in
+ * the shard has the target's path, -ENOMEM.  Members must be resolved in
+ * order; a new scan starts a new shard.
+ */
+int build_links_resolve(struct build_links *l, const struct shard_scan *sc,
+			uint32_t shard, uint32_t i, uint32_t *target);
+
+/* The shard streamed is done: free what its members took. */
+void build_links_shard_done(struct build_links *l);
+
+/* Does the set have a hard link that bound? */
+static inline bool build_links_any(const struct build_links *l)
+{
+	return l->nr_groups;
+}
+
+/* Count the name @r, which won its path in the merge, into its group. */
+void build_links_count(struct build_links *l, const struct leaf_record *r);
+
+/* Once every name is counted: the names after the first of each group,
+ * the hardlinks[] records the layout will write. */
+uint64_t build_links_later_names(const struct build_links *l);
+
+/*
+ * The name @r, entry @e, in entry order: *@nlink gets its group's names
+ * (1 for a file no link named); returns the group's first entry when @e
+ * is a later name, else UINT32_MAX (it is the first, or alone).
+ */
+uint32_t build_links_name(struct build_links *l, const struct leaf_record *r, uint32_t e,
+			  uint32_t *nlink);
+
+void build_links_release(struct build_links *l);
+
+#endif
