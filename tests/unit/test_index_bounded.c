@@ -174,6 +174,8 @@ static void write_tree_shards(struct tb_env *e)
 	tb_add_attrs(&a, "./", '5', &dir_attrs, NULL, 0);
 	tb_file(&a, "y/x/2.jpg", "TWO");
 	tb_add_attrs(&a, "u/", '5', &old, NULL, 0);
+	tb_file(&a, "q/new", "new");
+	tb_link(&a, "p/new-too", '1', "q/new");	/* within its shard */
 	tb_env_shard(e, "02.tar", &a);
 }
 
