@@ -808,25 +808,33 @@ static int64_t stream_leaf_dir(struct builder *b, const char *path, size_t len,
 	return id;
 }
 
+/* Which member a leaf record stands for (leaf_runs.h). */
+struct leaf_origin {
+	uint32_t shard;		/* its shard */
+	uint32_t member;	/* its number there: its order among the
+				 * path's copies, and ORDER's slot */
+	bool linked;		/* a hard link, to: */
+	uint32_t group;		/* the member whose inode it shares */
+};
+
 /*
- * Bounded: hand file or symlink @rm, member @member of @shard, to the
- * runs as a leaf of directory node @dir named @name (@len bytes); its
- * link target and sparse runs are in @sc.  A hard link is @rm, member
- * @group, named again: @member its own number (@group: @member if none).
+ * Bounded: hand file or symlink @rm (for a hard link, its target's) to
+ * the runs as the leaf @o of directory node @dir named @name (@len
+ * bytes); its link target and sparse runs are in @sc.
  */
 static int stream_leaf(struct builder *b, const struct shard_scan *sc,
-		       const struct raw_member *rm, uint32_t shard, uint32_t member,
-		       uint32_t group, uint32_t dir, const char *name, size_t len)
+		       const struct raw_member *rm, const struct leaf_origin *o,
+		       uint32_t dir, const char *name, size_t len)
 {
 	const struct leaf_record rec = {
 		.data_offset = rm->data_offset, .size = rm->size,
 		.mtime_sec = rm->mtime_sec, .mtime_nsec = rm->mtime_nsec,
-		.dir = dir, .shard = shard, .member = member, .mode = rm->mode,
+		.dir = dir, .shard = o->shard, .member = o->member, .mode = rm->mode,
 		.uid = rm->uid, .gid = rm->gid, .name_len = (uint32_t)len,
 		.link_len = rm->type == TAR_SYMLINK ? rm->link_len : 0,
 		.nr_extents = rm->sparse ? rm->nr_extents : 0,
-		.type = rm->type, .sparse = rm->sparse, .linked = group != member,
-		.group = group != member ? group : 0 };
+		.type = rm->type, .sparse = rm->sparse, .linked = o->linked,
+		.group = o->linked ? o->group : 0 };
 
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
@@ -866,7 +874,7 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	const char *path = sc->strings + rm->path;
 	const char *slash = memrchr(path, '/', rm->path_len);
 	size_t dir_len = slash ? (size_t)(slash - path) : 0;
-	uint32_t group = i;
+	struct leaf_origin o = { shard, i, rm->type == TAR_HARDLINK, i };
 	int64_t dir;
 
 	if (!rm->path_len && rm->type != TAR_DIR) {
@@ -876,8 +884,8 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	if (rm->type == TAR_DIR)
 		return stream_dir_member(b, node_walk(b, path, rm->path_len, shard, true),
 					 rm, shard);
-	if (rm->type == TAR_HARDLINK) {
-		int rc = stream_hardlink(b, sc, shard, i, &group);
+	if (o.linked) {
+		int rc = stream_hardlink(b, sc, shard, i, &o.group);
 
 		if (rc)
 			return rc > 0 ? 0 : rc;
@@ -885,7 +893,7 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	dir = stream_leaf_dir(b, path, dir_len, shard);
 	if (dir < 0)
 		return (int)dir;
-	return stream_leaf(b, sc, &sc->members[group], shard, i, group, (uint32_t)dir,
+	return stream_leaf(b, sc, &sc->members[o.group], &o, (uint32_t)dir,
 			   slash ? slash + 1 : path, rm->path_len - (slash ? dir_len + 1 : 0));
 }
 
@@ -949,19 +957,36 @@ static int stream_base_dir(struct builder *b, const struct shard_index *base,
 	return rc ?: stream_dir_member(b, id, &rm, in->shard);
 }
 
-/* Bounded: base file or symlink @in, member @member of its shard, as a
- * leaf of directory node @dir named @name (@len bytes). */
-static int stream_base_leaf(struct builder *b, const struct shard_index *base,
-			    const struct shard_inode *in, uint32_t member, uint32_t dir,
-			    const char *name, size_t len)
+/*
+ * The member number a base leaf that ORDER does not list stands as: its
+ * own, and none that a rank in ORDER takes (ranks are entries).
+ */
+static uint32_t base_unordered_member(uint32_t e)
+{
+	_Static_assert(SHARD_INDEX_MAX_ENTRIES <= UINT32_MAX / 2,
+		       "ranks and unordered members do not meet");
+	return UINT32_MAX - e;
+}
+
+/*
+ * Bounded: base file or symlink entry @e (@in) as the leaf @o of
+ * directory node @dir named @name (@len bytes).  The first name of a
+ * hard-link group (its nlink counts the names) is kept for the later
+ * ones, which stream_base_links() hands over last.
+ */
+static int stream_base_leaf(struct builder *b, const struct shard_index *base, uint32_t e,
+			    const struct shard_inode *in, const struct leaf_origin *o,
+			    uint32_t dir, const char *name, size_t len)
 {
 	struct shard_scan *sc = &b->base_scan;
 	struct raw_member rm;
-	int rc;
+	int rc = 0;
 
+	if (in->nlink > 1 && !o->linked)
+		rc = build_links_base_first(&b->links, e, o->shard, o->member);
 	sc->strings_len = sc->nr_extents = 0;	/* one leaf's at a time */
-	rc = seed_member(sc, base, in, &rm);
-	return rc ?: stream_leaf(b, sc, &rm, in->shard, member, member, dir, name, len);
+	rc = rc ?: seed_member(sc, base, in, &rm);
+	return rc ?: stream_leaf(b, sc, &rm, o, dir, name, len);
 }
 
 /*
@@ -993,8 +1018,42 @@ static int stream_base_order(struct builder *b, const struct shard_index *base,
 			return -EIO;
 		dir = base_dir_node(d, in.parent);
 		rc = dir < 0 ? (int)dir
-			     : stream_base_leaf(b, base, &in, member, (uint32_t)dir, cur.name,
-						cur.name_len);
+			     : stream_base_leaf(b, base, e, &in,
+						&(struct leaf_origin){ .shard = shard,
+								       .member = member },
+						(uint32_t)dir, cur.name, cur.name_len);
+	}
+	return rc;
+}
+
+/*
+ * Bounded: the later names of the base's hard-link groups (hardlinks[],
+ * in entry order), each a link to the member its group's first name was
+ * streamed as.
+ */
+static int stream_base_links(struct builder *b, const struct shard_index *base,
+			     struct base_dirs *d)
+{
+	struct compact_cursor cur = { .next = UINT32_MAX };
+	struct shard_inode in;
+	int rc = 0;
+
+	for (uint64_t i = 0; !rc && i < base->nr_hardlinks; i++) {
+		const struct shard_hardlink *h = &base->hardlinks[i];
+		struct leaf_origin o = { .member = base_unordered_member(h->entry),
+					 .linked = true };
+		int64_t dir;
+
+		if (h->entry != cur.next)
+			compact_cursor_init(&cur, &base->entries, h->entry);
+		if (!compact_cursor_next(&cur, &in) || !(in.flags & SHARD_INODE_LINKED))
+			return -EIO;
+		o.shard = in.shard;
+		rc = build_links_base_group(&b->links, h->first, &o.group);
+		dir = rc ? rc : base_dir_node(d, in.parent);
+		rc = dir < 0 ? (int)dir
+			     : stream_base_leaf(b, base, h->entry, &in, &o, (uint32_t)dir,
+						cur.name, cur.name_len);
 	}
 	return rc;
 }
@@ -1006,21 +1065,18 @@ static int stream_base_order(struct builder *b, const struct shard_index *base,
  * lists needs its member number for ORDER's slots, which an index does
  * not keep; within a shard the members' data offsets grow with their
  * numbers, so its rank in the base's ORDER stands for it, and those files
- * are streamed from ORDER.  -EAGAIN for hard links; -EIO (logged) for a
- * base that does not hold together (a full check would have refused it).
+ * are streamed from ORDER; the later names of hard-link groups follow.
+ * -EIO (logged) for a base that does not hold together (a full check
+ * would have refused it).
  */
 static int stream_from_base(struct builder *b, const struct shard_index *base)
 {
 	struct base_dirs d = { 0 };
 	struct compact_cursor cur;
 	struct shard_inode in;
-	uint64_t orderable = 0;
+	uint64_t orderable = 0, linked = 0;
 	int rc = 0;
 
-	if (base->nr_hardlinks) {
-		b->why_in_memory = "the index it extends holds hard links";
-		return -EAGAIN;
-	}
 	compact_cursor_init(&cur, &base->entries, 0);
 	for (uint32_t e = 0; !rc && compact_cursor_next(&cur, &in); e++) {
 		int64_t parent = e ? base_dir_node(&d, in.parent) : 0;
@@ -1030,17 +1086,24 @@ static int stream_from_base(struct builder *b, const struct shard_index *base)
 		else if (S_ISDIR(in.mode))
 			rc = stream_base_dir(b, base, &d, e, &in, cur.name,
 					     (uint32_t)cur.name_len, (uint32_t)parent);
+		else if (in.flags & SHARD_INODE_LINKED)
+			linked++;	/* streamed after ORDER's */
 		else if (shard_index_orderable(&in, b->first_shard))
 			orderable++;	/* streamed from ORDER below */
 		else
-			rc = stream_base_leaf(b, base, &in, 0, (uint32_t)parent, cur.name,
-					      cur.name_len);
+			rc = stream_base_leaf(b, base, e, &in,
+					      &(struct leaf_origin){
+						      .shard = in.shard,
+						      .member = base_unordered_member(e) },
+					      (uint32_t)parent, cur.name, cur.name_len);
 	}
 	if (!rc)
 		rc = orderable == base->nr_order ? stream_base_order(b, base, &d) : -EIO;
+	if (!rc)
+		rc = linked == base->nr_hardlinks ? stream_base_links(b, base, &d) : -EIO;
 	if (rc == -EIO)
-		log_error("the index being extended does not hold together (its ORDER "
-			  "against its entries, or a parent that is no directory)");
+		log_error("the index being extended does not hold together (its ORDER or "
+			  "hard links against its entries, or a parent that is no directory)");
 	free(d.dir);
 	base_counts(b, base);
 	return rc;

@@ -162,7 +162,7 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
  *   varint	member, data_offset		with RUN_SAME_SHARD: each the
  *						zigzag of its difference from
  *						the previous record's
- *   varint	member - group			with RUN_LINKED
+ *   varint	member - group (zigzag)		with RUN_LINKED
  *   varint	size
  *   varint	mtime_sec (zigzag), mtime_nsec	unless RUN_SAME_MTIME
  *   varint	mode, uid, gid; byte type	unless RUN_SAME_ATTRS
@@ -232,10 +232,10 @@ static uint8_t *code_fields(uint8_t *o, unsigned *flags, const struct leaf_view 
 	} else {
 		o = put_varint(put_varint(put_varint(o, a->shard), a->member), a->data_offset);
 	}
-	assert(a->linked ? a->group < a->member : !a->group);
+	assert(a->linked || !a->group);
 	if (a->linked) {
 		*flags |= RUN_LINKED;
-		o = put_varint(o, a->member - a->group);
+		o = put_varint(o, zigzag((int64_t)a->member - (int64_t)a->group));
 	}
 	o = put_varint(o, a->size);
 	if (a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec)
@@ -636,10 +636,10 @@ static void decode_fields(struct leaf_run_reader *rd, struct coded *c,
 	n->linked = !!(flags & RUN_LINKED);
 	n->group = 0;
 	if (n->linked) {
-		uint32_t back = take_u32(c);
+		int64_t group = (int64_t)n->member - unzigzag(take_varint(c));
 
-		c->bad |= !back || back > n->member;
-		n->group = n->member - back;
+		c->bad |= group < 0 || group > UINT32_MAX;
+		n->group = (uint32_t)group;
 	}
 	n->size = take_varint(c);
 	if (!(flags & RUN_SAME_MTIME)) {

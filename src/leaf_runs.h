@@ -63,7 +63,7 @@ struct leaf_record {
 	uint8_t zero;		/* 0: a record goes to a file whole, so it
 				 * has no padding whose bytes are undefined */
 	uint32_t group;		/* with linked: the member whose inode it
-				 * shares (earlier in the shard); else 0 */
+				 * shares; else 0 */
 };
 _Static_assert(sizeof(struct leaf_record) == 72,
 	       "struct leaf_record has no padding");

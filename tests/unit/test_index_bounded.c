@@ -486,18 +486,40 @@ static void test_extended_bounded_many(void **state)
 	layout_release(&l);
 }
 
-/* A base with a hard link is extended in memory, to the same bytes. */
+/* A base with hard-link groups is extended bounded, to the same bytes:
+ * groups whose first name is in ORDER or not (an empty file, a symlink,
+ * a sparse file), a first name replaced by the appended shard (the next
+ * name becomes first), a later name replaced, a new group beside. */
 static void test_extended_hard_links(void **state)
 {
+	static const size_t budgets[] = { 1, 4096, 0 };
+	static const struct tar_extent runs[] = { { 10, 5, 0 }, { 100, 5, 0 } };
 	struct tb_env *e = *state;
 	struct tb a = { 0 };
 
 	tb_file(&a, "keep/1.jpg", "1");
 	tb_link(&a, "keep/2.jpg", '1', "keep/1.jpg");
+	tb_link(&a, "other/2.jpg", '1', "keep/1.jpg");
+	tb_file(&a, "gone/1.jpg", "replaced below");
+	tb_link(&a, "stays/1.jpg", '1', "gone/1.jpg");	/* then first */
+	tb_file(&a, "e/empty", "");			/* in no ORDER */
+	tb_link(&a, "e/empty2", '1', "e/empty");
+	tb_link(&a, "e/sym", '2', "../keep/1.jpg");
+	tb_link(&a, "e/sym2", '1', "e/sym");
+	tb_old_sparse(&a, "e/holes", 200, runs, 2, "aaaaabbbbb");
+	tb_link(&a, "e/holes2", '1', "e/holes");
 	tb_env_shard(e, "00.tar", &a);
-	tb_file(&a, "keep/3.jpg", "3");
+	tb_file(&a, "a/1.jpg", "base, no links");
 	tb_env_shard(e, "01.tar", &a);
-	assert_extends(e, 1, 0, NULL, false);
+	tb_file(&a, "keep/3.jpg", "3");
+	tb_file(&a, "gone/1.jpg", "the new one");
+	tb_file(&a, "other/2.jpg", "no longer a link");
+	tb_link(&a, "keep/3b.jpg", '1', "keep/3.jpg");	/* a new group */
+	tb_env_shard(e, "02.tar", &a);
+	for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
+		assert_extends(e, 1, budgets[i], NULL, true);
+		assert_extends(e, 2, budgets[i], NULL, true);
+	}
 }
 
 int main(void)

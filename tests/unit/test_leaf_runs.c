@@ -70,9 +70,9 @@ static void make_record(struct added *a, uint32_t i)
 		.uid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
 		.gid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
 		.type = link ? TAR_SYMLINK : TAR_FILE, .sparse = sparse };
-	if (i && random() % 8 == 0) {	/* a hard link: an earlier member's */
+	if (random() % 8 == 0) {	/* a hard link: any member's */
 		a->rec.linked = 1;
-		a->rec.group = (uint32_t)random() % i;
+		a->rec.group = (uint32_t)pick(UINT32_MAX);
 	}
 	a->rec.name_len = (uint32_t)snprintf(a->name, sizeof(a->name), "%s%u.%s",
 					     stems[random() % 5], (unsigned)random() % 500,
