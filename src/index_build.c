@@ -38,9 +38,10 @@
  * the same way: 111 MiB at 20 M members where its copy in memory took
  * 4.8 GiB.  A hard link is bound within its own shard's scan, still in
  * memory as the shard is streamed (build_links.c): 2 M members with 200 k
- * links, 133 MiB where the in-memory build took 518 MiB.  Writing the entries in place instead (64 bytes each,
- * in the order of the runs, packed at the end) and merging the runs a
- * second time took 15.9-19.1 s at 20 M members against 11.3-13.4 s.
+ * links, 133 MiB where the in-memory build took 518 MiB.  Writing the
+ * entries in place instead (64 bytes each, in the order of the runs,
+ * packed at the end) and merging the runs a second time took 15.9-19.1 s
+ * at 20 M members against 11.3-13.4 s.
  */
 #include <assert.h>
 #include <errno.h>
@@ -546,6 +547,10 @@ static int64_t node_walk(struct builder *b, const char *path, size_t len,
 	return parent;
 }
 
+/* What a hard link the merge refuses is warned as. */
+static const char hardlink_refused[] =
+	"hard link target missing, a directory or later in the shard set:";
+
 static void merge_warn(struct builder *b, struct shard_scan *sc,
 		       const struct raw_member *rm, const char *what)
 {
@@ -581,7 +586,7 @@ static int merge_member(struct builder *b, struct shard_scan *sc,
 	if (rm->type == TAR_HARDLINK) {
 		t = hardlink_target(b, sc, rm);
 		if (!t) {
-			merge_warn(b, sc, rm, "hard link target missing, a directory or later in the shard set:");
+			merge_warn(b, sc, rm, hardlink_refused);
 			return 0;
 		}
 		target = t->member;
@@ -843,8 +848,8 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 }
 
 /*
- * Bounded: what hard link @i of @sc binds to, in *@group, with its
- * member.  1 when refused (warned and skipped, as merge_member() does);
+ * Bounded: the member of its shard that hard link @i of @sc binds to, in
+ * *@group.  1 when refused (warned and skipped, as merge_member() does);
  * -EAGAIN when its target is not in its shard before it (build_links.h).
  */
 static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t shard,
@@ -856,7 +861,7 @@ static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t sh
 		b->why_in_memory = "a hard link in it names a member of another shard";
 	if (rc != -ENOENT)
 		return rc;
-	merge_warn(b, sc, &sc->members[i], "hard link target missing, a directory or later in the shard set:");
+	merge_warn(b, sc, &sc->members[i], hardlink_refused);
 	return 1;
 }
 
