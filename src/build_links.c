@@ -18,7 +18,6 @@
 
 #include "build_links.h"
 #include "shardfs/tar.h"
-#include "shardfs/util.h"
 
 /* A member of the shard being streamed, by the hash of its path. */
 struct link_path {
@@ -32,12 +31,6 @@ struct link_group {
 	uint32_t names;		/* names that won their path */
 	uint32_t first;		/* the first of them in entry order;
 				 * UINT32_MAX: none laid out yet */
-};
-
-/* A base group's first name and the member it was streamed as. */
-struct link_base_first {
-	uint32_t entry;		/* its entry in the base */
-	uint32_t member;	/* its member number in the records */
 };
 
 #define GROUP_EMPTY UINT64_MAX
@@ -177,41 +170,9 @@ int build_links_resolve(struct build_links *l, const struct shard_scan *sc,
 	return rc ?: group_add(l, shard, *target);
 }
 
-int build_links_base_first(struct build_links *l, uint32_t first, uint32_t shard,
-			   uint32_t member)
+int build_links_join(struct build_links *l, uint32_t shard, uint32_t member)
 {
-	int rc = array_grow((void **)&l->firsts, &l->cap_firsts, l->nr_firsts + 1,
-			    sizeof(*l->firsts));
-
-	if (rc)
-		return rc;
-	l->firsts[l->nr_firsts++] = (struct link_base_first){ first, member };
-	l->firsts_sorted = false;
 	return group_add(l, shard, member);
-}
-
-static int base_first_cmp(const void *a, const void *b)
-{
-	uint32_t x = ((const struct link_base_first *)a)->entry;
-	uint32_t y = ((const struct link_base_first *)b)->entry;
-
-	return (x > y) - (x < y);
-}
-
-int build_links_base_group(struct build_links *l, uint32_t first, uint32_t *member)
-{
-	const struct link_base_first key = { first, 0 }, *found;
-
-	if (!l->firsts_sorted) {
-		qsort(l->firsts, l->nr_firsts, sizeof(*l->firsts), base_first_cmp);
-		l->firsts_sorted = true;
-	}
-	found = l->nr_firsts ? bsearch(&key, l->firsts, l->nr_firsts, sizeof(*l->firsts),
-				       base_first_cmp) : NULL;
-	if (!found)
-		return -EIO;
-	*member = found->member;
-	return 0;
 }
 
 void build_links_shard_done(struct build_links *l)
@@ -272,6 +233,5 @@ void build_links_release(struct build_links *l)
 {
 	build_links_shard_done(l);
 	free(l->groups);
-	free(l->firsts);
 	*l = (struct build_links){ 0 };
 }

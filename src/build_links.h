@@ -19,10 +19,9 @@
  * later name in entry order its hardlinks[] record, as the in-memory
  * build's link_groups() does.
  *
- * An index extended by appended shards brings its groups along: the base's
- * first name of each group is streamed as a member of its shard as any
- * file (build_links_base_first()), and its later names (hardlinks[]) as
- * links to that member (build_links_base_group()).
+ * An index extended by appended shards brings its groups along: each
+ * later name of a base group (hardlinks[]) is a link to the entry of its
+ * group's first, which stands as its member (build_links_join()).
  *
  * Memory: while a shard with hard links is streamed, 16 bytes a member of
  * that shard and 4 a member for what its links bound to; for the whole
@@ -41,7 +40,6 @@
 
 struct link_path;
 struct link_group;
-struct link_base_first;
 
 struct build_links {
 	const struct shard_scan *scan;	/* the shard whose members paths
@@ -54,11 +52,6 @@ struct build_links {
 					 * member); NULL: no link bound */
 	uint64_t nr_groups;		/* slots used */
 	uint64_t mask;			/* slots - 1 (a power of two) */
-	struct link_base_first *firsts;	/* an extension: the first names of
-					 * the base's groups */
-	size_t nr_firsts;		/* entries used */
-	size_t cap_firsts;		/* entries allocated */
-	bool firsts_sorted;		/* firsts is sorted by entry */
 };
 
 /* What bound[] holds for a hard link refused (its target a directory). */
@@ -75,16 +68,9 @@ struct build_links {
 int build_links_resolve(struct build_links *l, const struct shard_scan *sc,
 			uint32_t shard, uint32_t i, uint32_t *target);
 
-/*
- * An extension: base entry @first, the first name of a hard-link group,
- * was streamed as member @member of @shard.  0 or -ENOMEM.
- */
-int build_links_base_first(struct build_links *l, uint32_t first, uint32_t shard,
-			   uint32_t member);
-
-/* The member the base group whose first name is entry @first was streamed
- * as, in *@member (once every first name is in); -EIO when none was. */
-int build_links_base_group(struct build_links *l, uint32_t first, uint32_t *member);
+/* A link to member @member of @shard is streamed (one that
+ * build_links_resolve() did not bind): its group.  0 or -ENOMEM. */
+int build_links_join(struct build_links *l, uint32_t shard, uint32_t member);
 
 /* The shard streamed is done: free what its members took. */
 void build_links_shard_done(struct build_links *l);

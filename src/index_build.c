@@ -35,8 +35,8 @@
  * entry order, handing every entry to the writer in that order, which
  * packs it at once.  93 MiB at 10 M members (docs/benchmarks-scale.md);
  * the same bytes.  An index extended by appended shards streams its base
- * the same way: 111 MiB at 20 M members where its copy in memory took
- * 4.8 GiB.  A hard link is bound within its own shard's scan, still in
+ * the same way, in one pass in entry order: 93 MiB at 20 M members where
+ * its copy in memory took 4.8 GiB.  A hard link is bound within its own shard's scan, still in
  * memory as the shard is streamed (build_links.c): 2 M members with 200 k
  * links, 133 MiB where the in-memory build took 518 MiB.  Writing the
  * entries in place instead (64 bytes each, in the order of the runs,
@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@
 #include "shardfs/log.h"
 #include "shardfs/path.h"
 #include "shardfs/tar.h"
+#include "shardfs/util.h"
 
 /* Progress is reported about this often while the build runs. */
 #define BUILD_PROGRESS_NSEC (100 * 1000 * 1000)
@@ -175,6 +177,12 @@ struct builder {
 	uint32_t leaf_dir_node;		/* the node of leaf_dir */
 	const char *why_in_memory;	/* bounded: why the set needs the
 					 * in-memory build (-EAGAIN) */
+	const char *scratch_dir;	/* bounded: where scratch files go
+					 * (the index's directory) */
+	uint32_t *base_ranks;		/* bounded extension: per base entry,
+					 * its rank among its shard's files in
+					 * ORDER (base_ranks()); a mapping */
+	size_t base_ranks_len;		/* bytes mapped */
 };
 
 static void scan_one_shard(struct builder *b, uint32_t i,
@@ -963,153 +971,140 @@ static int stream_base_dir(struct builder *b, const struct shard_index *base,
 }
 
 /*
- * The member number a base leaf that ORDER does not list stands as: its
- * own, and none that a rank in ORDER takes (ranks are entries).
- */
-static uint32_t base_unordered_member(uint32_t e)
-{
-	_Static_assert(SHARD_INDEX_MAX_ENTRIES <= UINT32_MAX / 2,
-		       "ranks and unordered members do not meet");
-	return UINT32_MAX - e;
-}
-
-/*
- * Bounded: base file or symlink entry @e (@in) as the leaf @o of
- * directory node @dir named @name (@len bytes).  The first name of a
- * hard-link group (its nlink counts the names) is kept for the later
- * ones, which stream_base_links() hands over last.
+ * Bounded: base file or symlink entry @e (@in) as a leaf of directory
+ * node @dir named @name (@len bytes), member @e of its shard in the
+ * records: a base's paths are unique, and ORDER's slot is its rank
+ * (base_ranks(), slot_member()).  A later name of a hard-link group
+ * (@first its group's first entry; UINT32_MAX: none) links to that one.
  */
 static int stream_base_leaf(struct builder *b, const struct shard_index *base, uint32_t e,
-			    const struct shard_inode *in, const struct leaf_origin *o,
-			    uint32_t dir, const char *name, size_t len)
+			    const struct shard_inode *in, uint32_t first, uint32_t dir,
+			    const char *name, size_t len)
 {
+	const struct leaf_origin o = { in->shard, e, first != UINT32_MAX, first };
 	struct shard_scan *sc = &b->base_scan;
 	struct raw_member rm;
-	int rc = 0;
+	int rc = o.linked ? build_links_join(&b->links, in->shard, first) : 0;
 
-	if (in->nlink > 1 && !o->linked)
-		rc = build_links_base_first(&b->links, e, o->shard, o->member);
 	sc->strings_len = sc->nr_extents = 0;	/* one leaf's at a time */
 	rc = rc ?: seed_member(sc, base, in, &rm);
-	return rc ?: stream_leaf(b, sc, &rm, o, dir, name, len);
+	return rc ?: stream_leaf(b, sc, &rm, &o, dir, name, len);
 }
 
+/* A base entry's rank once base_ranks() gave it (to tell it from the
+ * shard + 1 that stream_from_base() leaves; ranks are entries). */
+#define BASE_RANKED 0x80000000u
+
 /*
- * Bounded: the files the base's ORDER lists, each numbered by its rank
- * among its shard's (see stream_from_base()).  A shard's files are
- * often consecutive entries (a directory's samples, by name): one cursor
- * reads those without decoding their names' group again for each.
+ * Bounded: each base file ORDER lists gets its rank among its shard's
+ * files in ORDER, in b->base_ranks, where stream_from_base() left its
+ * shard + 1.  Within a shard the members' data offsets grow with their
+ * numbers, so the rank stands for the member number ORDER's slots want,
+ * which an index does not keep.  -EIO when ORDER and the entries
+ * disagree (a full check would have refused them).
  */
-static int stream_base_order(struct builder *b, const struct shard_index *base,
-			     struct base_dirs *d)
+static int base_ranks(struct builder *b, const struct shard_index *base)
 {
-	uint32_t member = 0, shard = UINT32_MAX;
-	struct compact_cursor cur = { .next = UINT32_MAX };
-	struct shard_inode in;
-	int rc = 0;
+	uint32_t rank = 0, shard = 0, nr = shard_index_nr(base);
 
-	for (uint64_t i = 0; !rc && i < base->nr_order; i++) {
-		uint32_t e = base->order[i];
-		int64_t dir;
+	_Static_assert(SHARD_INDEX_MAX_ENTRIES <= BASE_RANKED, "ranks fit below the mark");
+	for (uint64_t i = 0; i < base->nr_order; i++) {
+		uint32_t e = base->order[i], s;
 
-		if (e != cur.next)
-			compact_cursor_init(&cur, &base->entries, e);
-		if (!compact_cursor_next(&cur, &in))
+		if (e >= nr || !b->base_ranks[e] || (b->base_ranks[e] & BASE_RANKED))
+			return -EIO;	/* listed twice, or a file not listed */
+		s = b->base_ranks[e] - 1;
+		if (s < shard || s >= b->first_shard)
 			return -EIO;
-		member = in.shard == shard ? member + 1 : 0;
-		shard = in.shard;
-		if (!shard_index_orderable(&in, b->first_shard) ||
-		    member >= b->set->shards[shard].members)
+		rank = i && s == shard ? rank + 1 : 0;
+		shard = s;
+		if (rank >= b->set->shards[s].members)
 			return -EIO;
-		dir = base_dir_node(d, in.parent);
-		rc = dir < 0 ? (int)dir
-			     : stream_base_leaf(b, base, e, &in,
-						&(struct leaf_origin){ .shard = shard,
-								       .member = member },
-						(uint32_t)dir, cur.name, cur.name_len);
+		b->base_ranks[e] = rank | BASE_RANKED;
 	}
-	return rc;
+	return 0;
 }
 
-/*
- * Bounded: the later names of the base's hard-link groups (hardlinks[],
- * in entry order), each a link to the member its group's first name was
- * streamed as.
- */
-static int stream_base_links(struct builder *b, const struct shard_index *base,
-			     struct base_dirs *d)
+/* The member number whose slot in ORDER leaf @r takes (if ORDER lists
+ * it): its own, or its group's; for a base entry, its rank. */
+static uint32_t slot_member(const struct builder *b, const struct leaf_record *r)
 {
-	struct compact_cursor cur = { .next = UINT32_MAX };
-	struct shard_inode in;
-	int rc = 0;
+	uint32_t m = r->linked ? r->group : r->member;
 
-	for (uint64_t i = 0; !rc && i < base->nr_hardlinks; i++) {
-		const struct shard_hardlink *h = &base->hardlinks[i];
-		struct leaf_origin o = { .member = base_unordered_member(h->entry),
-					 .linked = true };
-		int64_t dir;
+	if (r->shard >= b->first_shard)
+		return m;
+	assert(m < b->base_ranks_len / sizeof(*b->base_ranks));
+	return b->base_ranks[m] & ~BASE_RANKED;
+}
 
-		if (h->entry != cur.next)
-			compact_cursor_init(&cur, &base->entries, h->entry);
-		if (!compact_cursor_next(&cur, &in) || !(in.flags & SHARD_INODE_LINKED))
+/* What stream_base_entry() has met of the base so far. */
+struct base_pass {
+	struct base_dirs dirs;	/* its directories and their nodes */
+	uint64_t orderable;	/* files ORDER lists */
+	uint64_t linked;	/* later names of hard-link groups: the
+				 * next one's record in hardlinks[] */
+};
+
+/* Bounded: base entry @e (@in, named @name, @len bytes), the next in
+ * entry order: a directory, or a leaf (stream_base_leaf()). */
+static int stream_base_entry(struct builder *b, const struct shard_index *base,
+			     struct base_pass *p, uint32_t e, const struct shard_inode *in,
+			     const char *name, uint32_t len)
+{
+	int64_t parent = e ? base_dir_node(&p->dirs, in->parent) : 0;
+	uint32_t first = UINT32_MAX;
+
+	if (parent < 0)
+		return (int)parent;
+	if (S_ISDIR(in->mode))
+		return stream_base_dir(b, base, &p->dirs, e, in, name, len, (uint32_t)parent);
+	if (in->flags & SHARD_INODE_LINKED) {
+		if (p->linked >= base->nr_hardlinks || base->hardlinks[p->linked].entry != e)
 			return -EIO;
-		o.shard = in.shard;
-		rc = build_links_base_group(&b->links, h->first, &o.group);
-		dir = rc ? rc : base_dir_node(d, in.parent);
-		rc = dir < 0 ? (int)dir
-			     : stream_base_leaf(b, base, h->entry, &in, &o, (uint32_t)dir,
-						cur.name, cur.name_len);
+		first = base->hardlinks[p->linked++].first;
+	} else if (shard_index_orderable(in, b->first_shard)) {
+		b->base_ranks[e] = in->shard + 1;	/* for base_ranks() */
+		p->orderable++;
 	}
-	return rc;
+	return stream_base_leaf(b, base, e, in, first, (uint32_t)parent, name, len);
 }
 
 /*
  * Phase 2' (bounded) for the base index's shards: its entries as if they
- * had just been streamed (seed_from_base() for the in-memory merge), its
- * directories as nodes, its files and symlinks as leaves.  A file ORDER
- * lists needs its member number for ORDER's slots, which an index does
- * not keep; within a shard the members' data offsets grow with their
- * numbers, so its rank in the base's ORDER stands for it, and those files
- * are streamed from ORDER; the later names of hard-link groups follow.
- * -EIO (logged) for a base that does not hold together (a full check
- * would have refused it).
+ * had just been streamed (seed_from_base() for the in-memory merge), in
+ * entry order: its directories as nodes, its files and symlinks as
+ * leaves, the later names of its hard-link groups as links to their
+ * group's first.  Each file ORDER lists has its shard noted for
+ * base_ranks() (a scratch file's mapping beside the index, 4 bytes an
+ * entry).  Ranks were once numbered as the files were streamed in
+ * ORDER's order, which decoded every entry twice, the second time at
+ * random (docs/benchmarks-scale.md).  -EIO (logged) for a base that does
+ * not hold together (a full check would have refused it).
  */
 static int stream_from_base(struct builder *b, const struct shard_index *base)
 {
-	struct base_dirs d = { 0 };
+	struct base_pass p = { 0 };
 	struct compact_cursor cur;
 	struct shard_inode in;
-	uint64_t orderable = 0, linked = 0;
-	int rc = 0;
+	int rc;
 
-	compact_cursor_init(&cur, &base->entries, 0);
-	for (uint32_t e = 0; !rc && compact_cursor_next(&cur, &in); e++) {
-		int64_t parent = e ? base_dir_node(&d, in.parent) : 0;
-
-		if (parent < 0)
-			rc = (int)parent;
-		else if (S_ISDIR(in.mode))
-			rc = stream_base_dir(b, base, &d, e, &in, cur.name,
-					     (uint32_t)cur.name_len, (uint32_t)parent);
-		else if (in.flags & SHARD_INODE_LINKED)
-			linked++;	/* streamed after ORDER's */
-		else if (shard_index_orderable(&in, b->first_shard))
-			orderable++;	/* streamed from ORDER below */
-		else
-			rc = stream_base_leaf(b, base, e, &in,
-					      &(struct leaf_origin){
-						      .shard = in.shard,
-						      .member = base_unordered_member(e) },
-					      (uint32_t)parent, cur.name, cur.name_len);
+	b->base_ranks_len = (size_t)(shard_index_nr(base) ? shard_index_nr(base) : 1) *
+			    sizeof(*b->base_ranks);
+	rc = scratch_map(b->scratch_dir, b->base_ranks_len, (void **)&b->base_ranks);
+	if (rc) {
+		b->base_ranks = NULL;
+		return rc;
 	}
-	if (!rc)
-		rc = orderable == base->nr_order ? stream_base_order(b, base, &d) : -EIO;
-	if (!rc)
-		rc = linked == base->nr_hardlinks ? stream_base_links(b, base, &d) : -EIO;
+	compact_cursor_init(&cur, &base->entries, 0);
+	for (uint32_t e = 0; !rc && compact_cursor_next(&cur, &in); e++)
+		rc = stream_base_entry(b, base, &p, e, &in, cur.name, (uint32_t)cur.name_len);
+	if (!rc && (p.orderable != base->nr_order || p.linked != base->nr_hardlinks))
+		rc = -EIO;
+	rc = rc ?: base_ranks(b, base);
 	if (rc == -EIO)
 		log_error("the index being extended does not hold together (its ORDER or "
 			  "hard links against its entries, or a parent that is no directory)");
-	free(d.dir);
+	free(p.dirs.dir);
 	base_counts(b, base);
 	return rc;
 }
@@ -1785,7 +1780,7 @@ static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *
 	leaf_attrs(b, &in, &m, r->shard, data, first == UINT32_MAX);
 	return rc ?: index_file_writer_entry(o->w, e, &in, v->name, r->name_len,
 					     r->type == TAR_SYMLINK ? v->link : NULL,
-					     r->linked ? r->group : r->member);
+					     slot_member(b, r));
 }
 
 /* Phase 3d' for directory @d: its children, subdirectories and the
@@ -1886,6 +1881,8 @@ static void builder_release(struct builder *b)
 	label_report_release(&b->labels);
 	leaf_runs_release(&b->runs);
 	build_links_release(&b->links);
+	if (b->base_ranks)
+		munmap(b->base_ranks, b->base_ranks_len);
 	bump_release(&b->dir_arena);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);
@@ -1954,6 +1951,7 @@ static int build_bounded(struct builder *b, struct index_file_writer *w,
 	int rc = index_file_writer_dir(w, dir);
 
 	b->bounded = b->scan_paced = true;
+	b->scratch_dir = dir;	/* until the build returns */
 	rc = rc ?: leaf_runs_init(&b->runs, dir, budget);
 	rc = rc ?: scan_start(b);
 	rc = rc ?: merge_all(b);

@@ -465,20 +465,9 @@ int index_file_writer_dir(const struct index_file_writer *w, char dir[PATH_MAX])
 static int map_scratch(const struct index_file_writer *w, size_t len, void **map)
 {
 	char dir[PATH_MAX];
-	int fd, rc = index_file_writer_dir(w, dir);
+	int rc = index_file_writer_dir(w, dir);
 
-	if (rc)
-		return rc;
-	fd = scratch_file(dir);
-	if (fd < 0)
-		return fd;
-	if (ftruncate(fd, (off_t)len))
-		rc = -errno;
-	if (!rc && (*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-		   MAP_FAILED)
-		rc = -errno;
-	close(fd);
-	return rc;
+	return rc ?: scratch_map(dir, len, map);
 }
 
 /* ORDER's slots, one per member of the set. */

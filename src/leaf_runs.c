@@ -326,7 +326,8 @@ static int emit_sorted(struct leaf_runs *r, bool to_file)
 	int rc = buf_reserve((char **)&o.buf, &o.cap,
 			     to_file ? LEAF_RUN_WRITE_BUF : r->buf_len);
 
-	qsort_r(r->order, r->nr, sizeof(*r->order), key_cmp, r->buf);
+	if (r->unsorted)	/* an extension's base comes in order */
+		qsort_r(r->order, r->nr, sizeof(*r->order), key_cmp, r->buf);
 	for (size_t i = 0; !rc && i < r->nr; i++) {
 		const char *p = r->buf + r->order[i].offset;
 
@@ -360,6 +361,7 @@ static int spill(struct leaf_runs *r)
 		r->runs[r->nr_runs++] = run;
 	r->buf_len = 0;
 	r->nr = 0;
+	r->unsorted = false;
 	return rc;
 }
 
@@ -399,6 +401,8 @@ int leaf_runs_add(struct leaf_runs *r, const struct leaf_view *v)
 	if (len > align8(head))
 		memcpy(p + align8(head), v->extents, len - align8(head));
 	r->order[r->nr++] = key_of(v, r->buf_len);
+	if (r->nr > 1 && !r->unsorted)
+		r->unsorted = key_cmp(&r->order[r->nr - 2], &r->order[r->nr - 1], r->buf) > 0;
 	r->buf_len += len;
 	r->records++;
 	return 0;

@@ -102,6 +102,8 @@ struct leaf_runs {
 	size_t buf_cap;		/* bytes allocated for buf */
 	struct leaf_key *order;	/* those records' keys, in arrival order */
 	size_t nr;		/* records in buf */
+	bool unsorted;		/* one of them came after one it sorts
+				 * before: the order wants a sort */
 	struct leaf_run *runs;	/* the runs written */
 	size_t nr_runs;		/* entries in runs */
 	size_t cap_runs;	/* entries allocated */

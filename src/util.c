@@ -351,6 +351,21 @@ int file_replace(const char *path, const void *buf, size_t len, mode_t mode,
 	return rc;
 }
 
+int scratch_map(const char *dir, size_t len, void **map)
+{
+	int fd = scratch_file(dir), rc = 0;
+
+	if (fd < 0)
+		return fd;
+	if (ftruncate(fd, (off_t)len))
+		rc = -errno;
+	if (!rc && (*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+		   MAP_FAILED)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 int scratch_file(const char *dir)
 {
 	char name[PATH_MAX];

@@ -225,4 +225,11 @@ int file_replace(const char *path, const void *buf, size_t len, mode_t mode,
  */
 int scratch_file(const char *dir);
 
+/*
+ * @len bytes (zeros) of a scratch file in @dir, mapped shared at *@map:
+ * page cache rather than the process's own memory.  munmap() it.
+ * 0 or -errno.
+ */
+int scratch_map(const char *dir, size_t len, void **map);
+
 #endif
