@@ -183,6 +183,13 @@ struct builder {
 					 * its rank among its shard's files in
 					 * ORDER (base_ranks()); a mapping */
 	size_t base_ranks_len;		/* bytes mapped */
+	uint64_t limit_bytes;		/* in memory: opt->memory_limit, or
+					 * what the machine had; 0: none */
+	uint64_t members_limit;		/* in memory: members past the base's
+					 * entries whose build fits in it; 0:
+					 * any */
+	atomic_bool over_limit;		/* in memory: the scan passed it and
+					 * stopped */
 };
 
 static void scan_one_shard(struct builder *b, uint32_t i,
@@ -191,6 +198,7 @@ static void scan_one_shard(struct builder *b, uint32_t i,
 	struct shard_scan *sc = &b->scans[i];
 	struct shard *s = &b->set->shards[i];
 	struct shard_source *stored = s->src;
+	uint64_t n;
 
 	if (s->bad)	/* could not even be opened */
 		return;
@@ -211,7 +219,9 @@ static void scan_one_shard(struct builder *b, uint32_t i,
 		return;
 	s->size = s->src->size;
 	shard_scan_run(sc, s, layout_or_tree(b->opt->layout), t);
-	atomic_fetch_add(&b->members_seen, sc->nr_members + sc->skipped + sc->special);
+	n = sc->nr_members + sc->skipped + sc->special;
+	if (atomic_fetch_add(&b->members_seen, n) + n > b->members_limit && b->members_limit)
+		atomic_store(&b->over_limit, true);	/* no more shards scanned */
 	atomic_fetch_add(&b->bytes_done, sc->shard->size);
 }
 
@@ -230,7 +240,10 @@ static void *scan_worker(void *arg)
 				pthread_cond_wait(&b->merged_cond, &b->lock);
 			pthread_mutex_unlock(&b->lock);
 		}
-		scan_one_shard(b, i, &b->scanners[me]);
+		if (atomic_load(&b->over_limit))
+			b->scans[i].rc = -ENOMEM;	/* the build stops */
+		else
+			scan_one_shard(b, i, &b->scanners[me]);
 		pthread_mutex_lock(&b->lock);
 		b->scanned[i] = true;
 		atomic_fetch_add(&b->shards_done, 1);
@@ -1917,6 +1930,39 @@ static int builder_init(struct builder *b, struct shard_set *set,
 	return 0;
 }
 
+/*
+ * The in-memory build: how many members fit in opt->memory_limit (or in
+ * what the machine has), the base's entries already counted.  A set of
+ * 150 M members wants 37 GiB at the peak; on a node without them the
+ * kernel would kill the build, or the training job beside it.
+ */
+static void limit_members(struct builder *b)
+{
+	uint64_t bytes = b->opt->memory_limit ? b->opt->memory_limit : memory_available();
+	uint64_t base = b->opt->base ? shard_index_nr(b->opt->base) : 0;
+
+	if (!bytes || bytes == UINT64_MAX)
+		return;
+	b->limit_bytes = bytes;
+	if (base >= bytes / SHARD_INDEX_MEMBER_PEAK)
+		atomic_store(&b->over_limit, true);
+	else
+		b->members_limit = bytes / SHARD_INDEX_MEMBER_PEAK - base;
+}
+
+/* Log why an in-memory build stopped at its limit. */
+static void log_over_limit(const struct builder *b)
+{
+	log_error("the index built in memory would take more than the %llu MiB %s "
+		  "(about %u bytes a member: %llu members scanned when it stopped, "
+		  "%u entries of the index it extends); stopped rather than run out "
+		  "of memory (an index file keeps a build within -o build_memory)",
+		  (unsigned long long)(b->limit_bytes >> 20),
+		  b->opt->memory_limit ? "allowed" : "this machine has available",
+		  SHARD_INDEX_MEMBER_PEAK, (unsigned long long)atomic_load(&b->members_seen),
+		  b->opt->base ? shard_index_nr(b->opt->base) : 0);
+}
+
 int shard_index_build(struct shard_index *idx, struct shard_set *set,
 		      const struct shard_index_build_options *opt)
 {
@@ -1925,8 +1971,16 @@ int shard_index_build(struct shard_index *idx, struct shard_set *set,
 
 	*idx = (struct shard_index){ 0 };
 	rc = builder_init(&b, set, opt);
+	if (!rc)
+		limit_members(&b);
+	if (!rc && atomic_load(&b.over_limit))
+		rc = -ENOMEM;	/* the base alone is more than fits */
 	rc = rc ?: scan_start(&b);
 	rc = rc ?: merge_all(&b);
+	if (!rc && atomic_load(&b.over_limit))
+		rc = -ENOMEM;	/* its last shards passed it: no layout */
+	if (rc == -ENOMEM && atomic_load(&b.over_limit))
+		log_over_limit(&b);	/* not later: the layout's -ENOMEM is its own */
 	scan_finish(&b);
 	rc = rc ?: check_labels(&b);
 	rc = rc ?: pad_numeric_classes(&b);

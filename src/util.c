@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
 #include <sys/mman.h>
@@ -364,6 +365,93 @@ int scratch_map(const char *dir, size_t len, void **map)
 		rc = -errno;
 	close(fd);
 	return rc;
+}
+
+/* The number in @path (a cgroup file; "max" is UINT64_MAX); false if none. */
+static bool read_number(const char *path, uint64_t *v)
+{
+	char buf[32];
+	FILE *f = fopen(path, "re");
+	bool ok = f && fgets(buf, sizeof(buf), f);
+
+	if (f)
+		fclose(f);
+	if (ok && !strncmp(buf, "max", 3))
+		*v = UINT64_MAX;
+	else if (ok)
+		ok = sscanf(buf, "%" SCNu64, v) == 1;
+	return ok;
+}
+
+/* MemAvailable of /proc/meminfo in bytes; UINT64_MAX when unread. */
+static uint64_t meminfo_available(void)
+{
+	char line[128];
+	uint64_t kib = UINT64_MAX;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib == UINT64_MAX ? kib : kib * 1024;
+}
+
+/* Where a cgroup hierarchy keeps its memory limit. */
+struct cgroup_memory {
+	const char *line;	/* what marks its line in /proc/self/cgroup */
+	const char *root;	/* where it is mounted */
+	const char *max;	/* the file of its limit */
+	const char *current;	/* the file of its use */
+};
+
+/* The least room left under the limits along this process's cgroup path
+ * in hierarchy @k; UINT64_MAX when no limit is read. */
+static uint64_t cgroup_room(const struct cgroup_memory *k)
+{
+	char line[PATH_MAX], dir[2 * PATH_MAX], file[2 * PATH_MAX + 32], *path = NULL;
+	size_t root_len = strlen(k->root);
+	uint64_t room = UINT64_MAX, max, cur;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+
+	while (f && !path && fgets(line, sizeof(line), f))
+		if ((path = strstr(line, k->line)))
+			path += strlen(k->line);
+	if (f)
+		fclose(f);
+	if (!path)
+		return room;
+	path[strcspn(path, "\n")] = '\0';
+	snprintf(dir, sizeof(dir), "%s%s", k->root, strcmp(path, "/") ? path : "");
+	/* the cgroup and each one above it, up to the root */
+	for (size_t len = strlen(dir); len >= root_len; len = strlen(dir)) {
+		snprintf(file, sizeof(file), "%s/%s", dir, k->max);
+		if (read_number(file, &max) && max != UINT64_MAX) {
+			snprintf(file, sizeof(file), "%s/%s", dir, k->current);
+			if (read_number(file, &cur) && (cur < max ? max - cur : 0) < room)
+				room = cur < max ? max - cur : 0;
+		}
+		*strrchr(dir, '/') = '\0';
+	}
+	return room;
+}
+
+uint64_t memory_available(void)
+{
+	static const struct cgroup_memory kinds[] = {
+		{ "0::", "/sys/fs/cgroup", "memory.max", "memory.current" },
+		{ ":memory:", "/sys/fs/cgroup/memory", "memory.limit_in_bytes",
+		  "memory.usage_in_bytes" },
+	};
+	uint64_t avail = meminfo_available();
+
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
+		uint64_t room = cgroup_room(&kinds[i]);
+
+		avail = room < avail ? room : avail;
+	}
+	return avail == UINT64_MAX ? 0 : avail;
 }
 
 int scratch_file(const char *dir)

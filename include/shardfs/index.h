@@ -66,6 +66,11 @@
  * makes more runs: with this one, 1 G members of 90-byte records make
  * about 11,000 runs, 175 MiB of buffers. */
 #define SHARD_INDEX_BUILD_BUDGET_MIN (16u << 20)
+/* Bytes a member takes at the peak of the in-memory build (scans, nodes
+ * and the index at once: 4,804 MiB at 20 M members, 252 bytes each;
+ * docs/benchmarks-scale.md), by which shard_index_build() judges whether
+ * a set fits. */
+#define SHARD_INDEX_MEMBER_PEAK 256u
 /* Warnings printed per shard before they are only counted. */
 #define SHARD_INDEX_WARNINGS_PER_SHARD 10
 
@@ -151,6 +156,9 @@ struct shard_index_build_options {
 	size_t memory_budget;	/* shard_index_build_to_file(): bytes of
 				 * member records held before a sorted run
 				 * is written; 0: SHARD_INDEX_BUILD_BUDGET */
+	uint64_t memory_limit;	/* shard_index_build(): bytes it may take
+				 * (SHARD_INDEX_MEMBER_PEAK a member); 0:
+				 * memory_available(), UINT64_MAX: any */
 	/* called about ten times a second during the scan; may be NULL */
 	void (*progress)(void *arg, const struct shard_index_progress *p);
 	void *progress_arg;	/* passed to progress */
@@ -162,8 +170,11 @@ struct shard_index_build_options {
  * scanned and their members are merged over the base index's tree.  A shard that is not a valid tar fails the build with
  * -EINVAL after logging its path and the byte offset of the bad header,
  * unless opt->skip_bad_shards, in which case it is marked bad in @set,
- * logged and counted.  Returns 0, -EINVAL, -ENOMEM or -E2BIG (a named
- * limit above was exceeded; logged).
+ * logged and counted.  A set whose members (the base's entries counted)
+ * would take more than opt->memory_limit at SHARD_INDEX_MEMBER_PEAK each
+ * stops the scan and fails with -ENOMEM, logged, rather than exhaust the
+ * machine.  Returns 0, -EINVAL, -ENOMEM or -E2BIG (a named limit above
+ * was exceeded; logged).
  */
 int shard_index_build(struct shard_index *idx, struct shard_set *set,
 		      const struct shard_index_build_options *opt);

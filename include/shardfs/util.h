@@ -232,4 +232,12 @@ int scratch_file(const char *dir);
  */
 int scratch_map(const char *dir, size_t len, void **map);
 
+/*
+ * Bytes this process may still take: the kernel's MemAvailable, and at
+ * most the room left under the memory.max of its cgroup (v2) and of each
+ * cgroup above it (a container's limit).  0 when none of them can be
+ * read.
+ */
+uint64_t memory_available(void);
+
 #endif

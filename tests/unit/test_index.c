@@ -676,6 +676,65 @@ static int build_logged(struct shard_index *idx, struct shard_set *set,
 }
 
 /*
+ * A set whose in-memory build would take more than its limit stops its
+ * scan and fails with -ENOMEM, saying so, rather than run the machine
+ * out of memory; the base's entries count too; under the limit, or with
+ * none, it builds.
+ */
+static void test_in_memory_build_stops_at_its_limit(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_index_build_options opt = { .threads = 2 };
+	struct shard_set set, two;
+	struct shard_index idx, base;
+	char msg[512] = "", log[8192], spec[4096];
+	const char *found;
+	unsigned scanned;
+
+	for (int s = 0; s < 8; s++) {
+		struct tb a = { 0 };
+		char name[32];
+
+		for (int i = 0; i < 100; i++) {
+			snprintf(name, sizeof(name), "d%d/%03d.jpg", s, i);
+			tb_file(&a, name, "x");
+		}
+		snprintf(name, sizeof(name), "%02d.tar", s);
+		tb_env_shard(e, name, &a);
+	}
+	assert_int_equal(shard_set_expand(&set, e->dir, NULL, msg, sizeof(msg)), 0);
+	assert_int_equal(shard_set_open(&set, msg, sizeof(msg)), 0);
+	opt.memory_limit = 250 * SHARD_INDEX_MEMBER_PEAK;	/* 2.5 shards */
+	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), -ENOMEM);
+	assert_null(idx.entries.entries);
+	found = strstr(log, "the index built in memory would take more than the 0 MiB "
+			    "allowed (about 256 bytes a member: ");
+	assert_non_null(found);
+	assert_int_equal(sscanf(strchr(found, ':') + 1, "%u members scanned", &scanned), 1);
+	assert_true(scanned > 250 && scanned < 800);	/* the scan stopped */
+	opt.memory_limit = 790 * SHARD_INDEX_MEMBER_PEAK;	/* passed at the end */
+	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), -ENOMEM);
+	assert_non_null(strstr(log, "800 members scanned when it stopped"));
+	opt.memory_limit = 900 * SHARD_INDEX_MEMBER_PEAK;
+	assert_int_equal(shard_index_build(&idx, &set, &opt), 0);
+	shard_index_release(&idx);
+	opt.memory_limit = UINT64_MAX;
+	assert_int_equal(shard_index_build(&idx, &set, &opt), 0);
+	/* an extension whose base alone is over the limit scans nothing */
+	snprintf(spec, sizeof(spec), "%s/00.tar,%s/01.tar", e->dir, e->dir);
+	build(&two, &base, spec, 1, NULL, 0);
+	opt = (struct shard_index_build_options){ .threads = 2, .base = &base, .base_shards = 2,
+						  .memory_limit = 150 * SHARD_INDEX_MEMBER_PEAK };
+	shard_index_release(&idx);
+	assert_int_equal(build_logged(&idx, &set, &opt, log, sizeof(log)), -ENOMEM);
+	assert_non_null(strstr(log, "0 members scanned when it stopped, 203 entries of the index "
+				    "it extends"));
+	shard_index_release(&base);
+	shard_set_release(&two);
+	shard_set_release(&set);
+}
+
+/*
  * A corrupt header in the middle of a shard in the middle of the set,
  * scanned while other shards are merged: the build fails naming that
  * shard and the header's offset, and with skip_bad_shards the rest is
@@ -780,6 +839,7 @@ int main(void)
 		TB_ENV_TEST(test_bad_shard_fails_or_is_skipped),
 		TB_ENV_TEST(test_build_is_the_same_with_any_thread_count),
 		TB_ENV_TEST(test_bad_header_mid_set_names_its_shard_and_offset),
+		TB_ENV_TEST(test_in_memory_build_stops_at_its_limit),
 		cmocka_unit_test(test_order_of_hand_made_entries),
 	};
 

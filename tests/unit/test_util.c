@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -339,6 +340,23 @@ static void test_file_replace(void **state)
 	tb_rmtree(dir);
 }
 
+/* What this process may take: read (this machine has /proc/meminfo), and
+ * never more than the machine's memory. */
+static void test_memory_available(void **state)
+{
+	uint64_t avail = memory_available(), total = 0, kib;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %" SCNu64 " kB", &kib) == 1)
+			total = kib * 1024;
+	fclose(f);
+	assert_true(avail > 0);
+	assert_true(avail <= total);
+}
+
 /* A scratch file reads back what was written and leaves no name in its
  * directory; a directory that does not exist is an error, not a crash. */
 static void test_scratch_file(void **state)
@@ -379,6 +397,7 @@ int main(void)
 		cmocka_unit_test(test_tmp_files_remove_stale),
 		cmocka_unit_test(test_file_replace),
 		cmocka_unit_test(test_scratch_file),
+		cmocka_unit_test(test_memory_available),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
