@@ -42,14 +42,14 @@ struct link_path;
 struct link_group;
 
 struct build_links {
-	const struct shard_scan *scan;	/* the shard whose members paths
-					 * holds; NULL: none */
+	const struct shard_scan *scan;	/* the scan of the shard whose
+					 * members paths indexes; NULL: none */
 	struct link_path *paths;	/* its members by path hash, then
 					 * member number */
 	uint32_t *bound;		/* per member of it: the member a hard
 					 * link bound to (BUILD_LINK_REFUSED) */
 	struct link_group *groups;	/* open addressing, by (shard,
-					 * member); NULL: no link bound */
+					 * member); NULL: no link yet */
 	uint64_t nr_groups;		/* slots used */
 	uint64_t mask;			/* slots - 1 (a power of two) */
 };

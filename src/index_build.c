@@ -175,8 +175,8 @@ struct builder {
 					 * leaf, in its shard's pool */
 	size_t leaf_dir_len;		/* bytes in leaf_dir; 0: none */
 	uint32_t leaf_dir_node;		/* the node of leaf_dir */
-	const char *why_in_memory;	/* bounded: why the set needs the
-					 * in-memory build (-EAGAIN) */
+	char why_in_memory[1024];	/* bounded: why the set needs the
+					 * in-memory build (-EAGAIN), and where */
 	const char *scratch_dir;	/* bounded: where scratch files go
 					 * (the index's directory) */
 	uint32_t *base_ranks;		/* bounded extension: per base entry,
@@ -868,6 +868,17 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		.extents = rm->sparse ? sc->extents + rm->extent : NULL });
 }
 
+/* Bounded: say @what sends the set to the in-memory build, at member @rm
+ * of scan @sc (its shard, offset and name, and a link's target). */
+static void member_why(struct builder *b, const struct shard_scan *sc,
+		       const struct raw_member *rm, const char *what)
+{
+	snprintf(b->why_in_memory, sizeof(b->why_in_memory), "%s (%s: offset %llu: '%.*s'%s%.*s%s)",
+		 what, sc->shard->path, (unsigned long long)rm->header_offset,
+		 (int)rm->path_len, sc->strings + rm->path, rm->link_len ? " -> '" : "",
+		 (int)rm->link_len, sc->strings + rm->link, rm->link_len ? "'" : "");
+}
+
 /*
  * Bounded: the member of its shard that hard link @i of @sc binds to, in
  * *@group.  1 when refused (warned and skipped, as merge_member() does);
@@ -879,7 +890,8 @@ static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t sh
 	int rc = build_links_resolve(&b->links, sc, shard, i, group);
 
 	if (rc == -EAGAIN)
-		b->why_in_memory = "a hard link in it names a member of another shard";
+		member_why(b, sc, &sc->members[i],
+			   "a hard link in it names a member of another shard");
 	if (rc != -ENOENT)
 		return rc;
 	merge_warn(b, sc, &sc->members[i], hardlink_refused);
@@ -904,7 +916,7 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	int64_t dir;
 
 	if (!rm->path_len && rm->type != TAR_DIR) {
-		b->why_in_memory = "its root is not a directory";
+		member_why(b, sc, rm, "its root is not a directory");
 		return -EAGAIN;
 	}
 	if (rm->type == TAR_DIR)
@@ -1586,6 +1598,27 @@ static void stream_count_leaf(struct stream_dir *sd, const struct leaf_view *v)
 	stream_newer(sd, r->mtime_sec, r->mtime_nsec);
 }
 
+/* Bounded: say that node @id's path is a file too, in shard @shard. */
+static void conflict_why(struct builder *b, uint32_t id, uint32_t shard)
+{
+	char path[256];		/* its end, if longer */
+	size_t at = sizeof(path) - 1;
+
+	path[at] = '\0';
+	for (; id && at; id = b->nodes[id].parent) {	/* from the leaf up */
+		const struct build_node *n = &b->nodes[id];
+		size_t len = n->name_len < at ? n->name_len : at;
+
+		at -= len;
+		memcpy(path + at, n->name + n->name_len - len, len);
+		if (b->nodes[id].parent && at)
+			path[--at] = '/';
+	}
+	snprintf(b->why_in_memory, sizeof(b->why_in_memory),
+		 "a path in it is both a directory and a file ('%s', a file in %.200s)",
+		 path + at, b->set->shards[shard].path);
+}
+
 /*
  * Phase 3a' (bounded): the merge of the runs, path by path: what each
  * directory holds, and where each subdirectory falls among its parent's
@@ -1620,7 +1653,7 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
 			}
 			if (k < nsub && n->name_len == v.rec->name_len &&
 			    !memcmp(n->name, v.name, n->name_len)) {
-				b->why_in_memory = "a path in it is both a directory and a file";
+				conflict_why(b, sub[k], v.rec->shard);
 				got = -EAGAIN;
 				break;
 			}

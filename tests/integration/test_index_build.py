@@ -110,8 +110,10 @@ def test_hard_link_set(tmp_path, target):
     make_set(d, 200, hard_link=target)
     r = run_index(d)
     assert r.returncode == 0, r
-    why = "the index is built in memory: a hard link in it names a member of another shard"
+    why = ("the index is built in memory: a hard link in it names a member of another "
+           "shard (%s: offset " % os.path.join(d, "s-002.tar"))
     assert (why in r.stderr) == (target == "other"), r
+    assert ("'links/hard' -> 'c00/k000001.jpg')" in r.stderr) == (target == "other"), r
     assert ("built in memory" in r.stderr) == (target == "other"), r
     served = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=require")
     in_memory = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=off")

@@ -618,6 +618,29 @@ int64_t tb_entry(const struct shard_index *idx, const char *path)
 	return e;
 }
 
+void tb_stderr_begin(struct tb_stderr *c)
+{
+	c->f = tmpfile();
+	c->saved = dup(STDERR_FILENO);
+	assert_non_null(c->f);
+	assert_true(c->saved >= 0);
+	fflush(stderr);
+	assert_true(dup2(fileno(c->f), STDERR_FILENO) >= 0);
+}
+
+void tb_stderr_end(struct tb_stderr *c, char *log, size_t size)
+{
+	size_t n;
+
+	fflush(stderr);
+	assert_true(dup2(c->saved, STDERR_FILENO) >= 0);
+	close(c->saved);
+	rewind(c->f);
+	n = fread(log, 1, size - 1, c->f);
+	log[n] = '\0';
+	fclose(c->f);
+}
+
 /* Read /proc/self/task/@tid/@what into @buf (@len bytes, terminated). */
 static bool task_file(pid_t tid, const char *what, char *buf, size_t len)
 {

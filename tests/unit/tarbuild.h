@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
@@ -230,6 +231,19 @@ uint64_t tb_ino(struct shardfs *fs, const char *path);
 struct stat tb_stat(struct shardfs *fs, const char *path);
 /* Entry of @path by shard_index_lookup, or -ENOENT / -ENOTDIR. */
 int64_t tb_entry(const struct shard_index *idx, const char *path);
+
+/* ---- the log of the code under test ---------------------------------- */
+
+/* Standard error, where the log goes, caught while code under test runs. */
+struct tb_stderr {
+	FILE *f;	/* what it went to */
+	int saved;	/* the descriptor it was */
+};
+
+void tb_stderr_begin(struct tb_stderr *c);
+/* Put standard error back; what was logged meanwhile into @log (@size
+ * bytes at most, NUL-terminated). */
+void tb_stderr_end(struct tb_stderr *c, char *log, size_t size);
 
 /* ---- threads of the program under test ------------------------------ */
 

@@ -658,20 +658,12 @@ static int build_logged(struct shard_index *idx, struct shard_set *set,
 			const struct shard_index_build_options *opt,
 			char *log, size_t size)
 {
-	FILE *f = tmpfile();
-	int saved = dup(STDERR_FILENO), rc;
-	size_t n;
+	struct tb_stderr c;
+	int rc;
 
-	assert_non_null(f);
-	assert_true(saved >= 0);
-	assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+	tb_stderr_begin(&c);
 	rc = shard_index_build(idx, set, opt);
-	assert_true(dup2(saved, STDERR_FILENO) >= 0);
-	close(saved);
-	rewind(f);
-	n = fread(log, 1, size - 1, f);
-	log[n] = '\0';
-	fclose(f);
+	tb_stderr_end(&c, log, size);
 	return rc;
 }
 

@@ -23,6 +23,7 @@
 #include "shardfs/index_file.h"
 #include "shardfs/index_store.h"
 #include "shardfs/layout.h"
+#include "shardfs/log.h"
 #include "shardfs/util.h"
 #include "tarbuild.h"
 
@@ -307,13 +308,19 @@ static void test_same_bytes_hard_links(void **state)
  * index_store_open() to the same bytes. */
 static void test_in_memory_sets(void **state)
 {
-	static const char *const conflicts[][2] = {
-		{ "hard", "" },			/* a hard link to another shard */
-		{ "f", "f/x" },			/* a file, then below it */
-		{ "d/x", "d" },			/* a directory, then a file */
+	static const char *const conflicts[][3] = {
+		/* a hard link to another shard */
+		{ "hard", "", "a hard link in it names a member of another shard (%s/01.tar: "
+			      "offset 0: 'keep/3.jpg' -> 'keep/2.jpg')" },
+		/* a file, then below it */
+		{ "f", "f/x", "a path in it is both a directory and a file ('f', a file in "
+			      "%s/00.tar)" },
+		/* a directory, then a file */
+		{ "d/x", "d", "a path in it is both a directory and a file ('d', a file in "
+			      "%s/01.tar)" },
 	};
 	struct tb_env *e = *state;
-	char mem[4096], bounded[4096], saved[4096];
+	char mem[4096], bounded[4096], saved[4096], log[8192], why[8192];
 
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
@@ -324,7 +331,9 @@ static void test_in_memory_sets(void **state)
 		struct index_store_result res;
 		struct shard_index idx;
 		struct shard_set set;
+		struct tb_stderr c;
 		struct tb a = { 0 };
+		int rc;
 
 		tb_file(&a, "keep/1.jpg", "1");
 		tb_file(&a, i ? conflicts[i][0] : "keep/2.jpg", "first");
@@ -336,7 +345,15 @@ static void test_in_memory_sets(void **state)
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
 		write_in_memory(e, mem, NULL);
-		assert_int_equal(write_bounded(e, bounded, 0, NULL), -EAGAIN);
+		log_set_level(LOG_LEVEL_INFO);	/* the message that says why */
+		tb_stderr_begin(&c);
+		rc = write_bounded(e, bounded, 0, NULL);
+		tb_stderr_end(&c, log, sizeof(log));
+		log_set_level(LOG_LEVEL_ERROR);	/* as tb_env_setup() left it */
+		assert_int_equal(rc, -EAGAIN);
+		snprintf(why, sizeof(why), conflicts[i][2], e->dir);
+		if (!strstr(log, why))
+			fail_msg("'%s' not in the log: %s", why, log);
 		open_set(&set, e);
 		assert_int_equal(index_store_open(&idx, &set, &bo, &so, &res), 0);
 		assert_true(res.saved);
