@@ -168,6 +168,20 @@ static void add_all(struct leaf_runs *r, struct tb_env *e, const struct added *r
 	assert_int_equal(leaf_runs_finish(r), 0);
 }
 
+/* NR_RECORDS records made from @seed in *@recs, and sorted in *@sorted. */
+static void make_records(unsigned seed, struct added **recs, struct added **sorted)
+{
+	*recs = calloc(NR_RECORDS, sizeof(**recs));
+	*sorted = calloc(NR_RECORDS, sizeof(**sorted));
+	assert_non_null(*recs);
+	assert_non_null(*sorted);
+	srandom(seed);
+	for (uint32_t i = 0; i < NR_RECORDS; i++)
+		make_record(&(*recs)[i], i);
+	memcpy(*sorted, *recs, NR_RECORDS * sizeof(**recs));
+	qsort(*sorted, NR_RECORDS, sizeof(**sorted), added_cmp);
+}
+
 static void test_records_come_back_sorted(void **state)
 {
 	/* one record a run (300 runs: a reader's buffer each), a few runs,
@@ -177,14 +191,9 @@ static void test_records_come_back_sorted(void **state)
 		uint32_t records;
 	} cases[] = { { 1, 300 }, { 64 * 1024, NR_RECORDS }, { 64u << 20, NR_RECORDS } };
 	struct tb_env *e = *state;
-	struct added *recs = calloc(NR_RECORDS, sizeof(*recs));
-	struct added *sorted = calloc(NR_RECORDS, sizeof(*sorted));
+	struct added *recs, *sorted;
 
-	assert_non_null(recs);
-	assert_non_null(sorted);
-	srandom(29);
-	for (uint32_t i = 0; i < NR_RECORDS; i++)
-		make_record(&recs[i], i);
+	make_records(29, &recs, &sorted);
 	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
 		uint32_t nr = cases[k].records, n = 0;
 		struct leaf_run dirs[NR_DIRS];
@@ -221,15 +230,9 @@ static void test_records_in_order(void **state)
 {
 	static const size_t budgets[] = { 64 * 1024, 64u << 20 };
 	struct tb_env *e = *state;
-	struct added *sorted = calloc(NR_RECORDS, sizeof(*sorted));
-	struct added *recs = calloc(NR_RECORDS, sizeof(*recs));
+	struct added *recs, *sorted;
 
-	assert_non_null(sorted);
-	assert_non_null(recs);
-	srandom(31);
-	for (uint32_t i = 0; i < NR_RECORDS; i++)
-		make_record(&sorted[i], i);
-	qsort(sorted, NR_RECORDS, sizeof(*sorted), added_cmp);
+	make_records(31, &recs, &sorted);
 	for (size_t k = 0; k < 2 * ARRAY_SIZE(budgets); k++) {
 		struct leaf_run dirs[NR_DIRS];
 		struct leaf_runs r;
