@@ -1986,12 +1986,13 @@ static void limit_members(struct builder *b)
 /* Log why an in-memory build stopped at its limit. */
 static void log_over_limit(const struct builder *b)
 {
-	log_error("the index built in memory would take more than the %llu MiB %s "
-		  "(about %u bytes a member: %llu members scanned when it stopped, "
-		  "%u entries of the index it extends); stopped rather than run out "
+	log_error("the index built in memory would take more than the %llu MiB %s: "
+		  "about %u bytes a member, %llu members scanned when it stopped, "
+		  "%u entries of the index it extends; stopped rather than run out "
 		  "of memory (an index file keeps a build within -o build_memory)",
 		  (unsigned long long)(b->limit_bytes >> 20),
-		  b->opt->memory_limit ? "allowed" : "this machine has available",
+		  b->opt->memory_limit ? "allowed"
+				       : "available to it (the machine's memory, or its cgroup's)",
 		  SHARD_INDEX_MEMBER_PEAK, (unsigned long long)atomic_load(&b->members_seen),
 		  b->opt->base ? shard_index_nr(b->opt->base) : 0);
 }

@@ -404,10 +404,32 @@ struct cgroup_memory {
 	const char *root;	/* where it is mounted */
 	const char *max;	/* the file of its limit */
 	const char *current;	/* the file of its use */
+	const char *cache;	/* memory.stat's line of the page cache in
+				 * that use (reclaimable: the shards read) */
 };
 
+/* The value of line @key in the memory.stat of cgroup @dir; 0 if none. */
+static uint64_t memory_stat(const char *dir, const char *key)
+{
+	char line[256], path[2 * PATH_MAX + 32];
+	size_t len = strlen(key);
+	uint64_t v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memory.stat", dir);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, len) && line[len] == ' ' &&
+		    sscanf(line + len, "%" SCNu64, &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
 /* The least room left under the limits along this process's cgroup path
- * in hierarchy @k; UINT64_MAX when no limit is read. */
+ * in hierarchy @k, its page cache counted as room; UINT64_MAX when no
+ * limit is read. */
 static uint64_t cgroup_room(const struct cgroup_memory *k)
 {
 	char line[PATH_MAX], dir[2 * PATH_MAX], file[2 * PATH_MAX + 32], *path = NULL;
@@ -429,8 +451,13 @@ static uint64_t cgroup_room(const struct cgroup_memory *k)
 		snprintf(file, sizeof(file), "%s/%s", dir, k->max);
 		if (read_number(file, &max) && max != UINT64_MAX) {
 			snprintf(file, sizeof(file), "%s/%s", dir, k->current);
-			if (read_number(file, &cur) && (cur < max ? max - cur : 0) < room)
-				room = cur < max ? max - cur : 0;
+			if (read_number(file, &cur)) {
+				uint64_t cache = memory_stat(dir, k->cache), left;
+
+				cur = cache < cur ? cur - cache : 0;
+				left = cur < max ? max - cur : 0;
+				room = left < room ? left : room;
+			}
 		}
 		*strrchr(dir, '/') = '\0';
 	}
@@ -440,9 +467,9 @@ static uint64_t cgroup_room(const struct cgroup_memory *k)
 uint64_t memory_available(void)
 {
 	static const struct cgroup_memory kinds[] = {
-		{ "0::", "/sys/fs/cgroup", "memory.max", "memory.current" },
+		{ "0::", "/sys/fs/cgroup", "memory.max", "memory.current", "file" },
 		{ ":memory:", "/sys/fs/cgroup/memory", "memory.limit_in_bytes",
-		  "memory.usage_in_bytes" },
+		  "memory.usage_in_bytes", "total_cache" },
 	};
 	uint64_t avail = meminfo_available();
 

@@ -234,9 +234,11 @@ int scratch_map(const char *dir, size_t len, void **map);
 
 /*
  * Bytes this process may still take: the kernel's MemAvailable, and at
- * most the room left under the memory.max of its cgroup (v2) and of each
- * cgroup above it (a container's limit).  0 when none of them can be
- * read.
+ * most the room left under the memory limit of its cgroup and of each
+ * cgroup above it (a container's; v2 memory.max, v1 limit_in_bytes), the
+ * page cache charged to it counted as room, as MemAvailable counts it
+ * (a cgroup that read shards holds their pages).  0 when none of them
+ * can be read.
  */
 uint64_t memory_available(void);
 
