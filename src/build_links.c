@@ -5,9 +5,10 @@
  *
  * Before, any hard link sent a set to the in-memory build, which holds
  * about 250 bytes a member at its peak: one link in a set of 150 M members
- * wanted 37 GiB.  What a link needs is found in its own shard's scan, so
- * the cost is one sorted array of the shard's path hashes, made at the
- * shard's first link and freed with the shard, and a table of the groups.
+ * wanted 37 GiB.  What a link needs is found in its own shard's scan or
+ * the one before (kept one shard longer), so the cost is a sorted array of
+ * a shard's path hashes, made at need and freed with the shard, and a
+ * table of the groups.
  * The contract is in build_links.h.
  */
 #include <assert.h>
@@ -19,7 +20,7 @@
 #include "build_links.h"
 #include "shardfs/tar.h"
 
-/* A member of the shard being streamed, by the hash of its path. */
+/* A member of a shard with links, by the hash of its path. */
 struct link_path {
 	uint64_t hash;		/* XXH3 of its path */
 	uint32_t member;	/* its number in the shard */
@@ -46,23 +47,37 @@ static int link_path_cmp(const void *a, const void *b)
 	return (x->member > y->member) - (x->member < y->member);
 }
 
-/* Index the members of @sc by path (its first hard link).  0 or -ENOMEM. */
-static int index_paths(struct build_links *l, const struct shard_scan *sc)
+/* Index the members of shard @ls by path (at need).  0 or -ENOMEM. */
+static int index_paths(struct link_shard *ls)
 {
-	build_links_shard_done(l);
-	l->paths = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(*l->paths));
-	l->bound = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(*l->bound));
-	if (!l->paths || !l->bound)
+	const struct shard_scan *sc = ls->scan;
+
+	ls->paths = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(*ls->paths));
+	if (!ls->paths)
 		return -ENOMEM;
 	for (size_t i = 0; i < sc->nr_members; i++) {
 		const struct raw_member *m = &sc->members[i];
 
-		l->paths[i] = (struct link_path){
+		ls->paths[i] = (struct link_path){
 			XXH3_64bits(sc->strings + m->path, m->path_len), (uint32_t)i };
 	}
-	qsort(l->paths, sc->nr_members, sizeof(*l->paths), link_path_cmp);
-	l->scan = sc;
+	qsort(ls->paths, sc->nr_members, sizeof(*ls->paths), link_path_cmp);
 	return 0;
+}
+
+static void link_shard_release(struct link_shard *ls)
+{
+	free(ls->paths);
+	free(ls->bound);
+	*ls = (struct link_shard){ 0 };
+}
+
+void build_links_shard_start(struct build_links *l, const struct shard_scan *sc,
+			     uint32_t shard)
+{
+	link_shard_release(&l->prev);
+	l->prev = l->cur;
+	l->cur = (struct link_shard){ .scan = sc, .shard = shard };
 }
 
 static uint64_t group_key(uint32_t shard, uint32_t member)
@@ -121,24 +136,31 @@ static int group_add(struct build_links *l, uint32_t shard, uint32_t member)
 	return 0;
 }
 
-/* The latest member before @i whose path is @path (@len bytes), as a
- * hard link binds: 0 and *@target, -ENOENT or -EAGAIN. */
-static int latest_before(const struct build_links *l, const struct shard_scan *sc,
-			 uint32_t i, const char *path, uint32_t len, uint32_t *target)
+/*
+ * The latest member of shard @ls before its member @i whose path is @path
+ * (@len bytes), as a hard link binds: 0 and *@target (BUILD_LINK_PREV set
+ * when it is in the shard before), -ENOENT (a directory) or -EAGAIN (none,
+ * or one further back).
+ */
+static int latest_before(struct link_shard *ls, uint32_t i, const char *path, uint32_t len,
+			 uint32_t *target)
 {
+	const struct shard_scan *sc = ls->scan;
 	struct link_path key = { XXH3_64bits(path, len), i };
 	size_t lo = 0, hi = sc->nr_members;
 
+	if (!ls->paths && index_paths(ls))
+		return -ENOMEM;
 	while (lo < hi) {	/* the first not before key */
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (link_path_cmp(&l->paths[mid], &key) < 0)
+		if (link_path_cmp(&ls->paths[mid], &key) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	while (lo-- > 0 && l->paths[lo].hash == key.hash) {
-		uint32_t j = l->paths[lo].member;
+	while (lo-- > 0 && ls->paths[lo].hash == key.hash) {
+		uint32_t j = ls->paths[lo].member;
 		const struct raw_member *m = &sc->members[j];
 
 		assert(j < i);
@@ -146,42 +168,55 @@ static int latest_before(const struct build_links *l, const struct shard_scan *s
 			continue;
 		if (m->type == TAR_DIR)
 			return -ENOENT;
-		if (m->type == TAR_HARDLINK && l->bound[j] == BUILD_LINK_REFUSED)
+		if (m->type == TAR_HARDLINK && ls->bound[j] == BUILD_LINK_REFUSED)
 			continue;	/* it named nothing: what came before */
-		*target = m->type == TAR_HARDLINK ? l->bound[j] : j;
+		*target = m->type == TAR_HARDLINK ? ls->bound[j] : j;
 		return 0;
 	}
 	return -EAGAIN;
 }
 
-int build_links_resolve(struct build_links *l, const struct shard_scan *sc,
-			uint32_t shard, uint32_t i, uint32_t *target)
+/* Where the target of link @rm, member @i of the shard streamed, is:
+ * before it in that shard, or in the one before (BUILD_LINK_PREV). */
+static int find_target(struct build_links *l, const struct raw_member *rm, uint32_t i,
+		       uint32_t *target)
 {
-	const struct raw_member *rm = &sc->members[i];
-	int rc = l->scan == sc ? 0 : index_paths(l, sc);
+	const char *path = l->cur.scan->strings + rm->link;
+	int rc;
 
-	assert(rm->type == TAR_HARDLINK);
-	if (rc)
+	if (!rm->link_len)
+		return -ENOENT;	/* the root: a directory */
+	rc = latest_before(&l->cur, i, path, rm->link_len, target);
+	if (rc != -EAGAIN || !l->prev.scan || l->prev.shard + 1 != l->cur.shard)
 		return rc;
-	/* the root: a directory */
-	rc = rm->link_len ? latest_before(l, sc, i, sc->strings + rm->link, rm->link_len,
-					  target) : -ENOENT;
-	l->bound[i] = rc ? BUILD_LINK_REFUSED : *target;
-	return rc ?: group_add(l, shard, *target);
+	rc = latest_before(&l->prev, (uint32_t)l->prev.scan->nr_members, path, rm->link_len,
+			   target);
+	if (!rc && (*target & BUILD_LINK_PREV))
+		return -EAGAIN;	/* two shards back */
+	if (!rc)
+		*target |= BUILD_LINK_PREV;
+	return rc;
+}
+
+int build_links_resolve(struct build_links *l, uint32_t i, uint32_t *target, bool *prev)
+{
+	const struct shard_scan *sc = l->cur.scan;
+	int rc = 0;
+
+	assert(sc && sc->members[i].type == TAR_HARDLINK);
+	if (!l->cur.bound &&
+	    !(l->cur.bound = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(uint32_t))))
+		return -ENOMEM;
+	rc = find_target(l, &sc->members[i], i, target);
+	l->cur.bound[i] = rc ? BUILD_LINK_REFUSED : *target;
+	*prev = !rc && (*target & BUILD_LINK_PREV);
+	*target &= ~BUILD_LINK_PREV;
+	return rc ?: group_add(l, l->cur.shard - *prev, *target);
 }
 
 int build_links_join(struct build_links *l, uint32_t shard, uint32_t member)
 {
 	return group_add(l, shard, member);
-}
-
-void build_links_shard_done(struct build_links *l)
-{
-	free(l->paths);
-	free(l->bound);
-	l->paths = NULL;
-	l->bound = NULL;
-	l->scan = NULL;
 }
 
 /* The group of name @r; NULL when no link named its member. */
@@ -191,7 +226,7 @@ static struct link_group *group_of(const struct build_links *l, const struct lea
 
 	if (!l->nr_groups)
 		return NULL;
-	g = group_slot(l, group_key(r->shard, r->linked ? r->group : r->member));
+	g = group_slot(l, group_key(leaf_data_shard(r), r->linked ? r->group : r->member));
 	return g->key == GROUP_EMPTY ? NULL : g;
 }
 
@@ -231,7 +266,8 @@ uint32_t build_links_name(struct build_links *l, const struct leaf_record *r, ui
 
 void build_links_release(struct build_links *l)
 {
-	build_links_shard_done(l);
+	link_shard_release(&l->cur);
+	link_shard_release(&l->prev);
 	free(l->groups);
 	*l = (struct build_links){ 0 };
 }

@@ -6,14 +6,17 @@
  * A hard link names the inode its target path names at that point of the
  * extraction.  The in-memory build finds it among its nodes; a bounded
  * build keeps no file in memory, so it looks in the scan of the link's own
- * shard, which is in memory while that shard is streamed: the latest
- * member before the link whose path is the target's.  A link whose target
- * is not there (in an earlier shard, or nowhere) is left to the in-memory
- * build (-EAGAIN).  GNU tar and bsdtar write a link after its target, in
- * the same archive.
+ * shard, which is in memory while that shard is streamed, for the latest
+ * member before the link whose path is the target's, and then in the scan
+ * of the shard before, kept one shard longer (an archive split into
+ * shards at member boundaries puts a link after the cut and its target
+ * before it).  A link whose target is not there (further back, or
+ * nowhere) is left to the in-memory build (-EAGAIN).  GNU tar and bsdtar
+ * write a link after its target, in the same archive.
  *
  * A link's leaf record carries its target's data and attributes and the
- * target's member number as its group (leaf_runs.h); the names of a group
+ * target's member number as its group, in its own shard or the one before
+ * (leaf_runs.h, leaf_data_shard()); the names of a group
  * are counted once the runs are merged (a later member may replace any of
  * them), and the layout then gives every name the group's nlink and each
  * later name in entry order its hardlinks[] record, as the in-memory
@@ -23,8 +26,9 @@
  * later name of a base group (hardlinks[]) is a link to the entry of its
  * group's first, which stands as its member (build_links_join()).
  *
- * Memory: while a shard with hard links is streamed, 16 bytes a member of
- * that shard and 4 a member for what its links bound to; for the whole
+ * Memory: one scan more than the build keeps without links; while a
+ * shard with hard links is streamed, 16 bytes a member of it and of the
+ * shard before, and 4 a member for what its links bound to; for the whole
  * set, 32 to 64 bytes a group (a target some link named), not a member.
  *
  * Thread-safety: none; the builder's merging thread owns it.
@@ -41,39 +45,56 @@
 struct link_path;
 struct link_group;
 
-struct build_links {
-	const struct shard_scan *scan;	/* the scan of the shard whose
-					 * members paths indexes; NULL: none */
+/* A shard whose links and targets are looked up. */
+struct link_shard {
+	const struct shard_scan *scan;	/* its scan; NULL: none */
+	uint32_t shard;			/* its number in the set */
 	struct link_path *paths;	/* its members by path hash, then
-					 * member number */
-	uint32_t *bound;		/* per member of it: the member a hard
-					 * link bound to (BUILD_LINK_REFUSED) */
+					 * member number; NULL: not yet */
+	uint32_t *bound;		/* per member: the member a hard link
+					 * bound to (BUILD_LINK_*); NULL: no
+					 * link yet */
+};
+
+struct build_links {
+	struct link_shard cur;		/* the shard being streamed */
+	struct link_shard prev;		/* the one streamed before it */
 	struct link_group *groups;	/* open addressing, by (shard,
 					 * member); NULL: no link yet */
 	uint64_t nr_groups;		/* slots used */
 	uint64_t mask;			/* slots - 1 (a power of two) */
 };
 
-/* What bound[] holds for a hard link refused (its target a directory). */
+/* What bound[] holds for a hard link refused (its target a directory),
+ * and the mark of a member of the shard before. */
 #define BUILD_LINK_REFUSED UINT32_MAX
+#define BUILD_LINK_PREV 0x80000000u
+
+/* The shard of the data of record @r (its own; for a hard link to the
+ * shard before, that one). */
+static inline uint32_t leaf_data_shard(const struct leaf_record *r)
+{
+	return r->shard - (r->linked == LEAF_LINKED_PREV);
+}
+
+/* The shard @sc, number @shard, is streamed next; the one streamed before
+ * it stays a place to look until the next one starts. */
+void build_links_shard_start(struct build_links *l, const struct shard_scan *sc,
+			     uint32_t shard);
 
 /*
- * The member hard link @i of scan @sc (shard @shard) binds to, in
- * *@target: its target's latest member before it, or what that member, a
- * hard link itself, bound to.  -ENOENT when the target is a directory
- * (refused, as GNU tar refuses it), -EAGAIN when no member before it in
- * the shard has the target's path, -ENOMEM.  Members must be resolved in
- * order; a new scan starts a new shard.
+ * The member hard link @i of the shard streamed binds to, in *@target:
+ * its target's latest member before it there, or (*@prev) in the shard
+ * before, or what that member, a hard link itself, bound to.  -ENOENT
+ * when the target is a directory (refused, as GNU tar refuses it),
+ * -EAGAIN when neither shard has the target's path before it, -ENOMEM.
+ * Members must be resolved in order.
  */
-int build_links_resolve(struct build_links *l, const struct shard_scan *sc,
-			uint32_t shard, uint32_t i, uint32_t *target);
+int build_links_resolve(struct build_links *l, uint32_t i, uint32_t *target, bool *prev);
 
 /* A link to member @member of @shard is streamed (one that
  * build_links_resolve() did not bind): its group.  0 or -ENOMEM. */
 int build_links_join(struct build_links *l, uint32_t shard, uint32_t member);
-
-/* The shard streamed is done: free what its members took. */
-void build_links_shard_done(struct build_links *l);
 
 /* Does the set have a hard link that bound? */
 static inline bool build_links_any(const struct build_links *l)

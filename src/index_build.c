@@ -839,7 +839,7 @@ struct leaf_origin {
 	uint32_t shard;		/* its shard */
 	uint32_t member;	/* its number there: its order among the
 				 * path's copies, and ORDER's slot */
-	bool linked;		/* a hard link, to: */
+	uint8_t linked;		/* a hard link (LEAF_LINKED_*), to: */
 	uint32_t group;		/* the member whose inode it shares */
 };
 
@@ -862,6 +862,8 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		.type = rm->type, .sparse = rm->sparse, .linked = o->linked,
 		.group = o->linked ? o->group : 0 };
 
+	assert(!o->linked || o->linked == LEAF_LINKED_SAME || o->linked == LEAF_LINKED_PREV);
+
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
 		.link = rm->type == TAR_SYMLINK ? sc->strings + rm->link : NULL,
@@ -880,18 +882,22 @@ static void member_why(struct builder *b, const struct shard_scan *sc,
 }
 
 /*
- * Bounded: the member of its shard that hard link @i of @sc binds to, in
- * *@group.  1 when refused (warned and skipped, as merge_member() does);
- * -EAGAIN when its target is not in its shard before it (build_links.h).
+ * Bounded: the member that hard link @i of @sc binds to, in *@group, and
+ * in @o->linked whether in its shard or the one before.  1 when refused
+ * (warned and skipped, as merge_member() does); -EAGAIN when neither
+ * holds its target before it (build_links.h).
  */
-static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t shard,
-			   uint32_t i, uint32_t *group)
+static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t i,
+			   struct leaf_origin *o)
 {
-	int rc = build_links_resolve(&b->links, sc, shard, i, group);
+	bool prev;
+	int rc = build_links_resolve(&b->links, i, &o->group, &prev);
 
+	o->linked = prev ? LEAF_LINKED_PREV : LEAF_LINKED_SAME;
 	if (rc == -EAGAIN)
 		member_why(b, sc, &sc->members[i],
-			   "a hard link in it names a member of another shard");
+			   "a hard link in it names a member further back than the "
+			   "shard before it, or in the index it extends");
 	if (rc != -ENOENT)
 		return rc;
 	merge_warn(b, sc, &sc->members[i], hardlink_refused);
@@ -902,7 +908,7 @@ static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t sh
  * Phase 2' (bounded) for one member: a directory becomes (or binds) a
  * node, anything else a leaf record of its directory's node (a hard link
  * its target's, stream_hardlink()).  -EAGAIN for what only the in-memory
- * merge replays: a hard link to another shard's member, a root that is
+ * merge replays: a hard link to a member two shards back, a root that is
  * not a directory.
  */
 static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shard,
@@ -912,7 +918,8 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	const char *path = sc->strings + rm->path;
 	const char *slash = memrchr(path, '/', rm->path_len);
 	size_t dir_len = slash ? (size_t)(slash - path) : 0;
-	struct leaf_origin o = { shard, i, rm->type == TAR_HARDLINK, i };
+	struct leaf_origin o = { shard, i, 0, i };
+	const struct shard_scan *data = sc;	/* where the data's member is */
 	int64_t dir;
 
 	if (!rm->path_len && rm->type != TAR_DIR) {
@@ -922,16 +929,18 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	if (rm->type == TAR_DIR)
 		return stream_dir_member(b, node_walk(b, path, rm->path_len, shard, true),
 					 rm, shard);
-	if (o.linked) {
-		int rc = stream_hardlink(b, sc, shard, i, &o.group);
+	if (rm->type == TAR_HARDLINK) {
+		int rc = stream_hardlink(b, sc, i, &o);
 
 		if (rc)
 			return rc > 0 ? 0 : rc;
+		if (o.linked == LEAF_LINKED_PREV)
+			data = &b->scans[shard - 1];
 	}
 	dir = stream_leaf_dir(b, path, dir_len, shard);
 	if (dir < 0)
 		return (int)dir;
-	return stream_leaf(b, sc, &sc->members[o.group], &o, (uint32_t)dir,
+	return stream_leaf(b, data, &data->members[o.group], &o, (uint32_t)dir,
 			   slash ? slash + 1 : path, rm->path_len - (slash ? dir_len + 1 : 0));
 }
 
@@ -1006,7 +1015,8 @@ static int stream_base_leaf(struct builder *b, const struct shard_index *base, u
 			    const struct shard_inode *in, uint32_t first, uint32_t dir,
 			    const char *name, size_t len)
 {
-	const struct leaf_origin o = { in->shard, e, first != UINT32_MAX, first };
+	const struct leaf_origin o = { in->shard, e,
+				       first != UINT32_MAX ? LEAF_LINKED_SAME : 0, first };
 	struct shard_scan *sc = &b->base_scan;
 	struct raw_member rm;
 	int rc = o.linked ? build_links_join(&b->links, in->shard, first) : 0;
@@ -1056,7 +1066,7 @@ static uint32_t slot_member(const struct builder *b, const struct leaf_record *r
 {
 	uint32_t m = r->linked ? r->group : r->member;
 
-	if (r->shard >= b->first_shard)
+	if (leaf_data_shard(r) >= b->first_shard)
 		return m;
 	assert(m < b->base_ranks_len / sizeof(*b->base_ranks));
 	return b->base_ranks[m] & ~BASE_RANKED;
@@ -1134,8 +1144,8 @@ static int stream_from_base(struct builder *b, const struct shard_index *base)
 	return rc;
 }
 
-/* Phase 2' (bounded) for shard @s: its totals, its members, then its scan
- * is freed. */
+/* Phase 2' (bounded) for shard @s: its totals, its members; the scan of
+ * the shard before is freed after it (scan_done()). */
 static int stream_shard(struct builder *b, uint32_t s)
 {
 	struct shard_scan *sc = &b->scans[s];
@@ -1143,17 +1153,20 @@ static int stream_shard(struct builder *b, uint32_t s)
 
 	b->dir_len = 0;		/* both point into the scan */
 	b->leaf_dir_len = 0;
+	build_links_shard_start(&b->links, sc, s);
 	for (uint32_t i = 0; !rc && i < sc->nr_members; i++)
 		rc = stream_member(b, sc, s, i);
-	build_links_shard_done(&b->links);
 	return rc;
 }
 
-/* Bounded: free the scan of shard @s and let the pool scan one more. */
+/* Bounded: shard @s is merged: free the scan of the one before (its
+ * links' targets may be there) and let the pool scan one more. */
 static void scan_done(struct builder *b, uint32_t s)
 {
-	shard_scan_release(&b->scans[s]);
-	b->scans[s] = (struct shard_scan){ 0 };
+	if (s > b->first_shard) {	/* kept for the links of shard s */
+		shard_scan_release(&b->scans[s - 1]);
+		b->scans[s - 1] = (struct shard_scan){ 0 };
+	}
 	pthread_mutex_lock(&b->lock);
 	b->merged = s + 1;
 	pthread_cond_broadcast(&b->merged_cond);
@@ -1823,7 +1836,7 @@ static int out_leaf(struct builder *b, struct stream_out *o, struct stream_dir *
 			rc = out_put(&o->extents, sd->extents++ * sizeof(x), &x, sizeof(x));
 		}
 	}
-	leaf_attrs(b, &in, &m, r->shard, data, first == UINT32_MAX);
+	leaf_attrs(b, &in, &m, leaf_data_shard(r), data, first == UINT32_MAX);
 	return rc ?: index_file_writer_entry(o->w, e, &in, v->name, r->name_len,
 					     r->type == TAR_SYMLINK ? v->link : NULL,
 					     slot_member(b, r));

@@ -162,7 +162,8 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
  *   varint	member, data_offset		with RUN_SAME_SHARD: each the
  *						zigzag of its difference from
  *						the previous record's
- *   varint	member - group (zigzag)		with RUN_LINKED
+ *   varint	member - group (zigzag)		with RUN_LINKED (RUN_LINKED_PREV:
+ *						group is in the shard before)
  *   varint	size
  *   varint	mtime_sec (zigzag), mtime_nsec	unless RUN_SAME_MTIME
  *   varint	mode, uid, gid; byte type	unless RUN_SAME_ATTRS
@@ -183,6 +184,7 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
 #define RUN_LINK	0x10u
 #define RUN_SPARSE	0x20u
 #define RUN_LINKED	0x40u
+#define RUN_LINKED_PREV	0x80u
 
 /* Bytes of the longest varint, and of a coded record's fields other than
  * its name, link and extents at most. */
@@ -233,8 +235,9 @@ static uint8_t *code_fields(uint8_t *o, unsigned *flags, const struct leaf_view 
 		o = put_varint(put_varint(put_varint(o, a->shard), a->member), a->data_offset);
 	}
 	assert(a->linked || !a->group);
+	assert(a->linked <= LEAF_LINKED_PREV);
 	if (a->linked) {
-		*flags |= RUN_LINKED;
+		*flags |= RUN_LINKED | (a->linked == LEAF_LINKED_PREV ? RUN_LINKED_PREV : 0);
 		o = put_varint(o, zigzag((int64_t)a->member - (int64_t)a->group));
 	}
 	o = put_varint(o, a->size);
@@ -637,7 +640,9 @@ static void decode_fields(struct leaf_run_reader *rd, struct coded *c,
 		n->member = take_u32(c);
 		n->data_offset = take_varint(c);
 	}
-	n->linked = !!(flags & RUN_LINKED);
+	c->bad |= (flags & RUN_LINKED_PREV) && !(flags & RUN_LINKED);
+	n->linked = !(flags & RUN_LINKED) ? 0 :
+		    flags & RUN_LINKED_PREV ? LEAF_LINKED_PREV : LEAF_LINKED_SAME;
 	n->group = 0;
 	if (n->linked) {
 		int64_t group = (int64_t)n->member - unzigzag(take_varint(c));

@@ -58,8 +58,9 @@ struct leaf_record {
 	uint32_t nr_extents;	/* sparse runs; 0 unless sparse */
 	uint8_t type;		/* enum tar_type: TAR_FILE or TAR_SYMLINK */
 	uint8_t sparse;		/* has a sparse map */
-	uint8_t linked;		/* a hard link: its data and attributes are
-				 * those of member group of its shard */
+	uint8_t linked;		/* a hard link (LEAF_LINKED_*): its data and
+				 * attributes are those of member group of
+				 * its shard, or of the shard before */
 	uint8_t zero;		/* 0: a record goes to a file whole, so it
 				 * has no padding whose bytes are undefined */
 	uint32_t group;		/* with linked: the member whose inode it
@@ -67,6 +68,11 @@ struct leaf_record {
 };
 _Static_assert(sizeof(struct leaf_record) == 72,
 	       "struct leaf_record has no padding");
+
+/* leaf_record.linked: a hard link to a member of its own shard, or of
+ * the shard before it (0: none). */
+#define LEAF_LINKED_SAME 1
+#define LEAF_LINKED_PREV 2
 
 /* A record and the bytes after it, as a merge shows them. */
 struct leaf_view {

@@ -43,13 +43,16 @@ def members(i, n):
 
 def make_set(d, n, hard_link=None):
     """HARD_LINK: the last shard's links/hard names a member of its own
-    shard ("same") or of the second ("other"); None: no link."""
+    shard ("same"), of the one before ("before") or of the first
+    ("other"); None: no link."""
     os.makedirs(d, exist_ok=True)
+    target = {"same": "c00/k000002.jpg", "before": "c00/k000001.jpg",
+              "other": "c02/k000006.jpg"}.get(hard_link)
     for i in range(3):
         m = members(i, n)
         if hard_link and i == 2:
             m.append({"name": "links/hard", "type": tarfile.LNKTYPE,
-                      "linkname": "c00/k00000%d.jpg" % (2 if hard_link == "same" else 1)})
+                      "linkname": target})
         lib.tar_from_members(os.path.join(d, "s-%03d.tar" % i), m)
 
 
@@ -102,18 +105,20 @@ def test_budget_runs_and_tree(tmp_path):
     assert served == in_memory
 
 
-@pytest.mark.parametrize("target", ["same", "other"])
+@pytest.mark.parametrize("target", ["same", "before", "other"])
 def test_hard_link_set(tmp_path, target):
-    """A hard link to a member of its own shard is built bounded, one to
-    another shard's in memory; both serve the tree index_mode=off does."""
+    """A hard link to a member of its own shard or of the one before is
+    built bounded, one to a shard further back in memory; each serves the
+    tree index_mode=off does."""
     d = tmp_path / "shards"
     make_set(d, 200, hard_link=target)
     r = run_index(d)
     assert r.returncode == 0, r
-    why = ("the index is built in memory: a hard link in it names a member of another "
-           "shard (%s: offset " % os.path.join(d, "s-002.tar"))
+    why = ("the index is built in memory: a hard link in it names a member further back "
+           "than the shard before it, or in the index it extends (%s: offset "
+           % os.path.join(d, "s-002.tar"))
     assert (why in r.stderr) == (target == "other"), r
-    assert ("'links/hard' -> 'c00/k000001.jpg')" in r.stderr) == (target == "other"), r
+    assert ("'links/hard' -> 'c02/k000006.jpg')" in r.stderr) == (target == "other"), r
     assert ("built in memory" in r.stderr) == (target == "other"), r
     served = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=require")
     in_memory = mounted_listing(d, tmp_path / "mnt", "-o", "index_mode=off")

@@ -264,12 +264,14 @@ static void test_same_bytes_classes(void **state)
 }
 
 /*
- * Hard links bound within their shard, to the bytes of the in-memory
- * build whatever the budget: a group of three names, a link to a link, a
+ * Hard links bound within their shard or to the shard before, to the
+ * bytes of the in-memory build whatever the budget: a group of three names, a link to a link, a
  * target replaced after its link (in the shard and in a later one), a
  * link replaced, links to a symlink and to a sparse file, one to a path
  * named twice before it, one to a directory (refused) and one to a link
- * that was refused (it names what came before).
+ * that was refused (it names what came before); and links to the shard
+ * before: to a file named twice, to a link, a symlink, a sparse file and
+ * a file replaced after, and a link to a link of the shard before.
  */
 static void test_same_bytes_hard_links(void **state)
 {
@@ -296,11 +298,19 @@ static void test_same_bytes_hard_links(void **state)
 	tb_link(&a, "y", '1', "dir");			/* refused: y stays */
 	tb_link(&a, "yb", '1', "y");			/* y1 */
 	tb_env_shard(e, "00.tar", &a);
+	tb_link(&a, "t2", '1', "t");			/* the shard before's */
+	tb_link(&a, "t3", '1', "tb");			/* its link's target */
+	tb_link(&a, "s2", '1', "sb");			/* its symlink */
+	tb_link(&a, "h3", '1', "holes2");		/* its sparse file */
+	tb_link(&a, "d/1c.jpg", '1', "d/1.jpg");	/* before it is replaced */
 	tb_file(&a, "d/1.jpg", "one, replaced");	/* in a later shard */
 	tb_file(&a, "d/2b.jpg", "not a link now");
 	tb_file(&a, "f", "f");
 	tb_link(&a, "f2", '1', "f");
 	tb_env_shard(e, "01.tar", &a);
+	tb_link(&a, "f3", '1', "f2");			/* a link of the shard before */
+	tb_file(&a, "f", "f replaced");
+	tb_env_shard(e, "02.tar", &a);
 	assert_same_bytes_any_budget(e);
 }
 
@@ -309,8 +319,9 @@ static void test_same_bytes_hard_links(void **state)
 static void test_in_memory_sets(void **state)
 {
 	static const char *const conflicts[][3] = {
-		/* a hard link to another shard */
-		{ "hard", "", "a hard link in it names a member of another shard (%s/01.tar: "
+		/* a hard link to a member two shards back */
+		{ "hard", "", "a hard link in it names a member further back than the shard before "
+			      "it, or in the index it extends (%s/02.tar: "
 			      "offset 0: 'keep/3.jpg' -> 'keep/2.jpg')" },
 		/* a file, then below it */
 		{ "f", "f/x", "a path in it is both a directory and a file ('f', a file in "
@@ -340,10 +351,12 @@ static void test_in_memory_sets(void **state)
 		tb_env_shard(e, "00.tar", &a);
 		if (i)
 			tb_file(&a, conflicts[i][1], "second");
-		else
-			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
+		if (!i)
+			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
+		tb_file(&a, "keep/5.jpg", "5");
+		tb_env_shard(e, "02.tar", &a);
 		write_in_memory(e, mem, NULL);
 		log_set_level(LOG_LEVEL_INFO);	/* the message that says why */
 		tb_stderr_begin(&c);

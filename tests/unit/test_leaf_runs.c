@@ -71,7 +71,7 @@ static void make_record(struct added *a, uint32_t i)
 		.gid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
 		.type = link ? TAR_SYMLINK : TAR_FILE, .sparse = sparse };
 	if (random() % 8 == 0) {	/* a hard link: any member's */
-		a->rec.linked = 1;
+		a->rec.linked = random() % 2 ? LEAF_LINKED_SAME : LEAF_LINKED_PREV;
 		a->rec.group = (uint32_t)pick(UINT32_MAX);
 	}
 	a->rec.name_len = (uint32_t)snprintf(a->name, sizeof(a->name), "%s%u.%s",
