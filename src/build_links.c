@@ -226,7 +226,7 @@ static struct link_group *group_of(const struct build_links *l, const struct lea
 
 	if (!l->nr_groups)
 		return NULL;
-	g = group_slot(l, group_key(leaf_data_shard(r), r->linked ? r->group : r->member));
+	g = group_slot(l, group_key(leaf_data_shard(r), leaf_data_member(r)));
 	return g->key == GROUP_EMPTY ? NULL : g;
 }
 

@@ -16,7 +16,7 @@
  *
  * A link's leaf record carries its target's data and attributes and the
  * target's member number as its group, in its own shard or the one before
- * (leaf_runs.h, leaf_data_shard()); the names of a group
+ * (leaf_runs.h, leaf_data_shard()/_member()); the names of a group
  * are counted once the runs are merged (a later member may replace any of
  * them), and the layout then gives every name the group's nlink and each
  * later name in entry order its hardlinks[] record, as the in-memory
@@ -70,13 +70,6 @@ struct build_links {
 #define BUILD_LINK_REFUSED UINT32_MAX
 #define BUILD_LINK_PREV 0x80000000u
 
-/* The shard of the data of record @r (its own; for a hard link to the
- * shard before, that one). */
-static inline uint32_t leaf_data_shard(const struct leaf_record *r)
-{
-	return r->shard - (r->linked == LEAF_LINKED_PREV);
-}
-
 /* The shard @sc, number @shard, is streamed next; the one streamed before
  * it stays a place to look until the next one starts. */
 void build_links_shard_start(struct build_links *l, const struct shard_scan *sc,
@@ -95,12 +88,6 @@ int build_links_resolve(struct build_links *l, uint32_t i, uint32_t *target, boo
 /* A link to member @member of @shard is streamed (one that
  * build_links_resolve() did not bind): its group.  0 or -ENOMEM. */
 int build_links_join(struct build_links *l, uint32_t shard, uint32_t member);
-
-/* Does the set have a hard link that bound? */
-static inline bool build_links_any(const struct build_links *l)
-{
-	return l->nr_groups;
-}
 
 /* Count the name @r, which won its path in the merge, into its group. */
 void build_links_count(struct build_links *l, const struct leaf_record *r);

@@ -1064,7 +1064,7 @@ static int base_ranks(struct builder *b, const struct shard_index *base)
  * it): its own, or its group's; for a base entry, its rank. */
 static uint32_t slot_member(const struct builder *b, const struct leaf_record *r)
 {
-	uint32_t m = r->linked ? r->group : r->member;
+	uint32_t m = leaf_data_member(r);
 
 	if (leaf_data_shard(r) >= b->first_shard)
 		return m;

@@ -74,6 +74,18 @@ _Static_assert(sizeof(struct leaf_record) == 72,
 #define LEAF_LINKED_SAME 1
 #define LEAF_LINKED_PREV 2
 
+/* The shard and member whose data and inode record @r names: its own, or
+ * for a hard link its target's (in its shard, or in the shard before). */
+static inline uint32_t leaf_data_shard(const struct leaf_record *r)
+{
+	return r->shard - (r->linked == LEAF_LINKED_PREV);
+}
+
+static inline uint32_t leaf_data_member(const struct leaf_record *r)
+{
+	return r->linked ? r->group : r->member;
+}
+
 /* A record and the bytes after it, as a merge shows them. */
 struct leaf_view {
 	const struct leaf_record *rec;	/* the fixed part */
