@@ -184,7 +184,7 @@ struct builder {
 					 * ORDER (base_ranks()); a mapping */
 	size_t base_ranks_len;		/* bytes mapped */
 	uint64_t limit_bytes;		/* in memory: opt->memory_limit, or
-					 * what the machine had; 0: none */
+					 * what the machine had, if it said */
 	uint64_t members_limit;		/* in memory: members past the base's
 					 * entries whose build fits in it; 0:
 					 * any */
@@ -1987,8 +1987,8 @@ static void limit_members(struct builder *b)
 	uint64_t bytes = b->opt->memory_limit ? b->opt->memory_limit : memory_available();
 	uint64_t base = b->opt->base ? shard_index_nr(b->opt->base) : 0;
 
-	if (!bytes || bytes == UINT64_MAX)
-		return;
+	if (bytes == UINT64_MAX)
+		return;	/* nothing says */
 	b->limit_bytes = bytes;
 	if (base >= bytes / SHARD_INDEX_MEMBER_PEAK)
 		atomic_store(&b->over_limit, true);

@@ -4,6 +4,7 @@
  * byte counts, the clock, the trust rule and the sweep of crashed
  * writers' temporary files (util.h).
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -383,12 +384,12 @@ static bool read_number(const char *path, uint64_t *v)
 	return ok;
 }
 
-/* MemAvailable of /proc/meminfo in bytes; UINT64_MAX when unread. */
-static uint64_t meminfo_available(void)
+/* MemAvailable of meminfo file @path in bytes; UINT64_MAX when unread. */
+static uint64_t meminfo_available(const char *path)
 {
 	char line[128];
 	uint64_t kib = UINT64_MAX;
-	FILE *f = fopen("/proc/meminfo", "re");
+	FILE *f = fopen(path, "re");
 
 	while (f && fgets(line, sizeof(line), f))
 		if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1)
@@ -401,7 +402,7 @@ static uint64_t meminfo_available(void)
 /* Where a cgroup hierarchy keeps its memory limit. */
 struct cgroup_memory {
 	const char *line;	/* what marks its line in /proc/self/cgroup */
-	const char *root;	/* where it is mounted */
+	const char *root;	/* where it is mounted, under the cgroup root */
 	const char *max;	/* the file of its limit */
 	const char *current;	/* the file of its use */
 	const char *cache;	/* memory.stat's line of the page cache in
@@ -427,15 +428,15 @@ static uint64_t memory_stat(const char *dir, const char *key)
 	return v;
 }
 
-/* The least room left under the limits along this process's cgroup path
- * in hierarchy @k, its page cache counted as room; UINT64_MAX when no
- * limit is read. */
-static uint64_t cgroup_room(const struct cgroup_memory *k)
+/* The least room left under the limits along the process's cgroup path
+ * (in @files) in hierarchy @k, its page cache counted as room;
+ * UINT64_MAX when no limit is read. */
+static uint64_t cgroup_room(const struct memory_files *files, const struct cgroup_memory *k)
 {
 	char line[PATH_MAX], dir[2 * PATH_MAX], file[2 * PATH_MAX + 32], *path = NULL;
-	size_t root_len = strlen(k->root);
+	size_t root_len = strlen(files->cgroup_root) + strlen(k->root);
 	uint64_t room = UINT64_MAX, max, cur;
-	FILE *f = fopen("/proc/self/cgroup", "re");
+	FILE *f = fopen(files->self_cgroup, "re");
 
 	while (f && !path && fgets(line, sizeof(line), f))
 		if ((path = strstr(line, k->line)))
@@ -445,7 +446,9 @@ static uint64_t cgroup_room(const struct cgroup_memory *k)
 	if (!path)
 		return room;
 	path[strcspn(path, "\n")] = '\0';
-	snprintf(dir, sizeof(dir), "%s%s", k->root, strcmp(path, "/") ? path : "");
+	if (snprintf(dir, sizeof(dir), "%s%s%s", files->cgroup_root, k->root,
+		     strcmp(path, "/") ? path : "") >= (int)sizeof(dir))
+		return room;
 	/* the cgroup and each one above it, up to the root */
 	for (size_t len = strlen(dir); len >= root_len; len = strlen(dir)) {
 		snprintf(file, sizeof(file), "%s/%s", dir, k->max);
@@ -464,21 +467,31 @@ static uint64_t cgroup_room(const struct cgroup_memory *k)
 	return room;
 }
 
-uint64_t memory_available(void)
+uint64_t memory_available_in(const struct memory_files *files)
 {
 	static const struct cgroup_memory kinds[] = {
-		{ "0::", "/sys/fs/cgroup", "memory.max", "memory.current", "file" },
-		{ ":memory:", "/sys/fs/cgroup/memory", "memory.limit_in_bytes",
+		{ "0::", "", "memory.max", "memory.current", "file" },
+		{ ":memory:", "/memory", "memory.limit_in_bytes",
 		  "memory.usage_in_bytes", "total_cache" },
 	};
-	uint64_t avail = meminfo_available();
+	uint64_t avail = meminfo_available(files->meminfo);
 
+	assert(files->cgroup_root[0] == '/');	/* cgroup_room() walks up to it */
 	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
-		uint64_t room = cgroup_room(&kinds[i]);
+		uint64_t room = cgroup_room(files, &kinds[i]);
 
 		avail = room < avail ? room : avail;
 	}
-	return avail == UINT64_MAX ? 0 : avail;
+	return avail;
+}
+
+uint64_t memory_available(void)
+{
+	static const struct memory_files system = {
+		"/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup"
+	};
+
+	return memory_available_in(&system);
 }
 
 int scratch_file(const char *dir)

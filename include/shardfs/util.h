@@ -237,9 +237,21 @@ int scratch_map(const char *dir, size_t len, void **map);
  * most the room left under the memory limit of its cgroup and of each
  * cgroup above it (a container's; v2 memory.max, v1 limit_in_bytes), the
  * page cache charged to it counted as room, as MemAvailable counts it
- * (a cgroup that read shards holds their pages).  0 when none of them
- * can be read.
+ * (a cgroup that read shards holds their pages).  UINT64_MAX when none
+ * of them can be read; 0 when a cgroup is at its limit.
  */
 uint64_t memory_available(void);
+
+/* Where memory_available_in() reads what memory_available() reads from
+ * the system: its files, or a test's. */
+struct memory_files {
+	const char *meminfo;	/* /proc/meminfo */
+	const char *self_cgroup; /* /proc/self/cgroup */
+	const char *cgroup_root; /* /sys/fs/cgroup: v2's hierarchy, and
+				 * v1's memory hierarchy under memory/ */
+};
+
+/* memory_available() from @files. */
+uint64_t memory_available_in(const struct memory_files *files);
 
 #endif

@@ -357,6 +357,95 @@ static void test_memory_available(void **state)
 	assert_true(avail <= total);
 }
 
+/* Write @text to @root/@rel, making the directories on the way. */
+static void put_file(const char *root, const char *rel, const char *text)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	for (char *p = strchr(path + strlen(root) + 1, '/'); p; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		assert_true(!mkdir(path, 0700) || errno == EEXIST);
+		*p = '/';
+	}
+	assert_non_null(f = fopen(path, "w"));
+	fputs(text, f);
+	fclose(f);
+}
+
+/* memory_available_in() over a fake system rooted at @dir: meminfo
+ * says 1,000 MiB available, /proc/self/cgroup holds @self_cgroup. */
+static uint64_t available_in(const char *dir, const char *self_cgroup)
+{
+	char meminfo[PATH_MAX], self[PATH_MAX], root[PATH_MAX];
+
+	put_file(dir, "meminfo", "MemTotal: 2048000 kB\nMemAvailable: 1024000 kB\n");
+	put_file(dir, "self-cgroup", self_cgroup);
+	snprintf(meminfo, sizeof(meminfo), "%s/meminfo", dir);
+	snprintf(self, sizeof(self), "%s/self-cgroup", dir);
+	snprintf(root, sizeof(root), "%s/cg", dir);
+	return memory_available_in(&(struct memory_files){ meminfo, self, root });
+}
+
+#define MIB(n) ((uint64_t)(n) << 20)
+
+/* cgroup v2: the least room along the path up to the root, a limit of
+ * "max" none, the page cache ("file") counted as room; meminfo when no
+ * cgroup is tighter. */
+static void test_memory_available_cgroup_v2(void **state)
+{
+	char *dir = tb_tmpdir(), num[64];
+
+	(void)state;
+	assert_int_equal(available_in(dir, "0::/\n"), MIB(1000));
+	put_file(dir, "cg/job/step/memory.max", "max\n");
+	put_file(dir, "cg/job/step/memory.current", "4096\n");
+	assert_int_equal(available_in(dir, "0::/job/step\n"), MIB(1000));
+	snprintf(num, sizeof(num), "%" PRIu64 "\n", MIB(512));
+	put_file(dir, "cg/job/memory.max", num);
+	snprintf(num, sizeof(num), "%" PRIu64 "\n", MIB(300));
+	put_file(dir, "cg/job/memory.current", num);
+	assert_int_equal(available_in(dir, "0::/job/step\n"), MIB(212));
+	snprintf(num, sizeof(num), "anon 1\nfile %" PRIu64 "\nfile_mapped 7\n", MIB(100));
+	put_file(dir, "cg/job/memory.stat", num);
+	assert_int_equal(available_in(dir, "0::/job/step\n"), MIB(312));
+	/* the cgroup at its limit, its page cache all but gone: no room,
+	 * which is not "no limit" */
+	snprintf(num, sizeof(num), "%" PRIu64 "\n", MIB(700));
+	put_file(dir, "cg/job/memory.current", num);
+	put_file(dir, "cg/job/memory.stat", "file 0\n");
+	assert_int_equal(available_in(dir, "0::/job/step\n"), 0);
+	tb_rmtree(dir);
+}
+
+/* cgroup v1: the memory hierarchy's line among the others, its limit
+ * and usage, the page cache (total_cache) counted as room; a v1
+ * "unlimited" (a huge number) none.  Nothing readable: UINT64_MAX. */
+static void test_memory_available_cgroup_v1(void **state)
+{
+	char *dir = tb_tmpdir(), num[64];
+	const char *self = "5:cpu,cpuacct:/docker/c1\n3:memory:/docker/c1\n1:name=systemd:/x\n";
+
+	(void)state;
+	put_file(dir, "cg/memory/docker/memory.limit_in_bytes", "9223372036854771712\n");
+	put_file(dir, "cg/memory/docker/memory.usage_in_bytes", "100\n");
+	snprintf(num, sizeof(num), "%" PRIu64 "\n", MIB(200));
+	put_file(dir, "cg/memory/docker/c1/memory.limit_in_bytes", num);
+	snprintf(num, sizeof(num), "%" PRIu64 "\n", MIB(150));
+	put_file(dir, "cg/memory/docker/c1/memory.usage_in_bytes", num);
+	snprintf(num, sizeof(num), "cache 9\ntotal_rss 1\ntotal_cache %" PRIu64 "\n", MIB(60));
+	put_file(dir, "cg/memory/docker/c1/memory.stat", num);
+	assert_int_equal(available_in(dir, self), MIB(110));
+	tb_rmtree(dir);
+
+	dir = tb_tmpdir();
+	assert_int_equal(memory_available_in(&(struct memory_files){
+		"/nonexistent/meminfo", "/nonexistent/cgroup", "/nonexistent" }), UINT64_MAX);
+	assert_int_equal(available_in(dir, "3:memory:/docker/c1\n"), MIB(1000));
+	tb_rmtree(dir);
+}
+
 /* A scratch file reads back what was written and leaves no name in its
  * directory; a directory that does not exist is an error, not a crash. */
 static void test_scratch_file(void **state)
@@ -398,6 +487,8 @@ int main(void)
 		cmocka_unit_test(test_file_replace),
 		cmocka_unit_test(test_scratch_file),
 		cmocka_unit_test(test_memory_available),
+		cmocka_unit_test(test_memory_available_cgroup_v2),
+		cmocka_unit_test(test_memory_available_cgroup_v1),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
