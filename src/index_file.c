@@ -760,17 +760,30 @@ static bool section_inside(const struct index_section_entry *e, uint64_t len)
 	return e->offset <= len && e->length <= len - e->offset;
 }
 
-/* The SUMS of an image to reseal, when it and what it sums lie inside. */
-static void reseal_sums(struct index_file_header *h, char *image, size_t len)
+/*
+ * The SUMS of an image to reseal, when it and what it sums lie inside:
+ * computed apart, then copied, since a hostile SUMS may lie over the
+ * header's section table that the computing walks (a fuzzed image put it
+ * there, and the walk read past the image).  0 or -ENOMEM.
+ */
+static int reseal_sums(struct index_file_header *h, char *image, size_t len)
 {
-	const struct index_section_entry *sums = &h->sections[INDEX_SEC_SUMS];
+	const struct index_section_entry sums = h->sections[INDEX_SEC_SUMS];
+	uint64_t *computed;
 
 	for (int i = 0; i < INDEX_NR_GUARDED; i++)
 		if (!section_inside(&h->sections[index_summed(i)], len))
-			return;
-	if (section_inside(sums, len) && sums->offset % sizeof(uint64_t) == 0 &&
-	    sums->length == index_sum_count(h) * sizeof(uint64_t))
-		sums_compute(image, h, (uint64_t *)(image + sums->offset));
+			return 0;
+	if (!section_inside(&sums, len) || sums.offset % sizeof(uint64_t) ||
+	    sums.length != index_sum_count(h) * sizeof(uint64_t))
+		return 0;
+	computed = malloc(sums.length ? sums.length : 1);
+	if (!computed)
+		return -ENOMEM;
+	sums_compute(image, h, computed);
+	memcpy(image + sums.offset, computed, sums.length);
+	free(computed);
+	return 0;
 }
 
 int index_file_reseal(void *image, size_t len)
@@ -779,7 +792,8 @@ int index_file_reseal(void *image, size_t len)
 
 	if (len < sizeof(*h))
 		return -EINVAL;
-	reseal_sums(h, image, len);
+	if (reseal_sums(h, image, len))
+		return -ENOMEM;
 	for (int s = 0; s < INDEX_NR_SECTIONS; s++) {
 		struct index_section_entry *e = &h->sections[s];
 

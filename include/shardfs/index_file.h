@@ -246,7 +246,8 @@ void index_file_writer_abort(struct index_file_writer *w);
  * Recompute the section and header checksums of the index file image of
  * @len bytes at @image, in place, for sections that lie inside it.  For
  * tests and fuzzing, which need files whose checksums are right but whose
- * contents lie.  0, or -EINVAL when @len is shorter than a header.
+ * contents lie.  0, -EINVAL when @len is shorter than a header, or
+ * -ENOMEM.
  */
 int index_file_reseal(void *image, size_t len);
 
