@@ -5,12 +5,11 @@
 # usage: tests/fuzz-smoke.sh [--build-only] BUILD_DIR [SECONDS]
 #
 # Configures BUILD_DIR with clang and SHARDFS_FUZZ=ON, builds fuzz_tar,
-# fuzz_index, fuzz_index_file, fuzz_index_compact, fuzz_seek_table and
-# fuzz_zstd_seek_table (and stops there with --build-only, which
-# tests/run.sh uses to build them while other tests run), then for each
-# target, the six side by
-# side (one libFuzzer process each; the machine's CPUs are shared among
-# them):
+# fuzz_index, fuzz_index_bounded, fuzz_index_file, fuzz_index_compact,
+# fuzz_seek_table and fuzz_zstd_seek_table (and stops there with
+# --build-only, which tests/run.sh uses to build them while other tests
+# run), then for each target, the seven side by side (one libFuzzer
+# process each; the machine's CPUs are shared among them):
 #   1. runs every input in tests/data/fuzz-regressions/<target>-* once
 #      (each separately, so that one failure does not hide the others);
 #   2. fuzzes for SECONDS (default 60) from the seed corpus made by
@@ -42,8 +41,8 @@ fuzz_flags=(-rss_limit_mb=2048 -timeout=25 -max_len=65536 -close_fd_mask=2
 	    "-dict=$repo/tests/fuzz/tar.dict")
 
 index_tool=${SHARDFS_INDEX:-$build/shardfs-index}
-targets=(fuzz_tar fuzz_index fuzz_index_file fuzz_index_compact fuzz_seek_table
-	 fuzz_zstd_seek_table)
+targets=(fuzz_tar fuzz_index fuzz_index_bounded fuzz_index_file fuzz_index_compact
+	 fuzz_seek_table fuzz_zstd_seek_table)
 build_targets=("${targets[@]}")
 [ -n "${SHARDFS_INDEX:-}" ] || build_targets+=(shardfs-index)
 

@@ -14,6 +14,8 @@
  * bad checksum, which is also worth exercising, and one mutation in eight
  * is left unrepaired for the same reason.
  */
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,8 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "shardfs/layout.h"
+#include "shardfs/shardset.h"
 #include "shardfs/tar.h"
 
 /* Provided by libFuzzer: its built-in mutations. */
@@ -95,6 +99,90 @@ void fuzz_set_file(int fd, const uint8_t *data, size_t len)
 		}
 		done += (size_t)n;
 	}
+}
+
+void fuzz_make_dir(char *dir)
+{
+	const char *base = access("/dev/shm", W_OK) ? getenv("TMPDIR") : "/dev/shm";
+
+	snprintf(dir, PATH_MAX, "%s/shardfs-fuzz-XXXXXX", base ? base : "/tmp");
+	if (!mkdtemp(dir)) {
+		perror("fuzz: mkdtemp");
+		abort();
+	}
+}
+
+void fuzz_write_file(const char *dir, const char *name, const void *data,
+		     size_t len, char *path)
+{
+	int fd;
+
+	snprintf(path, PATH_MAX, "%s/%s", dir, name);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		perror(path);
+		abort();
+	}
+	fuzz_set_file(fd, data, len);
+	close(fd);
+}
+
+void fuzz_write_shards(const char *dir, const struct fuzz_span *shards, unsigned int nr)
+{
+	char name[16], path[PATH_MAX];
+
+	for (unsigned int i = 0; i < nr; i++) {
+		snprintf(name, sizeof(name), "%u.tar", i);
+		fuzz_write_file(dir, name, shards[i].data, shards[i].len, path);
+	}
+}
+
+void fuzz_open_set(struct shard_set *set, const char *dir, unsigned int nr, bool skip_bad)
+{
+	char spec[PATH_MAX + 32], msg[512];
+	int rc;
+
+	snprintf(spec, sizeof(spec), "%s/{0..%u}.tar", dir, nr - 1);
+	rc = shard_set_expand(set, spec, NULL, msg, sizeof(msg));
+	FUZZ_CHECK(!rc, "expanding %s: %s", spec, msg);
+	set->skip_bad = skip_bad;
+	rc = shard_set_open(set, msg, sizeof(msg));
+	FUZZ_CHECK(!rc, "opening %s: %s", spec, msg);
+}
+
+/* Labels of the classes layout that get a class name. */
+static const char classnames[] = "0 zero\n1 one\n# a comment\n7 seven\n";
+
+/* The layouts of fuzz_pick_layout(), made at its first call. */
+enum { LAYOUT_BY_CLS, LAYOUT_BY_JSON, LAYOUT_BY_SHARD, NR_LAYOUTS };
+static struct layout layouts[NR_LAYOUTS];
+static bool layouts_made;
+
+/* The layouts, once: a class names file is only read here. */
+static void make_layouts(void)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	fuzz_make_dir(dir);
+	fuzz_write_file(dir, "classnames", classnames, sizeof(classnames) - 1, path);
+	if (layout_init(&layouts[LAYOUT_BY_CLS], "classes", "cls", path, NULL) ||
+	    layout_init(&layouts[LAYOUT_BY_JSON], "classes", "json:label", NULL, "skip") ||
+	    layout_init(&layouts[LAYOUT_BY_SHARD], "shards", NULL, NULL, NULL))
+		abort();
+	unlink(path);
+	rmdir(dir);
+	layouts_made = true;
+}
+
+const struct layout *fuzz_pick_layout(const uint8_t *data, size_t size)
+{
+	if (!layouts_made)
+		make_layouts();
+	if (memmem(data, size, ".cls", 4))
+		return &layouts[LAYOUT_BY_CLS];
+	if (memmem(data, size, ".json", 5))
+		return &layouts[LAYOUT_BY_JSON];
+	return &layouts[LAYOUT_BY_SHARD];
 }
 
 size_t fuzz_split_shards(const uint8_t *data, size_t len,

@@ -71,6 +71,37 @@ void fuzz_touch(const void *p, size_t len);
 void fuzz_set_file(int fd, const uint8_t *data, size_t len);
 
 /*
+ * A fresh private directory for the current input, into @dir (PATH_MAX
+ * bytes): under /dev/shm when it is writable, else $TMPDIR or /tmp.
+ */
+void fuzz_make_dir(char *dir);
+
+/* Create @dir/@name holding @len bytes at @data; its path goes to @path
+ * (PATH_MAX bytes). */
+void fuzz_write_file(const char *dir, const char *name, const void *data,
+		     size_t len, char *path);
+
+/* Write @nr shards as @dir/0.tar ... (@dir/N.tar), whose paths
+ * fuzz_open_set() expands. */
+void fuzz_write_shards(const char *dir, const struct fuzz_span *shards, unsigned int nr);
+
+struct shard_set;
+struct layout;
+
+/* Open the @nr shards fuzz_write_shards() wrote in @dir as @set, as
+ * shardfs_init() does (a bad shard skipped with @skip_bad). */
+void fuzz_open_set(struct shard_set *set, const char *dir, unsigned int nr, bool skip_bad);
+
+/*
+ * The layout of a second build of input @data: the classes layout with
+ * labels from .cls members (mapped through a class names file) if the
+ * input holds ".cls", with labels from a .json field if it holds
+ * ".json", else the shards layout, so that the choice survives most
+ * mutations.  Made once, kept for the process.
+ */
+const struct layout *fuzz_pick_layout(const uint8_t *data, size_t size);
+
+/*
  * Split a framed input into at most @max shards separated by
  * FUZZ_SHARD_SEP; the last shard takes the rest of the input, separators
  * included.  A plain tar is thus a one-shard input.  Returns the number

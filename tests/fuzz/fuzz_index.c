@@ -53,64 +53,12 @@
 /* Runs of a sparse file whose starting edge is read. */
 #define RUN_EDGES_READ 16
 
-/* Labels of the classes layout that get a class name. */
-static const char classnames[] = "0 zero\n1 one\n# a comment\n7 seven\n";
-
-/* Where private directories are made: on tmpfs when there is one. */
-static const char *tmp_base;
 /* The shards of the current input: the oracle for sparse reads. */
 static struct fuzz_span shards[FUZZ_MAX_SHARDS];
-/* Layouts of the second build (see pick_layout()), kept for the process. */
-enum { LAYOUT_BY_CLS, LAYOUT_BY_JSON, LAYOUT_BY_SHARD, NR_LAYOUTS };
-static struct layout layouts[NR_LAYOUTS];
-
-/* A fresh private directory, into @dir (PATH_MAX bytes). */
-static void make_dir(char *dir)
-{
-	snprintf(dir, PATH_MAX, "%s/shardfs-fuzz-XXXXXX", tmp_base);
-	if (!mkdtemp(dir)) {
-		perror("fuzz_index: mkdtemp");
-		abort();
-	}
-}
-
-/* Create @dir/@name holding @len bytes; its path goes to @path. */
-static void write_file(const char *dir, const char *name, const void *data,
-		       size_t len, char *path)
-{
-	int fd;
-
-	snprintf(path, PATH_MAX, "%s/%s", dir, name);
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		perror(path);
-		abort();
-	}
-	fuzz_set_file(fd, data, len);
-	close(fd);
-}
-
-/* The layouts, once: a class names file is only read here. */
-static void init_layouts(void)
-{
-	char dir[PATH_MAX], path[PATH_MAX];
-
-	make_dir(dir);
-	write_file(dir, "classnames", classnames, sizeof(classnames) - 1, path);
-	if (layout_init(&layouts[LAYOUT_BY_CLS], "classes", "cls", path, NULL) ||
-	    layout_init(&layouts[LAYOUT_BY_JSON], "classes", "json:label", NULL, "skip") ||
-	    layout_init(&layouts[LAYOUT_BY_SHARD], "shards", NULL, NULL, NULL))
-		abort();
-	unlink(path);
-	rmdir(dir);
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	tmp_base = access("/dev/shm", W_OK) ? getenv("TMPDIR") : "/dev/shm";
-	tmp_base = tmp_base ? tmp_base : "/tmp";
 	fuzz_keep_stderr();
-	init_layouts();
 	return 0;
 }
 
@@ -309,20 +257,11 @@ static void walk(struct shardfs *fs)
  */
 static void open_shards(struct shard_set *set, unsigned int nr, bool skip_bad)
 {
-	char dir[PATH_MAX], path[PATH_MAX], name[16], spec[PATH_MAX + 32], msg[512];
-	int rc;
+	char dir[PATH_MAX];
 
-	make_dir(dir);
-	for (unsigned int i = 0; i < nr; i++) {
-		snprintf(name, sizeof(name), "%u.tar", i);
-		write_file(dir, name, shards[i].data, shards[i].len, path);
-	}
-	snprintf(spec, sizeof(spec), "%s/{0..%u}.tar", dir, nr - 1);
-	rc = shard_set_expand(set, spec, NULL, msg, sizeof(msg));
-	FUZZ_CHECK(!rc, "expanding %s: %s", spec, msg);
-	set->skip_bad = skip_bad;
-	rc = shard_set_open(set, msg, sizeof(msg));
-	FUZZ_CHECK(!rc, "opening %s: %s", spec, msg);
+	fuzz_make_dir(dir);
+	fuzz_write_shards(dir, shards, nr);
+	fuzz_open_set(set, dir, nr, skip_bad);
 	for (uint32_t i = 0; i < set->nr; i++)
 		unlink(set->shards[i].path);
 	rmdir(dir);
@@ -352,21 +291,11 @@ static void build_and_walk(unsigned int nr, const struct layout *layout,
 	shardfs_release(&fs);
 }
 
-/* The layout of the second build: see the top of this file. */
-static const struct layout *pick_layout(const uint8_t *data, size_t size)
-{
-	if (memmem(data, size, ".cls", 4))
-		return &layouts[LAYOUT_BY_CLS];
-	if (memmem(data, size, ".json", 5))
-		return &layouts[LAYOUT_BY_JSON];
-	return &layouts[LAYOUT_BY_SHARD];
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	size_t nr = fuzz_split_shards(data, size, shards, FUZZ_MAX_SHARDS);
 
 	build_and_walk((unsigned int)nr, NULL, false);
-	build_and_walk((unsigned int)nr, pick_layout(data, size), true);
+	build_and_walk((unsigned int)nr, fuzz_pick_layout(data, size), true);
 	return 0;
 }

@@ -4,7 +4,8 @@
 #
 # usage: tests/fuzz/make-corpus.sh OUTDIR
 #
-# Writes OUTDIR/tar (seeds for fuzz_tar), OUTDIR/index (for fuzz_index),
+# Writes OUTDIR/tar (seeds for fuzz_tar), OUTDIR/index (for fuzz_index,
+# and as OUTDIR/index_bounded, a link to it, for fuzz_index_bounded),
 # OUTDIR/zstd_seek_table (for fuzz_zstd_seek_table) and
 # OUTDIR/index_compact (for fuzz_index_compact).
 # The seeds are real archives of one small tree, written by every writer
@@ -275,6 +276,7 @@ bsdtar_seeds
 python_seeds
 copy_committed_seeds
 index_seeds
+ln -sfn index "$out/index_bounded"
 zstd_seek_table_seeds
 index_compact_seeds
 tar_seeds=("$out"/tar/*)

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fuzz_index_bounded.c - libFuzzer target: the bounded index build
+ * against the in-memory one, on hostile shards.
+ *
+ * A mount that writes an index file builds it bounded
+ * (shard_index_build_to_file(): directories in memory, every other member
+ * a record in sorted runs, hard links bound within their shard), and that
+ * build must write the very bytes index_file_write() writes for the
+ * in-memory build, which replays the extraction member by member.  The
+ * unit tests check it on sets made to reach each rule; fuzz_index covers
+ * the in-memory build alone.  Here the input is split into one to three
+ * shards as for fuzz_index (fuzz_split_shards) and built both ways, in
+ * the tree layout with bad shards failing the set and in the layout the
+ * input picks (fuzz_pick_layout) with bad shards skipped, the bounded
+ * build with a budget of a few records a run, so that every merge of runs
+ * is reached.  Then:
+ *
+ *  - both builds succeed and the two files are the same, byte for byte;
+ *  - or the bounded build says the set needs the in-memory build
+ *    (-EAGAIN: a hard link further back than the shard before, a path
+ *    both a file and a directory);
+ *  - or both fail alike (a bad shard, a classes tree without a label).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fuzz_common.h"
+#include "shardfs/index.h"
+#include "shardfs/index_file.h"
+#include "shardfs/shardset.h"
+
+/* The bounded build's budget: a few records a run (about 90 bytes a
+ * record buffered), so that a small input is merged from many runs. */
+#define BOUNDED_BUDGET 300
+
+/* The shards of the current input. */
+static struct fuzz_span shards[FUZZ_MAX_SHARDS];
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	fuzz_keep_stderr();
+	return 0;
+}
+
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+			       unsigned int seed)
+{
+	return fuzz_mutate(data, size, max_size, seed, true);
+}
+
+/* The in-memory build of the @nr shards in @dir, written to @path when it
+ * succeeds; returns its result. */
+static int build_in_memory(const char *dir, unsigned int nr, const struct layout *layout,
+			   bool skip_bad, const char *path)
+{
+	const struct shard_index_build_options opt = {
+		.layout = layout, .threads = 1, .skip_bad_shards = skip_bad,
+	};
+	struct shard_index idx;
+	struct shard_set set = { 0 };
+	char msg[512];
+	int rc;
+
+	fuzz_open_set(&set, dir, nr, skip_bad);
+	rc = shard_index_build(&idx, &set, &opt);
+	if (!rc) {
+		FUZZ_CHECK(!index_file_write(path, &idx, &set, 0, msg, sizeof(msg)),
+			   "writing the in-memory build: %s", msg);
+		shard_index_release(&idx);
+	}
+	shard_set_release(&set);
+	return rc;
+}
+
+/* The bounded build of the same shards into @path; returns its result. */
+static int build_bounded(const char *dir, unsigned int nr, const struct layout *layout,
+			 bool skip_bad, const char *path)
+{
+	const struct shard_index_build_options opt = {
+		.layout = layout, .threads = 1, .skip_bad_shards = skip_bad,
+		.memory_budget = BOUNDED_BUDGET,
+	};
+	struct shard_index_counts counts;
+	struct index_file_writer w;
+	struct shard_set set = { 0 };
+	uint32_t nr_entries = 0;
+	char msg[512];
+	int rc;
+
+	fuzz_open_set(&set, dir, nr, skip_bad);
+	FUZZ_CHECK(!index_file_writer_open(&w, path, &set, msg, sizeof(msg)),
+		   "opening the bounded build's file: %s", msg);
+	rc = shard_index_build_to_file(&w, &set, &opt, &counts, &nr_entries);
+	if (!rc)
+		FUZZ_CHECK(!index_file_writer_commit(&w, nr_entries, &counts, 0, true, msg,
+						     sizeof(msg)),
+			   "committing the bounded build: %s", msg);
+	index_file_writer_abort(&w);
+	shard_set_release(&set);
+	return rc;
+}
+
+/* The bytes of file @path (malloc'd), *@len of them. */
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	struct stat st;
+	char *buf;
+
+	FUZZ_CHECK(f && !fstat(fileno(f), &st), "reading %s", path);
+	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+	FUZZ_CHECK(buf && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size,
+		   "reading %s", path);
+	fclose(f);
+	*len = (size_t)st.st_size;
+	return buf;
+}
+
+/* The two builds of the @nr shards in @dir agree (see the top). */
+static void compare_builds(const char *dir, unsigned int nr, const struct layout *layout,
+			   bool skip_bad)
+{
+	char mem[PATH_MAX], bounded[PATH_MAX];
+	int mem_rc, bounded_rc;
+
+	snprintf(mem, sizeof(mem), "%s/in-memory.idx", dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.idx", dir);
+	mem_rc = build_in_memory(dir, nr, layout, skip_bad, mem);
+	bounded_rc = build_bounded(dir, nr, layout, skip_bad, bounded);
+	FUZZ_CHECK(bounded_rc == mem_rc || bounded_rc == -EAGAIN,
+		   "layout %s, skip_bad %d: the in-memory build returned %d, the bounded %d",
+		   layout ? "picked" : "tree", skip_bad, mem_rc, bounded_rc);
+	if (!mem_rc && !bounded_rc) {
+		size_t mem_len, bounded_len;
+		char *a = slurp(mem, &mem_len), *b = slurp(bounded, &bounded_len);
+		size_t at = 0;
+
+		while (at < mem_len && at < bounded_len && a[at] == b[at])
+			at++;
+		FUZZ_CHECK(mem_len == bounded_len && at == mem_len,
+			   "layout %s, skip_bad %d: the bounded build's file (%zu bytes) "
+			   "differs from the in-memory build's (%zu bytes) at byte %zu",
+			   layout ? "picked" : "tree", skip_bad, bounded_len, mem_len, at);
+		free(a);
+		free(b);
+	}
+	unlink(mem);
+	unlink(bounded);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	unsigned int nr = (unsigned int)fuzz_split_shards(data, size, shards, FUZZ_MAX_SHARDS);
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	fuzz_make_dir(dir);
+	fuzz_write_shards(dir, shards, nr);
+	compare_builds(dir, nr, NULL, false);
+	compare_builds(dir, nr, fuzz_pick_layout(data, size), true);
+	for (unsigned int i = 0; i < nr; i++) {
+		snprintf(path, sizeof(path), "%s/%u.tar", dir, i);
+		unlink(path);
+	}
+	rmdir(dir);
+	return 0;
+}
