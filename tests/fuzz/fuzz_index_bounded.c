@@ -14,7 +14,9 @@
  * the tree layout with bad shards failing the set and in the layout the
  * input picks (fuzz_pick_layout) with bad shards skipped, the bounded
  * build with a budget of a few records a run, so that every merge of runs
- * is reached.  Then:
+ * is reached; and, of two or three shards, the last one appended to an
+ * index of the others (built in memory), the bounded build extending it.
+ * Then:
  *
  *  - both builds succeed and the two files are the same, byte for byte;
  *  - or the bounded build says the set needs the in-memory build
@@ -78,13 +80,16 @@ static int build_in_memory(const char *dir, unsigned int nr, const struct layout
 	return rc;
 }
 
-/* The bounded build of the same shards into @path; returns its result. */
+/* The bounded build of the same shards into @path, extending @base (an
+ * index of all but the last, or NULL) whose shard table is @sh; returns
+ * its result. */
 static int build_bounded(const char *dir, unsigned int nr, const struct layout *layout,
-			 bool skip_bad, const char *path)
+			 bool skip_bad, const struct shard_index *base,
+			 const struct index_file_shards *sh, const char *path)
 {
 	const struct shard_index_build_options opt = {
 		.layout = layout, .threads = 1, .skip_bad_shards = skip_bad,
-		.memory_budget = BOUNDED_BUDGET,
+		.memory_budget = BOUNDED_BUDGET, .base = base, .base_shards = nr - 1,
 	};
 	struct shard_index_counts counts;
 	struct index_file_writer w;
@@ -94,6 +99,14 @@ static int build_bounded(const char *dir, unsigned int nr, const struct layout *
 	int rc;
 
 	fuzz_open_set(&set, dir, nr, skip_bad);
+	/* what a mount takes from the index it extends (index_store.c's
+	 * covered_shards()) rather than scan those shards again */
+	for (uint32_t i = 0; base && i < sh->nr; i++) {
+		set.shards[i].members = sh->shards[i].members;
+		set.shards[i].digest = sh->shards[i].digest;
+		set.shards[i].fingerprint = sh->shards[i].fingerprint;
+		set.shards[i].fingerprinted = true;
+	}
 	FUZZ_CHECK(!index_file_writer_open(&w, path, &set, msg, sizeof(msg)),
 		   "opening the bounded build's file: %s", msg);
 	rc = shard_index_build_to_file(&w, &set, &opt, &counts, &nr_entries);
@@ -122,33 +135,86 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-/* The two builds of the @nr shards in @dir agree (see the top). */
+/* What is being compared, for messages. */
+struct comparison {
+	const char *layout;	/* "tree" or "picked" */
+	bool skip_bad;		/* bad shards skipped */
+	bool extended;		/* the bounded build extends an index */
+};
+
+/* The bounded build (result @bounded_rc, file @bounded) agrees with the
+ * in-memory one (@mem_rc, @mem): see the top. */
+static void check_same(const struct comparison *what, int mem_rc, const char *mem,
+		       int bounded_rc, const char *bounded)
+{
+	size_t mem_len, bounded_len, at = 0;
+	char *a, *b;
+
+	FUZZ_CHECK(bounded_rc == mem_rc || bounded_rc == -EAGAIN,
+		   "layout %s, skip_bad %d, extended %d: the in-memory build returned %d, "
+		   "the bounded %d", what->layout, what->skip_bad, what->extended, mem_rc,
+		   bounded_rc);
+	if (mem_rc || bounded_rc)
+		return;
+	a = slurp(mem, &mem_len);
+	b = slurp(bounded, &bounded_len);
+	while (at < mem_len && at < bounded_len && a[at] == b[at])
+		at++;
+	FUZZ_CHECK(mem_len == bounded_len && at == mem_len,
+		   "layout %s, skip_bad %d, extended %d: the bounded build's file (%zu bytes) "
+		   "differs from the in-memory build's (%zu bytes) at byte %zu",
+		   what->layout, what->skip_bad, what->extended, bounded_len, mem_len, at);
+	free(a);
+	free(b);
+}
+
+/*
+ * The bounded extension of an index of all shards but the last by the
+ * last one against the in-memory build of all of them (@mem_rc, file
+ * @mem), when the in-memory build of the others succeeds without a bad
+ * shard (a mount saves no index of a set with bad shards): the index of
+ * the others written, loaded with its full check and extended, as a
+ * mount finds it.
+ */
+static void compare_extension(const char *dir, unsigned int nr, const struct layout *layout,
+			      const struct comparison *what, int mem_rc, const char *mem)
+{
+	char base_path[PATH_MAX], extended[PATH_MAX], msg[512];
+	struct index_file_shards sh;
+	struct shard_index base;
+	int rc;
+
+	snprintf(base_path, sizeof(base_path), "%s/base.idx", dir);
+	snprintf(extended, sizeof(extended), "%s/extended.idx", dir);
+	if (build_in_memory(dir, nr - 1, layout, what->skip_bad, base_path))
+		return;
+	rc = index_file_load(base_path, &base, &sh, INDEX_LOAD_FULL_CHECK, msg, sizeof(msg));
+	FUZZ_CHECK(!rc, "loading the index of the shards before the last: %s", msg);
+	if (!base.counts.bad_shards)
+		check_same(what, mem_rc, mem,
+			   build_bounded(dir, nr, layout, what->skip_bad, &base, &sh, extended),
+			   extended);
+	shard_index_release(&base);
+	unlink(base_path);
+	unlink(extended);
+}
+
+/* The builds of the @nr shards in @dir agree (see the top). */
 static void compare_builds(const char *dir, unsigned int nr, const struct layout *layout,
 			   bool skip_bad)
 {
+	struct comparison what = { layout ? "picked" : "tree", skip_bad, false };
 	char mem[PATH_MAX], bounded[PATH_MAX];
-	int mem_rc, bounded_rc;
+	int mem_rc;
 
 	snprintf(mem, sizeof(mem), "%s/in-memory.idx", dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.idx", dir);
 	mem_rc = build_in_memory(dir, nr, layout, skip_bad, mem);
-	bounded_rc = build_bounded(dir, nr, layout, skip_bad, bounded);
-	FUZZ_CHECK(bounded_rc == mem_rc || bounded_rc == -EAGAIN,
-		   "layout %s, skip_bad %d: the in-memory build returned %d, the bounded %d",
-		   layout ? "picked" : "tree", skip_bad, mem_rc, bounded_rc);
-	if (!mem_rc && !bounded_rc) {
-		size_t mem_len, bounded_len;
-		char *a = slurp(mem, &mem_len), *b = slurp(bounded, &bounded_len);
-		size_t at = 0;
-
-		while (at < mem_len && at < bounded_len && a[at] == b[at])
-			at++;
-		FUZZ_CHECK(mem_len == bounded_len && at == mem_len,
-			   "layout %s, skip_bad %d: the bounded build's file (%zu bytes) "
-			   "differs from the in-memory build's (%zu bytes) at byte %zu",
-			   layout ? "picked" : "tree", skip_bad, bounded_len, mem_len, at);
-		free(a);
-		free(b);
+	check_same(&what, mem_rc, mem, build_bounded(dir, nr, layout, skip_bad, NULL, NULL, bounded),
+		   bounded);
+	if (nr > 1) {
+		what.extended = true;
+		compare_extension(dir, nr, layout, &what, mem_rc, mem);
 	}
 	unlink(mem);
 	unlink(bounded);
