@@ -5,7 +5,8 @@
  *
  * A mount that writes an index file builds it bounded
  * (shard_index_build_to_file(): directories in memory, every other member
- * a record in sorted runs, hard links bound within their shard), and that
+ * a record in sorted runs, hard links bound within their shard or the one
+ * before), and that
  * build must write the very bytes index_file_write() writes for the
  * in-memory build, which replays the extraction member by member.  The
  * unit tests check it on sets made to reach each rule; fuzz_index covers
@@ -15,8 +16,8 @@
  * input picks (fuzz_pick_layout) with bad shards skipped, the bounded
  * build with a budget of a few records a run, so that every merge of runs
  * is reached; and, of two or three shards, the last one appended to an
- * index of the others (built in memory), the bounded build extending it.
- * Then:
+ * index of the others, extended bounded and in memory (what a mount falls
+ * back to).  Then:
  *
  *  - both builds succeed and the two files are the same, byte for byte;
  *  - or the bounded build says the set needs the in-memory build
@@ -56,20 +57,41 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
 	return fuzz_mutate(data, size, max_size, seed, true);
 }
 
-/* The in-memory build of the @nr shards in @dir, written to @path when it
- * succeeds; returns its result. */
+/*
+ * Open the @nr shards in @dir as @set; with @base (an index of all but
+ * the last, whose shard table is @sh), take from it what a mount takes
+ * rather than scan those shards again (index_store.c's covered_shards()).
+ */
+static void open_extending(struct shard_set *set, const char *dir, unsigned int nr,
+			   bool skip_bad, const struct shard_index *base,
+			   const struct index_file_shards *sh)
+{
+	fuzz_open_set(set, dir, nr, skip_bad);
+	for (uint32_t i = 0; base && i < sh->nr; i++) {
+		set->shards[i].members = sh->shards[i].members;
+		set->shards[i].digest = sh->shards[i].digest;
+		set->shards[i].fingerprint = sh->shards[i].fingerprint;
+		set->shards[i].fingerprinted = true;
+	}
+}
+
+/* The in-memory build of the @nr shards in @dir, extending @base (with
+ * @sh, as open_extending()) or not, written to @path when it succeeds;
+ * returns its result. */
 static int build_in_memory(const char *dir, unsigned int nr, const struct layout *layout,
-			   bool skip_bad, const char *path)
+			   bool skip_bad, const struct shard_index *base,
+			   const struct index_file_shards *sh, const char *path)
 {
 	const struct shard_index_build_options opt = {
 		.layout = layout, .threads = 1, .skip_bad_shards = skip_bad,
+		.base = base, .base_shards = nr - 1,
 	};
 	struct shard_index idx;
 	struct shard_set set = { 0 };
 	char msg[512];
 	int rc;
 
-	fuzz_open_set(&set, dir, nr, skip_bad);
+	open_extending(&set, dir, nr, skip_bad, base, sh);
 	rc = shard_index_build(&idx, &set, &opt);
 	if (!rc) {
 		FUZZ_CHECK(!index_file_write(path, &idx, &set, 0, msg, sizeof(msg)),
@@ -80,9 +102,8 @@ static int build_in_memory(const char *dir, unsigned int nr, const struct layout
 	return rc;
 }
 
-/* The bounded build of the same shards into @path, extending @base (an
- * index of all but the last, or NULL) whose shard table is @sh; returns
- * its result. */
+/* The bounded build of the same shards into @path, as build_in_memory();
+ * returns its result. */
 static int build_bounded(const char *dir, unsigned int nr, const struct layout *layout,
 			 bool skip_bad, const struct shard_index *base,
 			 const struct index_file_shards *sh, const char *path)
@@ -98,15 +119,7 @@ static int build_bounded(const char *dir, unsigned int nr, const struct layout *
 	char msg[512];
 	int rc;
 
-	fuzz_open_set(&set, dir, nr, skip_bad);
-	/* what a mount takes from the index it extends (index_store.c's
-	 * covered_shards()) rather than scan those shards again */
-	for (uint32_t i = 0; base && i < sh->nr; i++) {
-		set.shards[i].members = sh->shards[i].members;
-		set.shards[i].digest = sh->shards[i].digest;
-		set.shards[i].fingerprint = sh->shards[i].fingerprint;
-		set.shards[i].fingerprinted = true;
-	}
+	open_extending(&set, dir, nr, skip_bad, base, sh);
 	FUZZ_CHECK(!index_file_writer_open(&w, path, &set, msg, sizeof(msg)),
 		   "opening the bounded build's file: %s", msg);
 	rc = shard_index_build_to_file(&w, &set, &opt, &counts, &nr_entries);
@@ -139,45 +152,45 @@ static char *slurp(const char *path, size_t *len)
 struct comparison {
 	const char *layout;	/* "tree" or "picked" */
 	bool skip_bad;		/* bad shards skipped */
-	bool extended;		/* the bounded build extends an index */
+	const char *build;	/* the build set against the in-memory one */
 };
 
-/* The bounded build (result @bounded_rc, file @bounded) agrees with the
+/* The build what->build (result @rc, file @path) agrees with the
  * in-memory one (@mem_rc, @mem): see the top. */
-static void check_same(const struct comparison *what, int mem_rc, const char *mem,
-		       int bounded_rc, const char *bounded)
+static void check_same(const struct comparison *what, int mem_rc, const char *mem, int rc,
+		       const char *path)
 {
-	size_t mem_len, bounded_len, at = 0;
+	size_t mem_len, len, at = 0;
 	char *a, *b;
 
-	FUZZ_CHECK(bounded_rc == mem_rc || bounded_rc == -EAGAIN,
-		   "layout %s, skip_bad %d, extended %d: the in-memory build returned %d, "
-		   "the bounded %d", what->layout, what->skip_bad, what->extended, mem_rc,
-		   bounded_rc);
-	if (mem_rc || bounded_rc)
+	FUZZ_CHECK(rc == mem_rc || rc == -EAGAIN,
+		   "layout %s, skip_bad %d: the in-memory build returned %d, the %s %d",
+		   what->layout, what->skip_bad, mem_rc, what->build, rc);
+	if (mem_rc || rc)
 		return;
 	a = slurp(mem, &mem_len);
-	b = slurp(bounded, &bounded_len);
-	while (at < mem_len && at < bounded_len && a[at] == b[at])
+	b = slurp(path, &len);
+	while (at < mem_len && at < len && a[at] == b[at])
 		at++;
-	FUZZ_CHECK(mem_len == bounded_len && at == mem_len,
-		   "layout %s, skip_bad %d, extended %d: the bounded build's file (%zu bytes) "
-		   "differs from the in-memory build's (%zu bytes) at byte %zu",
-		   what->layout, what->skip_bad, what->extended, bounded_len, mem_len, at);
+	FUZZ_CHECK(mem_len == len && at == mem_len,
+		   "layout %s, skip_bad %d: the %s's file (%zu bytes) differs from the "
+		   "in-memory build's (%zu bytes) at byte %zu",
+		   what->layout, what->skip_bad, what->build, len, mem_len, at);
 	free(a);
 	free(b);
 }
 
 /*
- * The bounded extension of an index of all shards but the last by the
- * last one against the in-memory build of all of them (@mem_rc, file
- * @mem), when the in-memory build of the others succeeds without a bad
- * shard (a mount saves no index of a set with bad shards): the index of
- * the others written, loaded with its full check and extended, as a
+ * The extensions of an index of all shards but the last by the last one,
+ * bounded and in memory (where a mount falls back to when the bounded
+ * says -EAGAIN), against the in-memory build of all of them (@mem_rc,
+ * file @mem), when the in-memory build of the others succeeds without a
+ * bad shard (a mount saves no index of a set with bad shards): the index
+ * of the others written, loaded with its full check and extended, as a
  * mount finds it.
  */
-static void compare_extension(const char *dir, unsigned int nr, const struct layout *layout,
-			      const struct comparison *what, int mem_rc, const char *mem)
+static void compare_extensions(const char *dir, unsigned int nr, const struct layout *layout,
+			       struct comparison *what, int mem_rc, const char *mem)
 {
 	char base_path[PATH_MAX], extended[PATH_MAX], msg[512];
 	struct index_file_shards sh;
@@ -186,14 +199,21 @@ static void compare_extension(const char *dir, unsigned int nr, const struct lay
 
 	snprintf(base_path, sizeof(base_path), "%s/base.idx", dir);
 	snprintf(extended, sizeof(extended), "%s/extended.idx", dir);
-	if (build_in_memory(dir, nr - 1, layout, what->skip_bad, base_path))
+	if (build_in_memory(dir, nr - 1, layout, what->skip_bad, NULL, NULL, base_path))
 		return;
 	rc = index_file_load(base_path, &base, &sh, INDEX_LOAD_FULL_CHECK, msg, sizeof(msg));
 	FUZZ_CHECK(!rc, "loading the index of the shards before the last: %s", msg);
-	if (!base.counts.bad_shards)
+	if (!base.counts.bad_shards) {
+		what->build = "bounded extension";
 		check_same(what, mem_rc, mem,
 			   build_bounded(dir, nr, layout, what->skip_bad, &base, &sh, extended),
 			   extended);
+		unlink(extended);
+		what->build = "in-memory extension";
+		check_same(what, mem_rc, mem,
+			   build_in_memory(dir, nr, layout, what->skip_bad, &base, &sh, extended),
+			   extended);
+	}
 	shard_index_release(&base);
 	unlink(base_path);
 	unlink(extended);
@@ -203,19 +223,17 @@ static void compare_extension(const char *dir, unsigned int nr, const struct lay
 static void compare_builds(const char *dir, unsigned int nr, const struct layout *layout,
 			   bool skip_bad)
 {
-	struct comparison what = { layout ? "picked" : "tree", skip_bad, false };
+	struct comparison what = { layout ? "picked" : "tree", skip_bad, "bounded build" };
 	char mem[PATH_MAX], bounded[PATH_MAX];
 	int mem_rc;
 
 	snprintf(mem, sizeof(mem), "%s/in-memory.idx", dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.idx", dir);
-	mem_rc = build_in_memory(dir, nr, layout, skip_bad, mem);
-	check_same(&what, mem_rc, mem, build_bounded(dir, nr, layout, skip_bad, NULL, NULL, bounded),
-		   bounded);
-	if (nr > 1) {
-		what.extended = true;
-		compare_extension(dir, nr, layout, &what, mem_rc, mem);
-	}
+	mem_rc = build_in_memory(dir, nr, layout, skip_bad, NULL, NULL, mem);
+	check_same(&what, mem_rc, mem,
+		   build_bounded(dir, nr, layout, skip_bad, NULL, NULL, bounded), bounded);
+	if (nr > 1)
+		compare_extensions(dir, nr, layout, &what, mem_rc, mem);
 	unlink(mem);
 	unlink(bounded);
 }
