@@ -6,18 +6,17 @@
  * A mount that writes an index file builds it bounded
  * (shard_index_build_to_file(): directories in memory, every other member
  * a record in sorted runs, hard links bound within their shard or the one
- * before), and that
- * build must write the very bytes index_file_write() writes for the
- * in-memory build, which replays the extraction member by member.  The
- * unit tests check it on sets made to reach each rule; fuzz_index covers
- * the in-memory build alone.  Here the input is split into one to three
- * shards as for fuzz_index (fuzz_split_shards) and built both ways, in
- * the tree layout with bad shards failing the set and in the layout the
- * input picks (fuzz_pick_layout) with bad shards skipped, the bounded
- * build with a budget of a few records a run, so that every merge of runs
- * is reached; and, of two or three shards, the last one appended to an
- * index of the others, extended bounded and in memory (what a mount falls
- * back to).  Then:
+ * before), and that build must write the very bytes index_file_write()
+ * writes for the in-memory build, which replays the extraction member by
+ * member.  The unit tests check it on sets made to reach each rule;
+ * fuzz_index covers the in-memory build alone.  Here the input is split
+ * into one to three shards as for fuzz_index (fuzz_split_shards) and built
+ * both ways, in the tree layout with bad shards failing the set and in the
+ * layout the input picks (fuzz_pick_layout) with bad shards skipped, the
+ * bounded build with a budget of a few records a run, so that every merge
+ * of runs is reached; and, of two or three shards, the last one appended
+ * to an index of the others, extended bounded and in memory (what a mount
+ * falls back to).  Then:
  *
  *  - both builds succeed and the two files are the same, byte for byte;
  *  - or the bounded build says the set needs the in-memory build
