@@ -867,7 +867,7 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
 		.link = rm->type == TAR_SYMLINK ? sc->strings + rm->link : NULL,
-		.extents = rm->sparse ? sc->extents + rm->extent : NULL });
+		.extents = rm->sparse && rm->nr_extents ? sc->extents + rm->extent : NULL });
 }
 
 /* Bounded: say @what sends the set to the in-memory build, at member @rm
