@@ -13,10 +13,11 @@
  * into one to three shards as for fuzz_index (fuzz_split_shards) and built
  * both ways, in the tree layout with bad shards failing the set and in the
  * layout the input picks (fuzz_pick_layout) with bad shards skipped, the
- * bounded build with a budget of a few records a run, so that every merge
- * of runs is reached; and, of two or three shards, the last one appended
- * to an index of the others, extended bounded and in memory (what a mount
- * falls back to).  Then:
+ * bounded build with a budget of a few records a run (so that every merge
+ * of runs is reached), a few dozen, or the default, by the input's length;
+ * and, of two or three shards, the last one appended to an index of the
+ * others, extended bounded and in memory (what a mount falls back to).
+ * Then:
  *
  *  - both builds succeed and the two files are the same, byte for byte;
  *  - or the bounded build says the set needs the in-memory build
@@ -37,12 +38,14 @@
 #include "shardfs/index_file.h"
 #include "shardfs/shardset.h"
 
-/* The bounded build's budget: a few records a run (about 90 bytes a
- * record buffered), so that a small input is merged from many runs. */
-#define BOUNDED_BUDGET 300
+/* The bounded build's budgets, one an input by its length: a few records
+ * a run (about 90 bytes a record buffered), so that a small input is
+ * merged from many runs; a few dozen; the default (0), one run. */
+static const size_t budgets[] = { 300, 4096, 0 };
 
-/* The shards of the current input. */
+/* The shards of the current input, and the bounded build's budget. */
 static struct fuzz_span shards[FUZZ_MAX_SHARDS];
+static size_t budget;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -109,7 +112,7 @@ static int build_bounded(const char *dir, unsigned int nr, const struct layout *
 {
 	const struct shard_index_build_options opt = {
 		.layout = layout, .threads = 1, .skip_bad_shards = skip_bad,
-		.memory_budget = BOUNDED_BUDGET, .base = base, .base_shards = nr - 1,
+		.memory_budget = budget, .base = base, .base_shards = nr - 1,
 	};
 	struct shard_index_counts counts;
 	struct index_file_writer w;
@@ -242,6 +245,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned int nr = (unsigned int)fuzz_split_shards(data, size, shards, FUZZ_MAX_SHARDS);
 	char dir[PATH_MAX], path[PATH_MAX];
 
+	budget = budgets[size % (sizeof(budgets) / sizeof(budgets[0]))];
 	fuzz_make_dir(dir);
 	fuzz_write_shards(dir, shards, nr);
 	compare_builds(dir, nr, NULL, false);
