@@ -143,7 +143,7 @@ EOF
 }
 
 # Multi-shard inputs: the same tree twice (every path overridden), a
-# directory replaced by a file, and a hard link into an earlier shard.
+# directory replaced by a file, hard links into earlier shards.
 index_seeds() {
 	local f
 
@@ -177,6 +177,16 @@ with open(f"{out}/dir-replaced-by-file", "wb") as f:
 with open(f"{out}/hardlink-across-shards", "wb") as f:
     f.write(shard(("a/1.jpg", F, b"one"), ("a/2.jpg", S, "1.jpg")) + sep +
             shard(("b/1.jpg", L, "a/1.jpg"), ("a/1.jpg", F, b"new"), ("b/2.jpg", L, "a/1.jpg")))
+# the bounded build's links: to the shard before (a link to a link there,
+# a target replaced after), two shards back (the in-memory build), to a
+# sparse-free symlink; files of each shard left beside the others' for
+# an extension to rank
+with open(f"{out}/hardlinks-bounded", "wb") as f:
+    f.write(shard(("s/a.jpg", F, b"aaaa"), ("s/b.jpg", F, b"bb"), ("s/c", S, "a.jpg"),
+                  ("s/d.jpg", L, "s/a.jpg")) + sep +
+            shard(("t/a.jpg", L, "s/d.jpg"), ("t/c", L, "s/c"), ("s/b.jpg", F, b"new"),
+                  ("t/b.jpg", L, "s/b.jpg"), ("t/e.jpg", F, b"e")) + sep +
+            shard(("u/a.jpg", L, "t/a.jpg"), ("u/s.jpg", L, "s/a.jpg"), ("u/f.jpg", F, b"f")))
 EOF
 }
 
