@@ -852,14 +852,17 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		       const struct raw_member *rm, const struct leaf_origin *o,
 		       uint32_t dir, const char *name, size_t len)
 {
+	/* a symlink's sparse map (a hostile header's) goes unused, as the
+	 * in-memory build's fill_leaf() leaves it */
+	const bool sparse = rm->sparse && rm->type != TAR_SYMLINK;
 	const struct leaf_record rec = {
 		.data_offset = rm->data_offset, .size = rm->size,
 		.mtime_sec = rm->mtime_sec, .mtime_nsec = rm->mtime_nsec,
 		.dir = dir, .shard = o->shard, .member = o->member, .mode = rm->mode,
 		.uid = rm->uid, .gid = rm->gid, .name_len = (uint32_t)len,
 		.link_len = rm->type == TAR_SYMLINK ? rm->link_len : 0,
-		.nr_extents = rm->sparse ? rm->nr_extents : 0,
-		.type = rm->type, .sparse = rm->sparse, .linked = o->linked,
+		.nr_extents = sparse ? rm->nr_extents : 0,
+		.type = rm->type, .sparse = sparse, .linked = o->linked,
 		.group = o->linked ? o->group : 0 };
 
 	assert(!o->linked || o->linked == LEAF_LINKED_SAME || o->linked == LEAF_LINKED_PREV);
@@ -867,7 +870,7 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
 		.link = rm->type == TAR_SYMLINK ? sc->strings + rm->link : NULL,
-		.extents = rm->sparse && rm->nr_extents ? sc->extents + rm->extent : NULL });
+		.extents = sparse && rm->nr_extents ? sc->extents + rm->extent : NULL });
 }
 
 /* Bounded: say @what sends the set to the in-memory build, at member @rm
