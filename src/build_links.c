@@ -6,9 +6,9 @@
  * Before, any hard link sent a set to the in-memory build, which holds
  * about 250 bytes a member at its peak: one link in a set of 150 M members
  * wanted 37 GiB.  What a link needs is found in its own shard's scan or
- * the one before (kept one shard longer), so the cost is a sorted array of
- * a shard's path hashes, made at need and freed with the shard, and a
- * table of the groups.
+ * the one before (kept one shard longer), or in a shard further back
+ * scanned again, so the cost is a sorted array of a shard's path hashes,
+ * made at need and freed with the shard, and a table of the groups.
  * The contract is in build_links.h.
  */
 #include <assert.h>
@@ -139,8 +139,8 @@ static int group_add(struct build_links *l, uint32_t shard, uint32_t member)
 /*
  * The latest member of shard @ls before its member @i whose path is @path
  * (@len bytes), as a hard link binds: 0 and *@target (BUILD_LINK_PREV set
- * when it is in the shard before), -ENOENT (a directory) or -EAGAIN (none,
- * or one further back).
+ * when it is in the shard before), -ENOENT (a directory), -EXDEV (none)
+ * or -EAGAIN (a link that binds further back: the in-memory build).
  */
 static int latest_before(struct link_shard *ls, uint32_t i, const char *path, uint32_t len,
 			 uint32_t *target)
@@ -168,12 +168,15 @@ static int latest_before(struct link_shard *ls, uint32_t i, const char *path, ui
 			continue;
 		if (m->type == TAR_DIR)
 			return -ENOENT;
+		assert(m->type != TAR_HARDLINK || ls->bound);	/* bound before */
 		if (m->type == TAR_HARDLINK && ls->bound[j] == BUILD_LINK_REFUSED)
 			continue;	/* it named nothing: what came before */
+		if (m->type == TAR_HARDLINK && ls->bound[j] == BUILD_LINK_FAR)
+			return -EAGAIN;
 		*target = m->type == TAR_HARDLINK ? ls->bound[j] : j;
 		return 0;
 	}
-	return -EAGAIN;
+	return -EXDEV;
 }
 
 /* Where the target of link @rm, member @i of the shard streamed, is:
@@ -187,12 +190,12 @@ static int find_target(struct build_links *l, const struct raw_member *rm, uint3
 	if (!rm->link_len)
 		return -ENOENT;	/* the root: a directory */
 	rc = latest_before(&l->cur, i, path, rm->link_len, target);
-	if (rc != -EAGAIN || !l->prev.scan || l->prev.shard + 1 != l->cur.shard)
+	if (rc != -EXDEV || !l->prev.scan || l->prev.shard + 1 != l->cur.shard)
 		return rc;
 	rc = latest_before(&l->prev, (uint32_t)l->prev.scan->nr_members, path, rm->link_len,
 			   target);
 	if (!rc && (*target & BUILD_LINK_PREV))
-		return -EAGAIN;	/* two shards back */
+		return -EAGAIN;	/* two shards back, through a link */
 	if (!rc)
 		*target |= BUILD_LINK_PREV;
 	return rc;
@@ -208,10 +211,55 @@ int build_links_resolve(struct build_links *l, uint32_t i, uint32_t *target, boo
 	    !(l->cur.bound = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(uint32_t))))
 		return -ENOMEM;
 	rc = find_target(l, &sc->members[i], i, target);
-	l->cur.bound[i] = rc ? BUILD_LINK_REFUSED : *target;
+	l->cur.bound[i] = rc == -EXDEV ? BUILD_LINK_FAR : rc ? BUILD_LINK_REFUSED : *target;
 	*prev = !rc && (*target & BUILD_LINK_PREV);
 	*target &= ~BUILD_LINK_PREV;
 	return rc ?: group_add(l, l->cur.shard - *prev, *target);
+}
+
+/*
+ * The links of @ls, a shard scanned again, bound within it in order as
+ * build_links_resolve() binds them, a link whose target is not before it
+ * there marked BUILD_LINK_FAR (its binding is not known here).  0 or
+ * -ENOMEM.
+ */
+static int bind_within(struct link_shard *ls)
+{
+	const struct shard_scan *sc = ls->scan;
+
+	ls->bound = malloc((sc->nr_members ? sc->nr_members : 1) * sizeof(*ls->bound));
+	if (!ls->bound)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < sc->nr_members; i++) {
+		const struct raw_member *m = &sc->members[i];
+		uint32_t target;
+		int rc;
+
+		if (m->type != TAR_HARDLINK)
+			continue;
+		rc = m->link_len ? latest_before(ls, i, sc->strings + m->link, m->link_len, &target)
+				 : -ENOENT;
+		if (rc == -ENOMEM)
+			return rc;
+		ls->bound[i] = rc == -ENOENT ? BUILD_LINK_REFUSED : rc ? BUILD_LINK_FAR : target;
+	}
+	return 0;
+}
+
+int build_links_find(struct link_shard *ls, const char *path, uint32_t len, uint32_t *member)
+{
+	int rc;
+
+	if (!len)
+		return -ENOENT;	/* the root: a directory */
+	if (!ls->bound && (rc = bind_within(ls)))
+		return rc;
+	return latest_before(ls, (uint32_t)ls->scan->nr_members, path, len, member);
+}
+
+void build_links_shard_release(struct link_shard *ls)
+{
+	link_shard_release(ls);
 }
 
 int build_links_join(struct build_links *l, uint32_t shard, uint32_t member)

@@ -10,12 +10,15 @@
  * member before the link whose path is the target's, and then in the scan
  * of the shard before, kept one shard longer (an archive split into
  * shards at member boundaries puts a link after the cut and its target
- * before it).  A link whose target is not there (further back, or
- * nowhere) is left to the in-memory build (-EAGAIN).  GNU tar and bsdtar
- * write a link after its target, in the same archive.
+ * before it).  A link whose target is not there waits (-EXDEV) until
+ * every shard is streamed; the builder then goes down the shards before
+ * it once, each scanned again, and looks in each (build_links_find()).
+ * What only the in-memory build binds is refused with -EAGAIN: a link to
+ * a link that was bound further back.  GNU tar and bsdtar write a link
+ * to its target's first name, never to another link.
  *
  * A link's leaf record carries its target's data and attributes and the
- * target's member number as its group, in its own shard or the one before
+ * target's member number as its group, in its own shard or one before
  * (leaf_runs.h, leaf_data_shard()/_member()); the names of a group
  * are counted once the runs are merged (a later member may replace any of
  * them), and the layout then gives every name the group's nlink and each
@@ -29,7 +32,9 @@
  * Memory: one scan more than the build keeps without links; while a
  * shard with hard links is streamed, 16 bytes a member of it and of the
  * shard before, and 4 a member for what its links bound to; for the whole
- * set, 32 to 64 bytes a group (a target some link named), not a member.
+ * set, 32 to 64 bytes a group (a target some link named), not a member;
+ * the builder holds each link further back (its path and its target's)
+ * until the shards before it are scanned again.
  *
  * Thread-safety: none; the builder's merging thread owns it.
  */
@@ -66,8 +71,11 @@ struct build_links {
 };
 
 /* What bound[] holds for a hard link refused (its target a directory),
- * and the mark of a member of the shard before. */
+ * for one whose target is further back than the shard before (bound
+ * later, build_links_find()), and the mark of a member of the shard
+ * before. */
 #define BUILD_LINK_REFUSED UINT32_MAX
+#define BUILD_LINK_FAR (UINT32_MAX - 1)
 #define BUILD_LINK_PREV 0x80000000u
 
 /* The shard @sc, number @shard, is streamed next; the one streamed before
@@ -80,10 +88,25 @@ void build_links_shard_start(struct build_links *l, const struct shard_scan *sc,
  * its target's latest member before it there, or (*@prev) in the shard
  * before, or what that member, a hard link itself, bound to.  -ENOENT
  * when the target is a directory (refused, as GNU tar refuses it),
- * -EAGAIN when neither shard has the target's path before it, -ENOMEM.
- * Members must be resolved in order.
+ * -EXDEV when neither shard has the target's path before it (the builder
+ * looks further back: build_links_find()), -EAGAIN when it is a link
+ * bound further back (the in-memory build), -ENOMEM.  Members must be
+ * resolved in order.
  */
 int build_links_resolve(struct build_links *l, uint32_t i, uint32_t *target, bool *prev);
+
+/*
+ * The latest member of shard @ls (a scan of it made again: no .bound)
+ * whose path is @path (@len bytes), for a link further back: 0 and
+ * *@member (what a link there bound to within the shard), -ENOENT (a
+ * directory), -EXDEV (none there), -EAGAIN (a link there bound outside
+ * it: the in-memory build binds such chains) or -ENOMEM.  Indexes @ls's
+ * paths and binds its links at its first call;
+ * build_links_shard_release() frees them.
+ */
+int build_links_find(struct link_shard *ls, const char *path, uint32_t len, uint32_t *member);
+
+void build_links_shard_release(struct link_shard *ls);
 
 /* A link to member @member of @shard is streamed (one that
  * build_links_resolve() did not bind): its group.  0 or -ENOMEM. */

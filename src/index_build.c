@@ -75,6 +75,11 @@
 /* Labels the class names lack that the build names in its warning. */
 #define BUILD_UNMAPPED_EXAMPLES 3
 
+/* A bounded build: hard links further back than the shard before theirs
+ * held until every shard is streamed (their paths and targets, about
+ * 60 bytes and the names each); more take the in-memory build. */
+#define BUILD_FAR_LINKS_MAX (1u << 20)
+
 /*
  * The classes layout: what the scans found of labels, kept as each shard
  * is merged (a bounded build frees each scan then), for check_labels().
@@ -175,6 +180,16 @@ struct builder {
 					 * leaf, in its shard's pool */
 	size_t leaf_dir_len;		/* bytes in leaf_dir; 0: none */
 	uint32_t leaf_dir_node;		/* the node of leaf_dir */
+	struct far_link *far;		/* bounded: hard links whose target
+					 * is further back than the shard
+					 * before, in stream order, bound once
+					 * every shard is streamed
+					 * (bind_far_links()) */
+	size_t nr_far;			/* entries used */
+	size_t cap_far;			/* entries allocated */
+	struct bump_arena far_arena;	/* bounded: their paths and targets */
+	uint32_t far_refused;		/* bounded: those refused (warned up
+					 * to SHARD_INDEX_WARNINGS_PER_SHARD) */
 	char why_in_memory[1024];	/* bounded: why the set needs the
 					 * in-memory build (-EAGAIN), and where */
 	const char *scratch_dir;	/* bounded: where scratch files go
@@ -839,7 +854,7 @@ struct leaf_origin {
 	uint32_t shard;		/* its shard */
 	uint32_t member;	/* its number there: its order among the
 				 * path's copies, and ORDER's slot */
-	uint8_t linked;		/* a hard link (LEAF_LINKED_*), to: */
+	uint16_t linked;	/* a hard link (leaf_record.linked), to: */
 	uint32_t group;		/* the member whose inode it shares */
 };
 
@@ -865,7 +880,7 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		.type = rm->type, .sparse = sparse, .linked = o->linked,
 		.group = o->linked ? o->group : 0 };
 
-	assert(!o->linked || o->linked == LEAF_LINKED_SAME || o->linked == LEAF_LINKED_PREV);
+	assert(o->linked <= LEAF_LINKED_MAX && (!o->linked || o->linked - 1u <= o->shard));
 
 	return leaf_runs_add(&b->runs, &(struct leaf_view){
 		.rec = &rec, .name = name,
@@ -887,8 +902,10 @@ static void member_why(struct builder *b, const struct shard_scan *sc,
 /*
  * Bounded: the member that hard link @i of @sc binds to, in *@group, and
  * in @o->linked whether in its shard or the one before.  1 when refused
- * (warned and skipped, as merge_member() does); -EAGAIN when neither
- * holds its target before it (build_links.h).
+ * (warned and skipped, as merge_member() does); 2 when its target is
+ * further back (far_defer()); -EAGAIN when only the in-memory build binds
+ * it: a link to another link bound further back, or further back in a
+ * set that extends an index (build_links.h).
  */
 static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t i,
 			   struct leaf_origin *o)
@@ -897,14 +914,65 @@ static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t i,
 	int rc = build_links_resolve(&b->links, i, &o->group, &prev);
 
 	o->linked = prev ? LEAF_LINKED_PREV : LEAF_LINKED_SAME;
-	if (rc == -EAGAIN)
-		member_why(b, sc, &sc->members[i],
+	if (rc == -EXDEV && !b->opt->base)
+		return 2;
+	if (rc == -EXDEV || rc == -EAGAIN)
+		member_why(b, sc, &sc->members[i], rc == -EXDEV ?
 			   "a hard link in it names a member further back than the "
-			   "shard before it, or in the index it extends");
+			   "shard before it, in a set that extends an index" :
+			   "a hard link in it names another hard link bound further "
+			   "back than the shard before it");
+	if (rc == -EXDEV)
+		return -EAGAIN;
 	if (rc != -ENOENT)
 		return rc;
 	merge_warn(b, sc, &sc->members[i], hardlink_refused);
 	return 1;
+}
+
+/* A hard link whose target is further back than the shard before its
+ * own, bound once every shard is streamed (bind_far_links()). */
+struct far_link {
+	uint32_t shard;		/* its shard */
+	uint32_t member;	/* its member number there */
+	uint32_t path_len;	/* bytes of its path */
+	uint32_t target_len;	/* bytes of its target's path */
+	bool settled;		/* bound or refused */
+	uint64_t header_offset;	/* its header, for messages */
+	const char *path;	/* its path, then its target's (far_arena) */
+};
+
+/*
+ * Bounded: hard link @i of @sc (shard @shard), whose target is further
+ * back than the shard before, waits for bind_far_links(); its directory
+ * is made only then, as a link refused makes none in memory.  0, -ENOMEM,
+ * or -EAGAIN past BUILD_FAR_LINKS_MAX of them (their paths are held until
+ * then).
+ */
+static int far_defer(struct builder *b, const struct shard_scan *sc, uint32_t shard,
+		     uint32_t i)
+{
+	const struct raw_member *rm = &sc->members[i];
+	char *copy;
+
+	if (b->nr_far == BUILD_FAR_LINKS_MAX) {
+		char what[128];
+
+		snprintf(what, sizeof(what), "more than %u hard links in it name members "
+			 "further back than the shard before theirs", BUILD_FAR_LINKS_MAX);
+		member_why(b, sc, rm, what);
+		return -EAGAIN;
+	}
+	if (array_grow((void **)&b->far, &b->cap_far, b->nr_far + 1, sizeof(*b->far)) ||
+	    !(copy = bump_alloc(&b->far_arena, (size_t)rm->path_len + rm->link_len + 1)))
+		return -ENOMEM;
+	memcpy(copy, sc->strings + rm->path, rm->path_len);
+	memcpy(copy + rm->path_len, sc->strings + rm->link, rm->link_len);
+	b->far[b->nr_far++] = (struct far_link){
+		.shard = shard, .member = i, .path_len = rm->path_len,
+		.target_len = rm->link_len, .header_offset = rm->header_offset,
+		.path = copy };
+	return 0;
 }
 
 /*
@@ -935,6 +1003,8 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	if (rm->type == TAR_HARDLINK) {
 		int rc = stream_hardlink(b, sc, i, &o);
 
+		if (rc == 2)
+			return far_defer(b, sc, shard, i);
 		if (rc)
 			return rc > 0 ? 0 : rc;
 		if (o.linked == LEAF_LINKED_PREV)
@@ -1176,6 +1246,120 @@ static void scan_done(struct builder *b, uint32_t s)
 	pthread_mutex_unlock(&b->lock);
 }
 
+/* Bounded: say @what sends the set to the in-memory build, at far link
+ * @f (as member_why() says it of a member in a scan). */
+static void far_why(struct builder *b, const struct far_link *f, const char *what)
+{
+	snprintf(b->why_in_memory, sizeof(b->why_in_memory), "%s (%s: offset %llu: '%.*s' -> '%.*s')",
+		 what, b->set->shards[f->shard].path, (unsigned long long)f->header_offset,
+		 (int)f->path_len, f->path, (int)f->target_len, f->path + f->path_len);
+}
+
+/* Bounded: far link @f names no member (or a directory): refused and
+ * warned, as merge_warn() does in its shard's scan (the first
+ * SHARD_INDEX_WARNINGS_PER_SHARD of them). */
+static void far_refuse(struct builder *b, const struct far_link *f)
+{
+	b->counts.skipped++;
+	if (b->far_refused++ < SHARD_INDEX_WARNINGS_PER_SHARD)
+		log_warn("%s: offset %llu: %s '%.*s'", b->set->shards[f->shard].path,
+			 (unsigned long long)f->header_offset, hardlink_refused,
+			 (int)(f->path_len > 200 ? 200 : f->path_len), f->path);
+}
+
+/* Bounded: far link @f binds to member @j of @sc, shard @k: its
+ * directory, and its leaf record, its target's data and attributes. */
+static int far_stream(struct builder *b, const struct shard_scan *sc, uint32_t k, uint32_t j,
+		      const struct far_link *f)
+{
+	const char *slash = memrchr(f->path, '/', f->path_len);
+	const char *name = slash ? slash + 1 : f->path;
+	struct leaf_origin o = { f->shard, f->member, 0, j };
+	int64_t dir;
+
+	if (f->shard - k + 1 > LEAF_LINKED_MAX) {
+		far_why(b, f, "a hard link in it names a member more than 65,534 shards back");
+		return -EAGAIN;
+	}
+	o.linked = (uint16_t)(f->shard - k + 1);
+	dir = stream_leaf_dir(b, f->path, slash ? (size_t)(slash - f->path) : 0, f->shard);
+	if (dir < 0)
+		return (int)dir;
+	return build_links_join(&b->links, k, j) ?:
+	       stream_leaf(b, sc, &sc->members[j], &o, (uint32_t)dir, name,
+			   (size_t)(f->path + f->path_len - name));
+}
+
+/*
+ * Bounded: shard @k scanned again (headers only; its warnings were said
+ * the first time), the far links of the shards after the one after it
+ * that no later shard settled looked up in it (*@left: those unsettled).
+ */
+static int bind_in_shard(struct builder *b, uint32_t k, size_t *left)
+{
+	struct shard_scan sc = { .warnings = SHARD_INDEX_WARNINGS_PER_SHARD + 1 };
+	struct link_shard ls = { .scan = &sc, .shard = k };
+	int rc;
+
+	if (b->set->shards[k].bad)
+		return 0;
+	shard_scan_run(&sc, &b->set->shards[k], layout_or_tree(b->opt->layout), NULL);
+	rc = sc.rc;
+	for (size_t i = 0; !rc && i < b->nr_far; i++) {
+		struct far_link *f = &b->far[i];
+		uint32_t j;
+
+		if (f->settled || f->shard < k + 2)
+			continue;
+		rc = build_links_find(&ls, f->path + f->path_len, f->target_len, &j);
+		if (rc == -EXDEV) {
+			rc = 0;
+			continue;
+		}
+		f->settled = true;
+		(*left)--;
+		if (rc == -ENOENT)
+			far_refuse(b, f);
+		else if (rc == -EAGAIN)
+			far_why(b, f, "a hard link in it names another hard link further "
+				"back than the shard before it");
+		rc = rc == -ENOENT ? 0 : rc ?: far_stream(b, &sc, k, j, f);
+	}
+	build_links_shard_release(&ls);
+	shard_scan_release(&sc);
+	return rc;
+}
+
+/*
+ * Bounded: bind the hard links whose target is further back than the
+ * shard before theirs (far_defer()) once every shard is streamed: down
+ * the shards once, each scanned again while a link after the one after
+ * it looks, the first found the latest member of its target's path
+ * before it, as a link binds in memory.  Scanning again costs what the
+ * first scan of those shards did; the in-memory build held every member
+ * (about 250 bytes each, 37 GiB at 150 M).  A link whose target is
+ * nowhere, or a directory, is refused.
+ */
+static int bind_far_links(struct builder *b)
+{
+	size_t left = b->nr_far;
+	uint32_t last;
+	int rc = 0;
+
+	if (!left)
+		return 0;
+	b->leaf_dir_len = 0;	/* it pointed into a scan */
+	log_info("hard links whose target is further back than the shard before "
+		 "theirs: %zu; the shards before them are scanned again", left);
+	last = b->far[b->nr_far - 1].shard;
+	for (uint32_t k = last > 1 ? last - 1 : 0; !rc && left && k-- > b->first_shard;)
+		rc = bind_in_shard(b, k, &left);
+	for (size_t i = 0; !rc && i < b->nr_far; i++)
+		if (!b->far[i].settled)
+			far_refuse(b, &b->far[i]);
+	return rc;
+}
+
 /*
  * Phase 2: replay every member in shard order, then member order, each
  * shard once it is scanned.  Every bad shard is reported before the build
@@ -1201,6 +1385,8 @@ static int merge_all(struct builder *b)
 		if (b->bounded)
 			scan_done(b, s);
 	}
+	if (!rc && !bad && b->bounded)
+		rc = bind_far_links(b);
 	for (uint32_t i = 0; i < b->set->nr; i++)
 		b->counts.bad_shards += b->set->shards[i].bad;
 	free(b->slots);		/* the layout has no use for it: room for it */
@@ -1946,6 +2132,8 @@ static void builder_release(struct builder *b)
 	if (b->base_ranks)
 		munmap(b->base_ranks, b->base_ranks_len);
 	bump_release(&b->dir_arena);
+	free(b->far);
+	bump_release(&b->far_arena);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);
 	pthread_cond_destroy(&b->merged_cond);

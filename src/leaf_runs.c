@@ -162,8 +162,9 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
  *   varint	member, data_offset		with RUN_SAME_SHARD: each the
  *						zigzag of its difference from
  *						the previous record's
- *   varint	member - group (zigzag)		with RUN_LINKED (RUN_LINKED_PREV:
- *						group is in the shard before)
+ *   varint	member - group (zigzag)		with RUN_LINKED
+ *   varint	linked - 1: shards back to	with RUN_LINKED_BACK
+ *		the group's
  *   varint	size
  *   varint	mtime_sec (zigzag), mtime_nsec	unless RUN_SAME_MTIME
  *   varint	mode, uid, gid; byte type	unless RUN_SAME_ATTRS
@@ -184,12 +185,12 @@ static int write_out(struct leaf_runs *r, const char *buf, size_t len)
 #define RUN_LINK	0x10u
 #define RUN_SPARSE	0x20u
 #define RUN_LINKED	0x40u
-#define RUN_LINKED_PREV	0x80u
+#define RUN_LINKED_BACK	0x80u
 
 /* Bytes of the longest varint, and of a coded record's fields other than
  * its name, link and extents at most. */
 #define VARINT_MAX 10u
-#define RUN_CODED_FIXED (17u * VARINT_MAX + 2u)
+#define RUN_CODED_FIXED (18u * VARINT_MAX + 2u)
 
 /* The record a run's first one is coded against. */
 static const struct leaf_record run_start;
@@ -235,10 +236,14 @@ static uint8_t *code_fields(uint8_t *o, unsigned *flags, const struct leaf_view 
 		o = put_varint(put_varint(put_varint(o, a->shard), a->member), a->data_offset);
 	}
 	assert(a->linked || !a->group);
-	assert(a->linked <= LEAF_LINKED_PREV);
+	assert(a->linked <= LEAF_LINKED_MAX && (!a->linked || a->linked - 1u <= a->shard));
 	if (a->linked) {
-		*flags |= RUN_LINKED | (a->linked == LEAF_LINKED_PREV ? RUN_LINKED_PREV : 0);
+		*flags |= RUN_LINKED;
 		o = put_varint(o, zigzag((int64_t)a->member - (int64_t)a->group));
+	}
+	if (a->linked > LEAF_LINKED_SAME) {
+		*flags |= RUN_LINKED_BACK;
+		o = put_varint(o, a->linked - 1u);
 	}
 	o = put_varint(o, a->size);
 	if (a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec)
@@ -640,15 +645,20 @@ static void decode_fields(struct leaf_run_reader *rd, struct coded *c,
 		n->member = take_u32(c);
 		n->data_offset = take_varint(c);
 	}
-	c->bad |= (flags & RUN_LINKED_PREV) && !(flags & RUN_LINKED);
-	n->linked = !(flags & RUN_LINKED) ? 0 :
-		    flags & RUN_LINKED_PREV ? LEAF_LINKED_PREV : LEAF_LINKED_SAME;
+	c->bad |= (flags & RUN_LINKED_BACK) && !(flags & RUN_LINKED);
+	n->linked = flags & RUN_LINKED ? LEAF_LINKED_SAME : 0;
 	n->group = 0;
 	if (n->linked) {
 		int64_t group = (int64_t)n->member - unzigzag(take_varint(c));
 
 		c->bad |= group < 0 || group > UINT32_MAX;
 		n->group = (uint32_t)group;
+	}
+	if (flags & RUN_LINKED_BACK) {
+		uint64_t back = take_varint(c);
+
+		c->bad |= !back || back >= LEAF_LINKED_MAX || back > n->shard;
+		n->linked = (uint16_t)(back + 1);
 	}
 	n->size = take_varint(c);
 	if (!(flags & RUN_SAME_MTIME)) {

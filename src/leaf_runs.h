@@ -58,27 +58,27 @@ struct leaf_record {
 	uint32_t nr_extents;	/* sparse runs; 0 unless sparse */
 	uint8_t type;		/* enum tar_type: TAR_FILE or TAR_SYMLINK */
 	uint8_t sparse;		/* has a sparse map */
-	uint8_t linked;		/* a hard link (LEAF_LINKED_*): its data and
-				 * attributes are those of member group of
-				 * its shard, or of the shard before */
-	uint8_t zero;		/* 0: a record goes to a file whole, so it
-				 * has no padding whose bytes are undefined */
+	uint16_t linked;	/* a hard link: its data and attributes are
+				 * those of member group of the shard
+				 * linked - 1 before its own (LEAF_LINKED_*);
+				 * 0: none */
 	uint32_t group;		/* with linked: the member whose inode it
 				 * shares; else 0 */
 };
 _Static_assert(sizeof(struct leaf_record) == 72,
 	       "struct leaf_record has no padding");
 
-/* leaf_record.linked: a hard link to a member of its own shard, or of
- * the shard before it (0: none). */
+/* leaf_record.linked: a hard link to a member of its own shard, of the
+ * shard before it, or at most LEAF_LINKED_MAX - 1 shards before it. */
 #define LEAF_LINKED_SAME 1
 #define LEAF_LINKED_PREV 2
+#define LEAF_LINKED_MAX UINT16_MAX
 
 /* The shard and member whose data and inode record @r names: its own, or
- * for a hard link its target's (in its shard, or in the shard before). */
+ * for a hard link its target's (in its shard, or one before it). */
 static inline uint32_t leaf_data_shard(const struct leaf_record *r)
 {
-	return r->shard - (r->linked == LEAF_LINKED_PREV);
+	return r->shard - (r->linked ? r->linked - 1u : 0u);
 }
 
 static inline uint32_t leaf_data_member(const struct leaf_record *r)

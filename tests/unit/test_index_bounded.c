@@ -4,12 +4,12 @@
  * directories in memory, leaves in sorted runs) writes the same index
  * file, byte for byte, as the in-memory build written by
  * index_file_write(), whatever its memory budget (down to one record per
- * run), hard links bound within their shard included; the sets it
- * cannot replay (a hard link to another shard's member, a path both a
- * file and a directory) are refused with -EAGAIN and built in memory by
- * index_store_open(), to the same bytes; an index extended by appended
- * shards is built bounded too, to the bytes of the whole set built in
- * memory; nothing is left behind.
+ * run), hard links included, within their shard, to the shard before and
+ * further back; the sets it cannot replay (a hard link to a link bound
+ * further back, a path both a file and a directory) are refused with
+ * -EAGAIN and built in memory by index_store_open(), to the same bytes;
+ * an index extended by appended shards is built bounded too, to the
+ * bytes of the whole set built in memory; nothing is left behind.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -311,18 +311,36 @@ static void test_same_bytes_hard_links(void **state)
 	tb_link(&a, "f3", '1', "f2");			/* a link of the shard before */
 	tb_file(&a, "f", "f replaced");
 	tb_env_shard(e, "02.tar", &a);
+	/* further back: each shard before scanned again */
+	tb_link(&a, "g/1.jpg", '1', "d/1.jpg");		/* 01's, two back */
+	tb_link(&a, "g/holes", '1', "holes");		/* 00's sparse file */
+	tb_link(&a, "g/s", '1', "s");			/* 00's symlink */
+	tb_link(&a, "g/t", '1', "t");			/* 00's later t */
+	tb_link(&a, "g/y", '1', "y");			/* y1: the link to dir refused */
+	tb_link(&a, "g/dir", '1', "dir");		/* refused: a directory */
+	tb_link(&a, "g/none", '1', "none");		/* refused: nowhere */
+	tb_link(&a, "lonely/x", '1', "none");		/* refused: no directory made */
+	tb_file(&a, "t", "t replaced after its far link");
+	tb_link(&a, "g/t2", '1', "t");			/* this shard's t */
+	tb_env_shard(e, "03.tar", &a);
+	tb_file(&a, "h", "h");
+	tb_env_shard(e, "04.tar", &a);
+	tb_link(&a, "i/2.jpg", '1', "d/2.jpg");		/* 00's later 2.jpg, four back */
+	tb_link(&a, "i/f", '1', "f");			/* 02's replaced f, three back */
+	tb_env_shard(e, "05.tar", &a);
 	assert_same_bytes_any_budget(e);
 }
 
 /* What only the in-memory merge replays: refused, then built in memory by
- * index_store_open() to the same bytes. */
+ * index_store_open() to the same bytes.  (GNU tar and bsdtar link to a
+ * file's first name, never to a link.) */
 static void test_in_memory_sets(void **state)
 {
 	static const char *const conflicts[][3] = {
-		/* a hard link to a member two shards back */
-		{ "hard", "", "a hard link in it names a member further back than the shard before "
-			      "it, or in the index it extends (%s/02.tar: "
-			      "offset 0: 'keep/3.jpg' -> 'keep/2.jpg')" },
+		/* a hard link to one whose target is two shards back */
+		{ "hard", "", "a hard link in it names another hard link bound further back "
+			      "than the shard before it (%s/02.tar: offset 512: 'keep/3c.jpg' -> "
+			      "'keep/3.jpg')" },
 		/* a file, then below it */
 		{ "f", "f/x", "a path in it is both a directory and a file ('f', a file in "
 			      "%s/00.tar)" },
@@ -353,8 +371,10 @@ static void test_in_memory_sets(void **state)
 			tb_file(&a, conflicts[i][1], "second");
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
-		if (!i)
+		if (!i) {
 			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
+			tb_link(&a, "keep/3c.jpg", '1', "keep/3.jpg");
+		}
 		tb_file(&a, "keep/5.jpg", "5");
 		tb_env_shard(e, "02.tar", &a);
 		write_in_memory(e, mem, NULL);

@@ -64,14 +64,19 @@ static void make_record(struct added *a, uint32_t i)
 		.data_offset = pick(1u << 20), .size = pick(1u << 12),
 		.mtime_sec = (int64_t)pick(1u << 31) * (random() % 3 ? 1 : -1),
 		.mtime_nsec = (uint32_t)pick(1000000000),
-		.dir = (uint32_t)random() % NR_DIRS, .shard = (uint32_t)random() % 4,
+		.dir = (uint32_t)random() % NR_DIRS,
+		.shard = (uint32_t)(random() % 8 ? random() % 4 : random()),
 		.member = i,	/* unique: the order is total */
 		.mode = random() % 4 ? 0644 : (uint32_t)pick(UINT32_MAX),
 		.uid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
 		.gid = random() % 4 ? 1000 : (uint32_t)pick(UINT32_MAX),
 		.type = link ? TAR_SYMLINK : TAR_FILE, .sparse = sparse };
-	if (random() % 8 == 0) {	/* a hard link: any member's */
-		a->rec.linked = random() % 2 ? LEAF_LINKED_SAME : LEAF_LINKED_PREV;
+	if (random() % 8 == 0) {	/* a hard link: any member's, of its
+					 * shard or any before it */
+		uint64_t back = (uint64_t)random() % (a->rec.shard + 1ull);
+
+		a->rec.linked = (uint16_t)(1 + (back < LEAF_LINKED_MAX - 1 ? back
+								  : LEAF_LINKED_MAX - 2));
 		a->rec.group = (uint32_t)pick(UINT32_MAX);
 	}
 	a->rec.name_len = (uint32_t)snprintf(a->name, sizeof(a->name), "%s%u.%s",
