@@ -978,9 +978,9 @@ static int far_defer(struct builder *b, const struct shard_scan *sc, uint32_t sh
 /*
  * Phase 2' (bounded) for one member: a directory becomes (or binds) a
  * node, anything else a leaf record of its directory's node (a hard link
- * its target's, stream_hardlink()).  -EAGAIN for what only the in-memory
- * merge replays: a hard link to a member two shards back, a root that is
- * not a directory.
+ * its target's, stream_hardlink(), or later: far_defer()).  -EAGAIN for
+ * what only the in-memory merge replays: a hard link to a link bound
+ * further back, a root that is not a directory.
  */
 static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shard,
 			 uint32_t i)
