@@ -12,7 +12,8 @@
  * shards at member boundaries puts a link after the cut and its target
  * before it).  A link whose target is not there waits (-EXDEV) until
  * every shard is streamed; the builder then goes down the shards before
- * it once, each scanned again, and looks in each (build_links_find()).
+ * it once, each scanned again, and looks in each (build_links_find()),
+ * then in the index it extends, if any.
  * What only the in-memory build binds is refused with -EAGAIN: a link to
  * a link that was bound further back.  GNU tar and bsdtar write a link
  * to its target's first name, never to another link.

@@ -904,8 +904,7 @@ static void member_why(struct builder *b, const struct shard_scan *sc,
  * in @o->linked whether in its shard or the one before.  1 when refused
  * (warned and skipped, as merge_member() does); 2 when its target is
  * further back (far_defer()); -EAGAIN when only the in-memory build binds
- * it: a link to another link bound further back, or further back in a
- * set that extends an index (build_links.h).
+ * it: a link to another link bound further back (build_links.h).
  */
 static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t i,
 			   struct leaf_origin *o)
@@ -914,16 +913,11 @@ static int stream_hardlink(struct builder *b, struct shard_scan *sc, uint32_t i,
 	int rc = build_links_resolve(&b->links, i, &o->group, &prev);
 
 	o->linked = prev ? LEAF_LINKED_PREV : LEAF_LINKED_SAME;
-	if (rc == -EXDEV && !b->opt->base)
-		return 2;
-	if (rc == -EXDEV || rc == -EAGAIN)
-		member_why(b, sc, &sc->members[i], rc == -EXDEV ?
-			   "a hard link in it names a member further back than the "
-			   "shard before it, in a set that extends an index" :
-			   "a hard link in it names another hard link bound further "
-			   "back than the shard before it");
 	if (rc == -EXDEV)
-		return -EAGAIN;
+		return 2;
+	if (rc == -EAGAIN)
+		member_why(b, sc, &sc->members[i], "a hard link in it names another hard "
+			   "link bound further back than the shard before it");
 	if (rc != -ENOENT)
 		return rc;
 	merge_warn(b, sc, &sc->members[i], hardlink_refused);
@@ -1267,9 +1261,11 @@ static void far_refuse(struct builder *b, const struct far_link *f)
 			 (int)(f->path_len > 200 ? 200 : f->path_len), f->path);
 }
 
-/* Bounded: far link @f binds to member @j of @sc, shard @k: its
- * directory, and its leaf record, its target's data and attributes. */
-static int far_stream(struct builder *b, const struct shard_scan *sc, uint32_t k, uint32_t j,
+/* Bounded: far link @f binds to member @j of shard @k, @rm, whose link
+ * target and sparse runs are in @sc: its directory, and its leaf record,
+ * its target's data and attributes. */
+static int far_stream(struct builder *b, const struct shard_scan *sc,
+		      const struct raw_member *rm, uint32_t k, uint32_t j,
 		      const struct far_link *f)
 {
 	const char *slash = memrchr(f->path, '/', f->path_len);
@@ -1286,7 +1282,7 @@ static int far_stream(struct builder *b, const struct shard_scan *sc, uint32_t k
 	if (dir < 0)
 		return (int)dir;
 	return build_links_join(&b->links, k, j) ?:
-	       stream_leaf(b, sc, &sc->members[j], &o, (uint32_t)dir, name,
+	       stream_leaf(b, sc, rm, &o, (uint32_t)dir, name,
 			   (size_t)(f->path + f->path_len - name));
 }
 
@@ -1323,11 +1319,58 @@ static int bind_in_shard(struct builder *b, uint32_t k, size_t *left)
 		else if (rc == -EAGAIN)
 			far_why(b, f, "a hard link in it names another hard link further "
 				"back than the shard before it");
-		rc = rc == -ENOENT ? 0 : rc ?: far_stream(b, &sc, k, j, f);
+		rc = rc == -ENOENT ? 0 : rc ?: far_stream(b, &sc, &sc.members[j], k, j, f);
 	}
 	build_links_shard_release(&ls);
 	shard_scan_release(&sc);
 	return rc;
+}
+
+/* Entry of @path (@len bytes) in @base: >= 0, -ENOENT, -ENOTDIR, -EIO. */
+static int64_t base_entry_of(const struct shard_index *base, const char *path, size_t len)
+{
+	const char *end = path + len;
+	int64_t e = 0;		/* the root */
+
+	while (path < end && e >= 0) {
+		const char *slash = memchr(path, '/', (size_t)(end - path));
+		size_t n = (size_t)((slash ? slash : end) - path);
+
+		e = shard_index_lookup(base, (uint32_t)e, path, n);
+		path += n + (slash != NULL);
+	}
+	return e;
+}
+
+/*
+ * Bounded extension: far link @f, whose target no appended shard before
+ * it holds, binds to the base index's entry of its target's path (or
+ * its group's first), as the in-memory build binds it to the node seeded
+ * from that entry; refused when the base has none, or a directory.
+ */
+static int far_from_base(struct builder *b, const struct far_link *f)
+{
+	const struct shard_index *base = b->opt->base;
+	int64_t e = base_entry_of(base, f->path + f->path_len, f->target_len);
+	struct shard_inode in;
+	struct raw_member rm;
+	uint32_t first;
+	int rc;
+
+	if (e == -ENOENT || e == -ENOTDIR)
+		goto refused;
+	if (e < 0)
+		return (int)e;
+	first = (uint32_t)(shard_index_ino(base, (uint32_t)e) - 1);
+	shard_index_entry(base, first, &in);
+	if (S_ISDIR(in.mode))
+		goto refused;
+	b->base_scan.strings_len = b->base_scan.nr_extents = 0;	/* one at a time */
+	rc = seed_member(&b->base_scan, base, &in, &rm);
+	return rc ?: far_stream(b, &b->base_scan, &rm, in.shard, first, f);
+refused:
+	far_refuse(b, f);
+	return 0;
 }
 
 /*
@@ -1335,7 +1378,8 @@ static int bind_in_shard(struct builder *b, uint32_t k, size_t *left)
  * shard before theirs (far_defer()) once every shard is streamed: down
  * the shards once, each scanned again while a link after the one after
  * it looks, the first found the latest member of its target's path
- * before it, as a link binds in memory.  Scanning again costs what the
+ * before it, as a link binds in memory; then, in a set that extends an
+ * index, in the base (far_from_base()).  Scanning again costs what the
  * first scan of those shards did; the in-memory build held every member
  * (about 250 bytes each, 37 GiB at 150 M).  A link whose target is
  * nowhere, or a directory, is refused.
@@ -1354,9 +1398,14 @@ static int bind_far_links(struct builder *b)
 	last = b->far[b->nr_far - 1].shard;
 	for (uint32_t k = last > 1 ? last - 1 : 0; !rc && left && k-- > b->first_shard;)
 		rc = bind_in_shard(b, k, &left);
-	for (size_t i = 0; !rc && i < b->nr_far; i++)
-		if (!b->far[i].settled)
+	for (size_t i = 0; !rc && i < b->nr_far; i++) {
+		if (b->far[i].settled)
+			continue;
+		if (b->opt->base)
+			rc = far_from_base(b, &b->far[i]);
+		else
 			far_refuse(b, &b->far[i]);
+	}
 	return rc;
 }
 

@@ -539,7 +539,8 @@ static void test_extended_bounded_many(void **state)
 /* A base with hard-link groups is extended bounded, to the same bytes:
  * groups whose first name is in ORDER or not (an empty file, a symlink,
  * a sparse file), a first name replaced by the appended shard (the next
- * name becomes first), a later name replaced, a new group beside. */
+ * name becomes first), a later name replaced, a new group beside, links
+ * of the appended shards to the base's files and names. */
 static void test_extended_hard_links(void **state)
 {
 	static const size_t budgets[] = { 1, 4096, 0 };
@@ -565,6 +566,14 @@ static void test_extended_hard_links(void **state)
 	tb_file(&a, "gone/1.jpg", "the new one");
 	tb_file(&a, "other/2.jpg", "no longer a link");
 	tb_link(&a, "keep/3b.jpg", '1', "keep/3.jpg");	/* a new group */
+	tb_link(&a, "n/1.jpg", '1', "keep/1.jpg");	/* into the base: a group's first */
+	tb_link(&a, "n/2.jpg", '1', "keep/2.jpg");	/* its later name */
+	tb_link(&a, "n/empty", '1', "e/empty2");	/* a group in no ORDER */
+	tb_link(&a, "n/sym", '1', "e/sym");		/* a symlink's group */
+	tb_link(&a, "n/a", '1', "a/1.jpg");		/* 01's file */
+	tb_link(&a, "n/gone", '1', "gone/1.jpg");	/* this shard's new one */
+	tb_link(&a, "n/keep", '1', "keep");		/* refused: a directory */
+	tb_link(&a, "only/none", '1', "none");		/* refused: nowhere */
 	tb_env_shard(e, "02.tar", &a);
 	for (size_t i = 0; i < ARRAY_SIZE(budgets); i++) {
 		assert_extends(e, 1, budgets[i], NULL, true);
