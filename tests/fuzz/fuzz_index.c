@@ -2,7 +2,7 @@
 /*
  * fuzz_index.c - libFuzzer target for the index build and the read path.
  *
- * The input is split into one to three shards (see fuzz_split_shards:
+ * The input is split into one to five shards (see fuzz_split_shards:
  * a plain tar is a one-shard input), which are written to files in a
  * private directory and mounted twice the way shardfs_init() does it
  * (shard_set_expand, shard_set_open, shard_index_build):

@@ -10,12 +10,12 @@
  * writes for the in-memory build, which replays the extraction member by
  * member.  The unit tests check it on sets made to reach each rule;
  * fuzz_index covers the in-memory build alone.  Here the input is split
- * into one to three shards as for fuzz_index (fuzz_split_shards) and built
+ * into one to five shards as for fuzz_index (fuzz_split_shards) and built
  * both ways, in the tree layout with bad shards failing the set and in the
  * layout the input picks (fuzz_pick_layout) with bad shards skipped, the
  * bounded build with a budget of a few records a run (so that every merge
  * of runs is reached), a few dozen, or the default, by the input's length;
- * and, of two or three shards, the last one appended to an index of the
+ * and, of two or more shards, the last one appended to an index of the
  * others, extended bounded and in memory (what a mount falls back to).
  * Then:
  *

@@ -187,6 +187,15 @@ with open(f"{out}/hardlinks-bounded", "wb") as f:
             shard(("t/a.jpg", L, "s/d.jpg"), ("t/c", L, "s/c"), ("s/b.jpg", F, b"new"),
                   ("t/b.jpg", L, "s/b.jpg"), ("t/e.jpg", F, b"e")) + sep +
             shard(("u/a.jpg", L, "t/a.jpg"), ("u/s.jpg", L, "s/a.jpg"), ("u/f.jpg", F, b"f")))
+# links three and four shards back, one to a file replaced in between,
+# one to nothing (refused, its directory never made)
+with open(f"{out}/hardlinks-far", "wb") as f:
+    f.write(shard(("a/1.jpg", F, b"1"), ("a/2.jpg", F, b"2")) + sep +
+            shard(("b/1.jpg", F, b"b1"), ("a/2.jpg", F, b"2 again")) + sep +
+            shard(("c/1.jpg", F, b"c1")) + sep +
+            shard(("d/1.jpg", L, "a/1.jpg"), ("d/2.jpg", L, "a/2.jpg")) + sep +
+            shard(("e/1.jpg", L, "a/1.jpg"), ("e/b.jpg", L, "b/1.jpg"),
+                  ("lone/x", L, "nothing"), ("e/c.jpg", L, "c/1.jpg")))
 EOF
 }
 
