@@ -6,8 +6,9 @@ a mount serves from it exactly what a mount that builds in memory
 
 - a budget that makes several runs writes the same bytes as the default;
 - the mounted tree (names, readdir order, inode numbers, attributes) is
-  the in-memory build's, here and for a set with a hard link, which is
-  built in memory (an info message says why);
+  the in-memory build's, here and for sets with a hard link to a member
+  of its own shard, of the one before, or further back (the shards
+  before it scanned again: an info message says so);
 - a budget below 16M, or not a size, is a usage error (exit 2).
 """
 import os

@@ -11,6 +11,9 @@ on loopback (remote_servers.py, the site of remote_site.py).
   EIO within remote_timeout; an object replaced under the mount fails
   with EIO and a log line naming it, never mixed bytes.
 - The chunk cache on disk stays within cache_size.
+- Hard links two and three shards back are bound by scanning the shards
+  before them again, over http:// too: the tree a mount that builds in
+  memory serves.
 
 What a mount costs in requests, bytes and connections (a full read, a
 random read, the index build, the disk cache, a published index,
@@ -20,6 +23,7 @@ HTTP/2 and keep-alive connections), with every byte also compared with
 import errno
 import os
 import shutil
+import tarfile
 import time
 
 import remote_servers as rs
@@ -182,3 +186,46 @@ def test_dense_reader_after_sparse_one_gets_every_byte(site, url, tmp_path, cach
         assert remote_stats(mnt)["fetched"]["sequential_bytes"] > 0
         lib.forget_pages(mnt, rels)
         _read_all(mnt, ref, sparse)
+
+
+def _tree(mnt):
+    """Every file under MNT: path, inode, link count, bytes."""
+    out = []
+    for dirpath, _, files in os.walk(mnt):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            with open(path, "rb") as f:
+                out.append((os.path.relpath(path, mnt), st.st_ino, st.st_nlink, f.read()))
+    return sorted(out)
+
+
+def test_hard_links_further_back_are_built_bounded(tmp_path, cache_env):
+    """Shards over http:// whose hard links name files two and three
+    shards back: shardfs-index scans the shards before them again, builds
+    nothing in memory, and a mount of its index serves the tree (inodes,
+    link counts, bytes) of a mount that builds in memory."""
+    www = tmp_path / "www"
+    www.mkdir()
+    for i in range(4):
+        members = [("d/%d-%02d.jpg" % (i, j), b"%d.%d " % (i, j) * 40) for j in range(30)]
+        if i >= 2:
+            members.append({"name": "links/%d.jpg" % i, "type": tarfile.LNKTYPE,
+                            "linkname": "d/0-%02d.jpg" % i})
+        lib.tar_from_members(www / ("s-%d.tar" % i), members)
+    index, mnt = tmp_path / "set.idx", tmp_path / "mnt"
+    with rs.nginx(str(www), str(tmp_path / "ng")) as base:
+        shards = base + "/s-{0..3}.tar"
+        r = lib.run_cmd([lib.binary("shardfs-index"), "-o",
+                         "index=%s,index_mode=rebuild" % index, shards], env=cache_env)
+        assert r.returncode == 0, r
+        assert "further back than the shard before theirs: 2;" in r.stderr, r
+        assert "built in memory" not in r.stderr, r
+        trees = []
+        for opts in ("index=%s,index_mode=require" % index, "index_mode=off"):
+            with lib.mounted(shards, mnt, "-o", opts, env=cache_env):
+                trees.append(_tree(mnt))
+    assert trees[0] == trees[1]
+    links = [t for t in trees[0] if t[2] > 1]
+    assert sorted(t[0] for t in links) == ["d/0-02.jpg", "d/0-03.jpg", "links/2.jpg",
+                                           "links/3.jpg"]
