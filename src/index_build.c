@@ -891,15 +891,23 @@ static int stream_leaf(struct builder *b, const struct shard_scan *sc,
 		.extents = sparse && rm->nr_extents ? sc->extents + rm->extent : NULL });
 }
 
-/* Bounded: say @what sends the set to the in-memory build, at member @rm
- * of scan @sc (its shard, offset and name, and a link's target). */
+/* Bounded: say @what sends the set to the in-memory build, at the member
+ * of shard @shard (its path) whose header is at @off, named @path
+ * (@path_len bytes), a link to @link (@link_len bytes; 0: none). */
+static void why_at(struct builder *b, const char *what, const char *shard, uint64_t off,
+		   const char *path, uint32_t path_len, const char *link, uint32_t link_len)
+{
+	snprintf(b->why_in_memory, sizeof(b->why_in_memory), "%s (%s: offset %llu: '%.*s'%s%.*s%s)",
+		 what, shard, (unsigned long long)off, (int)path_len, path,
+		 link_len ? " -> '" : "", (int)link_len, link, link_len ? "'" : "");
+}
+
+/* why_at() member @rm of scan @sc. */
 static void member_why(struct builder *b, const struct shard_scan *sc,
 		       const struct raw_member *rm, const char *what)
 {
-	snprintf(b->why_in_memory, sizeof(b->why_in_memory), "%s (%s: offset %llu: '%.*s'%s%.*s%s)",
-		 what, sc->shard->path, (unsigned long long)rm->header_offset,
-		 (int)rm->path_len, sc->strings + rm->path, rm->link_len ? " -> '" : "",
-		 (int)rm->link_len, sc->strings + rm->link, rm->link_len ? "'" : "");
+	why_at(b, what, sc->shard->path, rm->header_offset, sc->strings + rm->path,
+	       rm->path_len, sc->strings + rm->link, rm->link_len);
 }
 
 /*
@@ -1074,6 +1082,15 @@ static int stream_base_dir(struct builder *b, const struct shard_index *base,
 	return rc ?: stream_dir_member(b, id, &rm, in->shard);
 }
 
+/* Bounded: base entry @in as member *@rm, its link target or sparse runs
+ * in b->base_scan, which holds one leaf's at a time. */
+static int seed_base_leaf(struct builder *b, const struct shard_index *base,
+			  const struct shard_inode *in, struct raw_member *rm)
+{
+	b->base_scan.strings_len = b->base_scan.nr_extents = 0;
+	return seed_member(&b->base_scan, base, in, rm);
+}
+
 /*
  * Bounded: base file or symlink entry @e (@in) as a leaf of directory
  * node @dir named @name (@len bytes), member @e of its shard in the
@@ -1087,13 +1104,11 @@ static int stream_base_leaf(struct builder *b, const struct shard_index *base, u
 {
 	const struct leaf_origin o = { in->shard, e,
 				       first != UINT32_MAX ? LEAF_LINKED_SAME : 0, first };
-	struct shard_scan *sc = &b->base_scan;
 	struct raw_member rm;
 	int rc = o.linked ? build_links_join(&b->links, in->shard, first) : 0;
 
-	sc->strings_len = sc->nr_extents = 0;	/* one leaf's at a time */
-	rc = rc ?: seed_member(sc, base, in, &rm);
-	return rc ?: stream_leaf(b, sc, &rm, &o, dir, name, len);
+	rc = rc ?: seed_base_leaf(b, base, in, &rm);
+	return rc ?: stream_leaf(b, &b->base_scan, &rm, &o, dir, name, len);
 }
 
 /* A base entry's rank once base_ranks() gave it (to tell it from the
@@ -1243,13 +1258,11 @@ static void scan_done(struct builder *b, uint32_t s)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Bounded: say @what sends the set to the in-memory build, at far link
- * @f (as member_why() says it of a member in a scan). */
+/* why_at() far link @f. */
 static void far_why(struct builder *b, const struct far_link *f, const char *what)
 {
-	snprintf(b->why_in_memory, sizeof(b->why_in_memory), "%s (%s: offset %llu: '%.*s' -> '%.*s')",
-		 what, b->set->shards[f->shard].path, (unsigned long long)f->header_offset,
-		 (int)f->path_len, f->path, (int)f->target_len, f->path + f->path_len);
+	why_at(b, what, b->set->shards[f->shard].path, f->header_offset, f->path, f->path_len,
+	       f->path + f->path_len, f->target_len);
 }
 
 /* Bounded: far link @f names no member (or a directory): refused and
@@ -1317,12 +1330,15 @@ static int bind_in_shard(struct builder *b, uint32_t k, size_t *left)
 		}
 		f->settled = true;
 		(*left)--;
-		if (rc == -ENOENT)
+		if (!rc) {
+			rc = far_stream(b, &sc, &sc.members[j], k, j, f);
+		} else if (rc == -ENOENT) {
 			far_refuse(b, f);
-		else if (rc == -EAGAIN)
+			rc = 0;
+		} else if (rc == -EAGAIN) {
 			far_why(b, f, "a hard link in it names another hard link further "
 				"back than the shard before it");
-		rc = rc == -ENOENT ? 0 : rc ?: far_stream(b, &sc, &sc.members[j], k, j, f);
+		}
 	}
 	build_links_shard_release(&ls);
 	shard_scan_release(&sc);
@@ -1368,8 +1384,7 @@ static int far_from_base(struct builder *b, const struct far_link *f)
 	shard_index_entry(base, first, &in);
 	if (S_ISDIR(in.mode))
 		goto refused;
-	b->base_scan.strings_len = b->base_scan.nr_extents = 0;	/* one at a time */
-	rc = seed_member(&b->base_scan, base, &in, &rm);
+	rc = seed_base_leaf(b, base, &in, &rm);
 	return rc ?: far_stream(b, &b->base_scan, &rm, in.shard, first, f);
 refused:
 	far_refuse(b, f);
