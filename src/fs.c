@@ -67,17 +67,24 @@ out_release_set:
 	return rc;
 }
 
-static ssize_t fetch_member(void *fs, uint32_t e, char *buf, size_t size,
-			    uint64_t off)
+static ssize_t fetch_member(void *fs, uint32_t e, char *buf, int pipe_fd,
+			    size_t size, uint64_t off)
 {
-	return shardfs_fetch(fs, e, buf, size, off);
+	return shardfs_fetch(fs, e, buf, pipe_fd, size, off);
+}
+
+static void member_drained(void *fs, uint32_t e, size_t size, uint64_t off)
+{
+	shardfs_splice_done(fs, (uint64_t)e + 1, size, off);
 }
 
 int shardfs_init_built(struct shardfs *fs)
 {
+	const struct pushahead_reader reader = { fetch_member, member_drained, fs };
+
 	fs->streams = calloc(fs->set.nr ? fs->set.nr : 1, sizeof(*fs->streams));
 	if (!fs->streams || pushahead_init(&fs->push, &fs->idx, &fs->set,
-					   fs->opt.pushahead, fetch_member, fs)) {
+					   fs->opt.pushahead, &reader)) {
 		free(fs->streams);
 		fs->streams = NULL;
 		return -ENOMEM;
@@ -455,8 +462,8 @@ static ssize_t shard_pread(struct shardfs *fs, uint32_t shard,
 	return n;
 }
 
-ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
-		      uint64_t off)
+ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, int pipe_fd,
+		      size_t size, uint64_t off)
 {
 	struct shard_source *src;
 	struct shard_inode in;
@@ -466,13 +473,16 @@ ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
 	src = fs->set.shards[in.shard].src;
 	assert(S_ISREG(in.mode) && !(in.flags & SHARD_INODE_SPARSE));
 	assert(off + size <= in.size);
-	n = shard_read_checked(fs, in.shard, &(struct read_to){ buf, -1 },
+	if (pipe_fd >= 0 && !src->ops->splice)
+		return -EAGAIN;
+	n = shard_read_checked(fs, in.shard, &(struct read_to){ buf, pipe_fd },
 			       size, in.data + off, false);
 	if (n < 0)
 		return n;
 	atomic_fetch_add_explicit(&fs->counters.backing_bytes, size,
 				  memory_order_relaxed);
-	shard_source_advise(src, in.data + off, size, SHARD_SOURCE_DONTNEED);
+	if (pipe_fd < 0)
+		shard_source_advise(src, in.data + off, size, SHARD_SOURCE_DONTNEED);
 	return n;
 }
 

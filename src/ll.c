@@ -64,14 +64,6 @@
 #define CACHE_TIMEOUT (365.0 * 24 * 3600)
 /* Largest read the kernel sends (libfuse negotiates 256 pages). */
 #define READ_BUF_SIZE (1024 * 1024)
-/* Replies of fewer bytes are copied: libfuse splices only from two pages
- * on (below, it would copy the pipe's bytes through a buffer it
- * allocates), and a copy of so few costs less than the splices. */
-#define SPLICE_MIN (2 * 4096)
-/* Largest READ spliced: libfuse's pipe then needs at most 1 MiB (the
- * bytes, the header and its rounding up), the default pipe-max-size, to
- * which any process may grow a pipe; a larger READ is copied. */
-#define SPLICE_MAX (512 * 1024)
 /* Room for any attribute value (a shard path or key) or the name list. */
 #define XATTR_BUF_SIZE (PATH_MAX + 1)
 
@@ -82,14 +74,20 @@ static struct shardfs *fs_of(fuse_req_t req)
 	return ls->fs;
 }
 
-/* The push-ahead worker's store: the bytes go into the inode's page cache. */
+/* The push-ahead worker's store: the bytes, from its buffer or spliced
+ * from its pipe, go into the inode's page cache. */
 static int push_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
-		      size_t len)
+		      int pipe_fd, size_t len)
 {
 	struct ll_session *ls = arg;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 
-	bv.buf[0].mem = (void *)buf;
+	if (pipe_fd >= 0) {
+		bv.buf[0].flags = FUSE_BUF_IS_FD;
+		bv.buf[0].fd = pipe_fd;
+	} else {
+		bv.buf[0].mem = (void *)buf;
+	}
 	return fuse_lowlevel_notify_store(ls->se, ino, (off_t)off, &bv, 0);
 }
 
@@ -193,24 +191,17 @@ static int fill_entry(struct shardfs *fs, uint64_t ino,
  * freed when the thread ends. */
 struct read_thread {
 	int pipe[2];		/* read and write end of the splice pipe, with
-				 * room for SPLICE_MAX bytes; -1: none yet */
+				 * room for SHARDFS_SPLICE_MAX bytes; -1: none yet */
 	bool no_pipe;		/* a pipe could not be made: copy every READ */
 	char buf[READ_BUF_SIZE]; /* the bytes of a READ that is copied */
 };
 
-static void pipe_close(struct read_thread *rt)
-{
-	if (rt->pipe[0] >= 0) {
-		close(rt->pipe[0]);
-		close(rt->pipe[1]);
-	}
-	rt->pipe[0] = rt->pipe[1] = -1;
-}
-
 static void read_thread_free(void *arg)
 {
-	pipe_close(arg);
-	free(arg);
+	struct read_thread *rt = arg;
+
+	splice_pipe_close(rt->pipe);
+	free(rt);
 }
 
 /*
@@ -244,20 +235,12 @@ static struct read_thread *read_thread(void)
 	return rt;
 }
 
-/* @rt's splice pipe, made if need be (non-blocking: a pipe without room
- * fails a splice instead of hanging it); false: copy instead. */
+/* @rt's splice pipe, made if need be; false: copy instead. */
 static bool pipe_ready(struct read_thread *rt)
 {
-	if (rt->pipe[0] >= 0 || rt->no_pipe)
-		return !rt->no_pipe;
-	if (pipe2(rt->pipe, O_CLOEXEC | O_NONBLOCK)) {
-		rt->pipe[0] = rt->pipe[1] = -1;
-		rt->no_pipe = true;
-	} else if (fcntl(rt->pipe[0], F_SETPIPE_SZ, SPLICE_MAX + SPLICE_MIN) <
-		   SPLICE_MAX + SPLICE_MIN) {
-		pipe_close(rt);
-		rt->no_pipe = true;
-	}
+	if (rt->pipe[0] < 0 && !rt->no_pipe)
+		rt->no_pipe = splice_pipe_open(rt->pipe, SHARDFS_SPLICE_MAX +
+					       SHARDFS_SPLICE_MIN) != 0;
 	return !rt->no_pipe;
 }
 
@@ -514,15 +497,16 @@ static bool read_spliced(fuse_req_t req, struct shardfs *fs, fuse_ino_t ino,
 	size_t room;
 	ssize_t n;
 
-	if (size > SPLICE_MAX || ll_uring_reply_buf(&room) ||
+	if (size > SHARDFS_SPLICE_MAX || ll_uring_reply_buf(&room) ||
 	    !(rt = read_thread()) || !pipe_ready(rt))
 		return false;
-	n = shardfs_splice(fs, ino, rt->pipe[1], size, (uint64_t)off, SPLICE_MIN);
+	n = shardfs_splice(fs, ino, rt->pipe[1], size, (uint64_t)off,
+			   SHARDFS_SPLICE_MIN);
 	if (n == -EAGAIN)
 		return false;
 	shardfs_op_done(fs, SHARDFS_OP_READ, t0);
 	if (n < 0) {
-		pipe_close(rt);
+		splice_pipe_close(rt->pipe);
 		reply_err(req, (int)n);
 		return true;
 	}
@@ -530,7 +514,7 @@ static bool read_spliced(fuse_req_t req, struct shardfs *fs, fuse_ino_t ino,
 	bv.buf[0].flags = FUSE_BUF_IS_FD;
 	bv.buf[0].fd = rt->pipe[0];
 	if (fuse_reply_data(req, &bv, 0))
-		pipe_close(rt);
+		splice_pipe_close(rt->pipe);
 	shardfs_splice_done(fs, ino, (size_t)n, (uint64_t)off);
 	return true;
 }

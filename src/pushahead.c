@@ -11,6 +11,12 @@
  * request path only moves a window and, when it grew, queues its stream
  * on a lock-free list (one compare-and-swap) and posts a semaphore.
  *
+ * The worker splices a local plain member from the shard's pages through
+ * its pipe into the kernel's cache (push_bytes()): one copy, the
+ * kernel's, where pread and the store's write made two.  Measured in
+ * shard order after a listing (985 MB, 30,000 files, one thread): 338-367
+ * -> 603-740 MB/s, a third less daemon CPU (docs/benchmarks.md).
+ *
  * Memory (issue 30): the members of a shard in offset order are the
  * index's order[], served from the index file like the rest of it; per
  * entry, push-ahead keeps seven bit arrays (enum pushahead_bit) and a byte
@@ -27,6 +33,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shardfs/log.h"
 #include "shardfs/pushahead.h"
@@ -200,12 +207,14 @@ static int build_pieces(struct pushahead *p)
 
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,
-		   pushahead_fetch_fn fetch, void *fetch_arg)
+		   const struct pushahead_reader *reader)
 {
 	int rc = 0;
 
 	*p = (struct pushahead){ .idx = idx, .set = set, .bound = bound,
-				 .fetch = fetch, .fetch_arg = fetch_arg };
+				 .pipe = { -1, -1 } };
+	if (reader)
+		p->reader = *reader;
 	if (!bound)
 		return 0;
 	p->window = bound < SHARDFS_PUSHAHEAD_WINDOW ? bound : SHARDFS_PUSHAHEAD_WINDOW;
@@ -253,6 +262,7 @@ void pushahead_release(struct pushahead *p)
 	}
 	free(p->streams);
 	free(p->buf);
+	splice_pipe_close(p->pipe);
 	free(p->pass_of);
 	free(p->pieces);
 	free(p->piece_bytes);
@@ -738,25 +748,66 @@ void pushahead_cheap_reads(struct pushahead *p)
 	atomic_store(&p->policy.cheap_reads, true);
 }
 
+/* Empty the worker's pipe of what a failed splice or store left in it. */
+static void pipe_drain(struct pushahead *p)
+{
+	while (read(p->pipe[0], p->buf, SHARDFS_PUSHAHEAD_CHUNK) > 0)
+		;
+}
+
 /*
- * Push member @e whole, in CHUNK pieces, counting the bytes read in
- * @fetched.  Returns 0, or -EIO when the shard cannot be read or changed
- * (then nothing more is pushed from it).
+ * Store @n bytes at @off of member @e (a piece of at most
+ * SHARDFS_SPLICE_MAX bytes when the worker has a pipe): spliced, the
+ * shard's pages through the pipe into the kernel's cache, when there are
+ * SHARDFS_SPLICE_MIN of them and the member's shard can be; else read
+ * into the buffer and stored from it.  Returns 0, -ENOENT when the
+ * kernel refused them, -EIO when they could not be read.
+ */
+static int push_bytes(struct pushahead *p, uint32_t e, size_t n, uint64_t off)
+{
+	const struct pushahead_reader *r = &p->reader;
+	ssize_t got = -EAGAIN;
+	int rc;
+
+	if (p->pipe[1] >= 0 && n >= SHARDFS_SPLICE_MIN)
+		got = r->fetch(r->arg, e, NULL, p->pipe[1], n, off);
+	if (got == -EAGAIN) {
+		if (r->fetch(r->arg, e, p->buf, -1, n, off) < 0)
+			return -EIO;
+		return p->store(p->store_arg, (uint64_t)e + 1, off, p->buf, -1, n) ?
+		       -ENOENT : 0;
+	}
+	if (got < 0) {
+		pipe_drain(p);
+		return -EIO;
+	}
+	rc = p->store(p->store_arg, (uint64_t)e + 1, off, NULL, p->pipe[0], n);
+	if (rc)
+		pipe_drain(p);
+	r->drained(r->arg, e, n, off);
+	return rc ? -ENOENT : 0;
+}
+
+/*
+ * Push member @e whole, piece by piece (push_bytes()), counting the
+ * bytes read in @fetched.  Returns 0, or -EIO when the shard cannot be
+ * read or changed (then nothing more is pushed from it).
  */
 static int push_member(struct pushahead *p, uint32_t e, atomic_ullong *fetched)
 {
 	struct shard_inode buf;
 	const struct shard_inode *in = entry_inode(p, e, &buf);
+	size_t piece = p->pipe[0] >= 0 ? SHARDFS_SPLICE_MAX : SHARDFS_PUSHAHEAD_CHUNK;
 	uint64_t off = 0;
 
 	while (off < in->size) {
-		size_t n = in->size - off < SHARDFS_PUSHAHEAD_CHUNK ?
-			   in->size - off : SHARDFS_PUSHAHEAD_CHUNK;
+		size_t n = in->size - off < piece ? in->size - off : piece;
+		int rc = push_bytes(p, e, n, off);
 
-		if (p->fetch(p->fetch_arg, e, p->buf, n, off) < 0)
+		if (rc == -EIO)
 			return -EIO;
 		relaxed_add(fetched, n);
-		if (p->store(p->store_arg, (uint64_t)e + 1, off, p->buf, n)) {
+		if (rc) {
 			relaxed_add(&p->counters.refused, 1);
 			return 0;
 		}
@@ -791,7 +842,7 @@ static bool held(struct pushahead *p, uint32_t e)
 	if (bit_test(p, PUSHAHEAD_HELD, e))
 		return true;
 	relaxed_add(&p->counters.probes, 1);
-	if (p->store(p->store_arg, (uint64_t)e + 1, 0, NULL, 0))
+	if (p->store(p->store_arg, (uint64_t)e + 1, 0, NULL, -1, 0))
 		return false;
 	bit_set(p, PUSHAHEAD_HELD, e);
 	return true;
@@ -1205,6 +1256,8 @@ int pushahead_start(struct pushahead *p, pushahead_store_fn store,
 	if (!p->bound || p->running)
 		return 0;
 	p->buf = malloc(SHARDFS_PUSHAHEAD_CHUNK);
+	if (splice_pipe_open(p->pipe, SHARDFS_SPLICE_MAX + SHARDFS_SPLICE_MIN))
+		log_debug("push-ahead: no pipe to splice through; members are copied");
 	if (!p->buf || sem_init(&p->wake, 0, 0))
 		return log_error("push-ahead: %s; it stays off", strerror(ENOMEM)),
 		       -ENOMEM;

@@ -494,6 +494,33 @@ uint64_t memory_available(void)
 	return memory_available_in(&system);
 }
 
+int splice_pipe_open(int fds[2], size_t room)
+{
+	int err;
+
+	assert(room <= INT_MAX);
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK)) {
+		err = errno;
+		fds[0] = fds[1] = -1;
+		return -err;
+	}
+	if (fcntl(fds[0], F_SETPIPE_SZ, (int)room) < 0) {	/* rounded up */
+		err = errno;
+		splice_pipe_close(fds);
+		return -err;
+	}
+	return 0;
+}
+
+void splice_pipe_close(int fds[2])
+{
+	if (fds[0] >= 0) {
+		close(fds[0]);
+		close(fds[1]);
+	}
+	fds[0] = fds[1] = -1;
+}
+
 int scratch_file(const char *dir)
 {
 	char name[PATH_MAX];

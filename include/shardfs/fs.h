@@ -188,10 +188,14 @@ ssize_t shardfs_listxattr(const struct shardfs *fs, uint64_t ino, char *buf,
  * Read @size bytes at @off of member entry @e (a plain, not sparse, file)
  * for push-ahead: checked like a READ (-EIO when the shard changed or
  * failed; never other bytes), counted as shard I/O but not as a reader's
- * move.  The shard pages read are dropped.  Returns @size or -EIO.
+ * move.  Into @buf, the shard pages read then dropped; or, @pipe_fd >= 0,
+ * spliced into that pipe as shardfs_splice() splices (a member of a local
+ * plain shard only: else -EAGAIN, nothing done), the pages dropped by
+ * shardfs_splice_done(@fs, @e + 1, ...) once the pipe is drained.
+ * Returns @size, -EAGAIN or -EIO (the pipe may then hold some bytes).
  */
-ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, size_t size,
-		      uint64_t off);
+ssize_t shardfs_fetch(struct shardfs *fs, uint32_t e, char *buf, int pipe_fd,
+		      size_t size, uint64_t off);
 
 /* Count one @op that started at @start_ns (from monotonic_ns(), util.h). */
 void shardfs_op_done(struct shardfs *fs, enum shardfs_op op, uint64_t start_ns);

@@ -78,6 +78,16 @@ struct shardfs_counters {
 /* Forward reads in a row before a readahead window opens (see fs.c). */
 #define SHARDFS_READAHEAD_STREAK 3
 
+/* Fewer bytes than this are copied, not spliced (a READ's reply, a
+ * push's store): libfuse splices only from two pages on (below, it would
+ * copy the pipe's bytes through a buffer it allocates), and a copy of so
+ * few costs less than the splices. */
+#define SHARDFS_SPLICE_MIN (2 * 4096)
+/* Most bytes spliced at once: libfuse's pipe then needs at most 1 MiB
+ * (the bytes, the header and its rounding up), the default
+ * pipe-max-size, to which any process may grow a pipe. */
+#define SHARDFS_SPLICE_MAX (512 * 1024)
+
 /*
  * What the read path learns about one shard while mounted: hints for
  * readahead and statistics (relaxed atomics, racy by design: a lost

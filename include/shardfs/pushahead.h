@@ -146,14 +146,16 @@
 #define SHARDFS_PUSHAHEAD_DENSE_TENTHS 6
 
 /*
- * Put @len bytes of @buf at @off into the kernel's cache of inode @ino.
- * Returns 0 or -errno (the kernel does not have the inode, the mount is
- * going away).  With @len 0 it stores nothing and says whether the
- * kernel holds the inode: 0, or -ENOENT (a probe: FUSE_NOTIFY_STORE of no
- * bytes looks the inode up and does nothing else).
+ * Put @len bytes at @off into the kernel's cache of inode @ino: those of
+ * @buf, or, @pipe_fd >= 0, the next @len bytes of that pipe (its read
+ * end).  Returns 0 or -errno (the kernel does not have the inode, the
+ * mount is going away; the pipe may then hold some of the bytes).  With
+ * @len 0 it stores nothing and says whether the kernel holds the inode:
+ * 0, or -ENOENT (a probe: FUSE_NOTIFY_STORE of no bytes looks the inode
+ * up and does nothing else).
  */
 typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
-				  const void *buf, size_t len);
+				  const void *buf, int pipe_fd, size_t len);
 
 /*
  * Have the kernel take a reference on member entry @e's inode, and on
@@ -165,11 +167,20 @@ typedef int (*pushahead_store_fn)(void *arg, uint64_t ino, uint64_t off,
 typedef ssize_t (*pushahead_list_fn)(void *arg, uint32_t e, uint32_t count);
 
 /*
- * Read @size bytes at @off of member entry @e, checked as a READ is
- * (shardfs_fetch in fs.h).  Returns @size or -EIO.
+ * How the worker reads members (fs.c: shardfs_fetch() and
+ * shardfs_splice_done(), fs.h).  fetch reads @size bytes at @off of
+ * member entry @e, checked as a READ is, into @buf, or, @pipe_fd >= 0,
+ * splices them into that pipe (its write end): @size, -EAGAIN when the
+ * member cannot be spliced (nothing done: read it into a buffer), or
+ * -EIO.  Spliced bytes hold the shard's pages until drained says they
+ * left the pipe.
  */
-typedef ssize_t (*pushahead_fetch_fn)(void *arg, uint32_t e, char *buf,
-				      size_t size, uint64_t off);
+struct pushahead_reader {
+	ssize_t (*fetch)(void *arg, uint32_t e, char *buf, int pipe_fd,
+			 size_t size, uint64_t off);
+	void (*drained)(void *arg, uint32_t e, size_t size, uint64_t off);
+	void *arg;		/* passed to both */
+};
 
 /* What push-ahead learnt while it runs; policy_of() in pushahead.c reads
  * it, with the shard's source's struct shard_push_hints. */
@@ -230,8 +241,7 @@ enum pushahead_bit {
 struct pushahead {
 	const struct shard_index *idx;	/* the members */
 	const struct shard_set *set;	/* their shards */
-	pushahead_fetch_fn fetch;	/* reads a member's bytes */
-	void *fetch_arg;		/* passed to fetch */
+	struct pushahead_reader reader;	/* reads a member's bytes */
 	uint64_t bound;			/* -o pushahead= (0: off) */
 	uint64_t window;		/* per-stream window: min(bound, WINDOW) */
 	const uint32_t *order;		/* idx->order: files by (shard,
@@ -275,11 +285,14 @@ struct pushahead {
 	bool running;			/* the worker thread exists */
 	pthread_t worker;		/* the thread that pushes */
 	char *buf;			/* the worker's CHUNK-byte buffer */
+	int pipe[2];			/* the worker's splice pipe (read,
+					 * write end; -1: none, copy) */
 };
 
 /*
  * Set @p up over @idx and @set (built and open; they outlive @p) with
- * @bound bytes, reading members through @fetch(@fetch_arg, ...); a bound
+ * @bound bytes, reading members through @reader (copied; NULL: none, for
+ * a push-ahead that never starts); a bound
  * of 0 leaves it off, allocating nothing.  Nothing here is linear in the
  * members but calloc'ed bit arrays: the passes over the entries are
  * pushahead_prepare()'s, which the worker makes once the mount serves.
@@ -287,7 +300,7 @@ struct pushahead {
  */
 int pushahead_init(struct pushahead *p, const struct shard_index *idx,
 		   const struct shard_set *set, uint64_t bound,
-		   pushahead_fetch_fn fetch, void *fetch_arg);
+		   const struct pushahead_reader *reader);
 
 /*
  * Build what push-ahead needs of the index: where each shard's files

@@ -226,6 +226,16 @@ int file_replace(const char *path, const void *buf, size_t len, mode_t mode,
 int scratch_file(const char *dir);
 
 /*
+ * Make @fds (read end, write end) a pipe to splice through: close-on-exec,
+ * non-blocking (a pipe without room fails a splice instead of hanging
+ * it), with room for at least @room bytes.  0, or -errno with both -1.
+ */
+int splice_pipe_open(int fds[2], size_t room);
+
+/* Close both ends of a pipe of splice_pipe_open() (-1: none), set them -1. */
+void splice_pipe_close(int fds[2]);
+
+/*
  * @len bytes (zeros) of a scratch file in @dir, mapped shared at *@map:
  * page cache rather than the process's own memory.  munmap() it.
  * 0 or -errno.

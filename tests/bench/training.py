@@ -28,8 +28,8 @@ the shard-order reads is checked against the data set's CRC-32s.
 
     tests/bench/training.sh [--samples N] [--docs]
 
---ab BUILD_DIR,BUILD_DIR compares builds on the two shuffled steps alone
-(shuf4_cold, dl_shuffle), on the first of --transports: in each of
+--ab BUILD_DIR,BUILD_DIR compares builds on three steps alone (listed,
+shuf4_cold, dl_shuffle), on the first of --transports: in each of
 --rounds rounds the loose tree, then each build on a fresh mount, one
 after the other, so that the machine's drift hits them alike.
 
@@ -264,11 +264,14 @@ def render(run):
     return "\n".join(lines) + "\n"
 
 
-def shuffled_ab(ds, mp, builds, rounds):
-    """shuf4_cold and dl_shuffle of the loose tree and of each build in
-    turn, ROUNDS times: one table row per measurement."""
+def builds_ab(ds, mp, builds, rounds):
+    """listed, shuf4_cold and dl_shuffle of the loose tree and of each
+    build in turn, ROUNDS times: one table row per measurement."""
+    names, expected = ds.shard_order(), ds.by_name
     shuffled = ds.shuffled_order(SEED)
-    steps = (("shuf4_cold", "mb_s", "MB/s",
+    steps = (("listed", "mb_s", "MB/s",
+              lambda root: listed_shard_order(root, names, expected)),
+             ("shuf4_cold", "mb_s", "MB/s",
               lambda root: wl.read_files(root, shuffled, threads=4)),
              ("dl_shuffle", "files_s", "smp/s", wl.dataloader_epoch))
     print("| round | step | tree | rate | ÷ loose | requests per file | "
@@ -346,7 +349,7 @@ def main():
         with system.fuse_io_uring(args.transports.split(",")[0]) as got:
             log("transport: enable_uring %s" % got)
             if args.ab:
-                shuffled_ab(ds, mp, args.ab.split(","), args.rounds)
+                builds_ab(ds, mp, args.ab.split(","), args.rounds)
             else:
                 node_shares(ds, mp, [int(n) for n in args.shares.split(",")],
                             args.builds.split(",") if args.builds else

@@ -1681,7 +1681,7 @@ static void test_lie_order(void **state)
 	fixup(f);
 	expect_loads(f);
 	assert_int_equal(index_file_load(f->bad_path, &idx, &sh, 0, msg, sizeof(msg)), 0);
-	assert_int_equal(pushahead_init(&p, &idx, &f->env.fs.set, 1 << 20, NULL, NULL), 0);
+	assert_int_equal(pushahead_init(&p, &idx, &f->env.fs.set, 1 << 20, NULL), 0);
 	assert_int_equal(pushahead_prepare(&p), 0);
 	assert_int_equal(p.bound, 1 << 20);
 	for (uint32_t s = 0; s < f->env.fs.set.nr; s++)

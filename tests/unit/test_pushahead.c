@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "shardfs/pushahead.h"
+#include "shardfs/util.h"
 #include "tarbuild.h"
 
 #define MEMBERS 48
@@ -36,19 +37,29 @@
 struct fake_kernel {
 	struct shardfs *fs;
 	atomic_uint stores;		/* calls */
+	atomic_uint piped;		/* of them, from the worker's pipe */
 	atomic_uint bad;		/* stores whose bytes were wrong */
 	atomic_uchar stored[MEMBERS + 8]; /* per inode: stored at least once */
+	atomic_uint bytes[MEMBERS + 8];	/* per inode: bytes stored */
 	atomic_uchar listed_from[MEMBERS]; /* per member: listings from it */
 	atomic_int held[MEMBERS + 8];	/* per inode: references taken */
 	bool list_fails;		/* the listing makes nothing known */
+	uint64_t refuse;		/* inode whose first store is refused,
+					 * its bytes left in the pipe */
 };
 
 static struct fake_kernel kernel;
 
+/* Byte @j of member @i's content, whatever its size. */
+static char content_byte(int i, size_t j)
+{
+	return (char)('a' + (i * 7 + j) % 26);
+}
+
 static void member_content(int i, char *buf)
 {
 	for (int j = 0; j < MEMBER_SIZE; j++)
-		buf[j] = (char)('a' + (i * 7 + j) % 26);
+		buf[j] = content_byte(i, (size_t)j);
 	buf[MEMBER_SIZE] = '\0';
 }
 
@@ -80,23 +91,50 @@ static void kernel_forget(struct shardfs *fs, uint64_t ino, int n)
 	pushahead_forget(&fs->push, ino, (uint64_t)n);
 }
 
-/* A store of no bytes is a probe: whether the kernel holds the inode. */
-static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
-		      size_t len)
+/* Are @len bytes of @buf member @i's from @off on, inside its @size? */
+static bool member_bytes(int i, uint64_t size, const char *buf, uint64_t off, size_t len)
 {
+	if (off + len > size)
+		return false;
+	for (size_t j = 0; j < len; j++)
+		if (buf[j] != content_byte(i, off + j))
+			return false;
+	return true;
+}
+
+/*
+ * A store of no bytes is a probe: whether the kernel holds the inode.
+ * Bytes from a pipe are read out of it, as the kernel's splice does,
+ * except for a refused store (they stay for the worker to drain).
+ */
+static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
+		      int pipe_fd, size_t len)
+{
+	static char piped[SHARDFS_SPLICE_MAX];	/* the worker's one thread */
 	struct fake_kernel *k = arg;
-	char want[MEMBER_SIZE + 1];
+	struct shard_inode in;
 	int i;
 
 	if (!len)
 		return ino < MEMBERS + 8 && atomic_load(&k->held[ino]) > 0 ? 0 : -ENOENT;
+	if (ino == k->refuse) {
+		k->refuse = 0;
+		return -ENOENT;
+	}
 	i = member_of(k->fs, (uint32_t)(ino - 1));
-
-	member_content(i, want);
-	if (off != 0 || len != MEMBER_SIZE || memcmp(buf, want, len))
+	assert_true(shard_index_get(&k->fs->idx, ino, &in));
+	if (pipe_fd >= 0) {
+		assert_true(len <= sizeof(piped));
+		assert_int_equal(read(pipe_fd, piped, len), len);
+		atomic_fetch_add(&k->piped, 1);
+		buf = piped;
+	}
+	if (!member_bytes(i, in.size, buf, off, len))
 		atomic_fetch_add(&k->bad, 1);
-	if (ino < MEMBERS + 8)
+	if (ino < MEMBERS + 8) {
 		atomic_store(&k->stored[ino], 1);
+		atomic_fetch_add(&k->bytes[ino], (unsigned)len);
+	}
 	atomic_fetch_add(&k->stores, 1);
 	return 0;
 }
@@ -118,9 +156,24 @@ static ssize_t fake_list(void *arg, uint32_t e, uint32_t count)
 	return i - from;
 }
 
-static ssize_t fetch(void *fs, uint32_t e, char *buf, size_t size, uint64_t off)
+static ssize_t fetch(void *fs, uint32_t e, char *buf, int pipe_fd, size_t size,
+		     uint64_t off)
 {
-	return shardfs_fetch(fs, e, buf, size, off);
+	return shardfs_fetch(fs, e, buf, pipe_fd, size, off);
+}
+
+static void drained(void *fs, uint32_t e, size_t size, uint64_t off)
+{
+	shardfs_splice_done(fs, (uint64_t)e + 1, size, off);
+}
+
+/* How the worker reads, as fs.c has it read. */
+static const struct pushahead_reader *reader_of(struct tb_env *e)
+{
+	static struct pushahead_reader r = { fetch, drained, NULL };
+
+	r.arg = &e->fs;
+	return &r;
 }
 
 /* A shard of MEMBERS files m00.., saved as e->dir/s.tar, gzip-compressed
@@ -151,7 +204,7 @@ static void start_push(struct tb_env *e, uint64_t bound, pushahead_list_fn liste
 	pushahead_stop(&e->fs.push);
 	pushahead_release(&e->fs.push);
 	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, bound,
-					fetch, &e->fs), 0);
+					reader_of(e)), 0);
 	memset(&kernel, 0, sizeof(kernel));
 	kernel.fs = &e->fs;
 	/* here, not in the worker: the tests' first READs are pushed from */
@@ -801,7 +854,7 @@ static void test_worker_prepares_after_the_mount(void **state)
 	build_shard(e, false);
 	pushahead_release(&e->fs.push);
 	assert_int_equal(pushahead_init(&e->fs.push, &e->fs.idx, &e->fs.set, 1 << 20,
-					fetch, &e->fs), 0);
+					reader_of(e)), 0);
 	assert_false(atomic_load(&e->fs.push.ready));
 	assert_null(e->fs.push.order_start);
 	memset(&kernel, 0, sizeof(kernel));
@@ -830,7 +883,7 @@ static void test_order_that_disagrees_leaves_it_off(void **state)
 	build_shard(e, false);
 	idx = e->fs.idx;
 	idx.nr_order--;
-	assert_int_equal(pushahead_init(&p, &idx, &e->fs.set, 1 << 20, fetch, &e->fs), 0);
+	assert_int_equal(pushahead_init(&p, &idx, &e->fs.set, 1 << 20, reader_of(e)), 0);
 	assert_int_equal(pushahead_prepare(&p), -EINVAL);
 	assert_false(atomic_load(&p.ready));
 	pushahead_read(&p, (uint32_t)(ino_of(e, 0) - 1), 0, MEMBER_SIZE, 3);
@@ -843,17 +896,91 @@ static void test_changed_shard_is_never_pushed_from(void **state)
 	struct tb_env *e = *state;
 	uint32_t entry;
 	char path[4096], buf[MEMBER_SIZE], want[MEMBER_SIZE + 1];
+	int pipe_fd[2];
 
 	setup(e, 1 << 20);
+	assert_int_equal(splice_pipe_open(pipe_fd, SHARDFS_SPLICE_MAX), 0);
 	entry = (uint32_t)(ino_of(e, 1) - 1);
 	member_content(1, want);
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), MEMBER_SIZE);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, -1, MEMBER_SIZE, 0), MEMBER_SIZE);
+	assert_memory_equal(buf, want, MEMBER_SIZE);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(shardfs_fetch(&e->fs, entry, NULL, pipe_fd[1], MEMBER_SIZE, 0),
+			 MEMBER_SIZE);
+	assert_int_equal(read(pipe_fd[0], buf, sizeof(buf)), MEMBER_SIZE);
 	assert_memory_equal(buf, want, MEMBER_SIZE);
 	snprintf(path, sizeof(path), "%s/s.tar", e->dir);
 	assert_int_equal(truncate(path, 64 * 1024), 0);	/* longer: no short read */
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, -1, MEMBER_SIZE, 0), -EIO);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, NULL, pipe_fd[1], MEMBER_SIZE, 0), -EIO);
 	assert_int_equal(truncate(path, e->fs.set.shards[0].stored_size), 0);
-	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, MEMBER_SIZE, 0), -EIO);
+	assert_int_equal(shardfs_fetch(&e->fs, entry, buf, -1, MEMBER_SIZE, 0), -EIO);
+	splice_pipe_close(pipe_fd);
+}
+
+/* Sizes of the members of build_sized_shard(): three small ones to open
+ * the window, then pieces spliced (from SHARDFS_SPLICE_MIN bytes on, a
+ * member over SHARDFS_SPLICE_MAX in two) and copied (fewer). */
+static const size_t sized[] = {
+	3000, 3000, 3000, 20000, SHARDFS_SPLICE_MAX + 90000, 100,
+	SHARDFS_SPLICE_MIN - 1, 70000, SHARDFS_SPLICE_MIN, 40000, 30000, 30000,
+};
+#define NR_SIZED (sizeof(sized) / sizeof(sized[0]))
+
+/* A shard of members m00.. of the sizes above, content_byte()'s bytes. */
+static void build_sized_shard(struct tb_env *e)
+{
+	struct tb a = { 0 };
+	char name[16];
+
+	for (size_t i = 0; i < NR_SIZED; i++) {
+		char *data = malloc(sized[i]);
+
+		assert_non_null(data);
+		for (size_t j = 0; j < sized[i]; j++)
+			data[j] = content_byte((int)i, j);
+		snprintf(name, sizeof(name), "m%02zu", i);
+		tb_add(&a, name, '0', data, sized[i]);
+		free(data);
+	}
+	tb_end(&a);
+	tb_save(&a, e->dir, "s.tar");
+	tb_free(&a);
+	tb_env_build(e);
+}
+
+/*
+ * Members of a local plain shard go from the shard's pages through the
+ * worker's pipe into the kernel's cache (a copy less than read and
+ * store), small ones through its buffer; a store the kernel refuses
+ * leaves its bytes in the pipe, which the worker empties: the members
+ * after it still get their own bytes.
+ */
+static void test_members_are_spliced_into_the_kernel(void **state)
+{
+	struct tb_env *e = *state;
+	char buf[3000];
+	unsigned complete = 0;
+
+	build_sized_shard(e);
+	start_push(e, 4u << 20, NULL);
+	assert_true(e->fs.push.pipe[0] >= 0);
+	for (size_t i = 0; i < NR_SIZED; i++)
+		kernel_lookup(&e->fs, ino_of(e, (int)i), 1);
+	kernel.refuse = ino_of(e, 7);
+	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
+		assert_int_equal(shardfs_read(&e->fs, ino_of(e, i), buf, sizeof(buf), 0),
+				 sizeof(buf));
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_int_equal(kernel.refuse, 0);
+	assert_int_equal(atomic_load(&e->fs.push.counters.refused), 1);
+	for (size_t i = SHARDFS_READAHEAD_STREAK; i < NR_SIZED; i++)
+		complete += atomic_load(&kernel.bytes[ino_of(e, (int)i)]) == sized[i];
+	/* all after the reader but the refused one and the trip */
+	assert_int_equal(complete, NR_SIZED - SHARDFS_READAHEAD_STREAK - 2);
+	assert_true(atomic_load(&kernel.piped) >= 4);
+	assert_true(atomic_load(&kernel.stores) > atomic_load(&kernel.piped));
 }
 
 int main(void)
@@ -876,6 +1003,7 @@ int main(void)
 		TB_ENV_TEST(test_many_lookups_in_a_huge_directory_list_it),
 		TB_ENV_TEST(test_bound_holds),
 		TB_ENV_TEST(test_changed_shard_is_never_pushed_from),
+		TB_ENV_TEST(test_members_are_spliced_into_the_kernel),
 		TB_ENV_TEST(test_order_that_disagrees_leaves_it_off),
 		TB_ENV_TEST(test_worker_prepares_after_the_mount),
 	};
