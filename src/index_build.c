@@ -80,7 +80,8 @@
 
 /* A bounded build: hard links further back than the shard before theirs
  * held until every shard is streamed (their paths and targets, about
- * 60 bytes and the names each); more take the in-memory build. */
+ * 60 bytes and the names each), unless opt->far_links_max says; more
+ * take the in-memory build. */
 #define BUILD_FAR_LINKS_MAX (1u << 20)
 
 /*
@@ -951,20 +952,21 @@ struct far_link {
  * Bounded: hard link @i of @sc (shard @shard), whose target is further
  * back than the shard before, waits for bind_far_links(); its directory
  * is made only then, as a link refused makes none in memory.  0, -ENOMEM,
- * or -EAGAIN past BUILD_FAR_LINKS_MAX of them (their paths are held until
- * then).
+ * or -EAGAIN past opt->far_links_max of them (their paths are held
+ * until then).
  */
 static int far_defer(struct builder *b, const struct shard_scan *sc, uint32_t shard,
 		     uint32_t i)
 {
 	const struct raw_member *rm = &sc->members[i];
+	uint32_t max = b->opt->far_links_max ? b->opt->far_links_max : BUILD_FAR_LINKS_MAX;
 	char *copy;
 
-	if (b->nr_far == BUILD_FAR_LINKS_MAX) {
+	if (b->nr_far == max) {
 		char what[128];
 
 		snprintf(what, sizeof(what), "more than %u hard links in it name members "
-			 "further back than the shard before theirs", BUILD_FAR_LINKS_MAX);
+			 "further back than the shard before theirs", max);
 		member_why(b, sc, rm, what);
 		return -EAGAIN;
 	}

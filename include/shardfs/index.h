@@ -156,6 +156,10 @@ struct shard_index_build_options {
 	size_t memory_budget;	/* shard_index_build_to_file(): bytes of
 				 * member records held before a sorted run
 				 * is written; 0: SHARD_INDEX_BUILD_BUDGET */
+	uint32_t far_links_max;	/* shard_index_build_to_file(): hard links
+				 * further back than the shard before theirs
+				 * held until every shard is streamed; more
+				 * take the in-memory build.  0: 1 Mi */
 	uint64_t memory_limit;	/* shard_index_build(): bytes it may take
 				 * (SHARD_INDEX_MEMBER_PEAK a member); 0:
 				 * memory_available(), UINT64_MAX: any */
@@ -194,9 +198,11 @@ struct index_file_writer;
  * go the way of the scanned members, and the members of the base's
  * shards in @set must be those the base's file records.  Returns what
  * shard_index_build() returns, or -EAGAIN (logged) for a set only the
- * in-memory build replays: one with hard links (the base's too), or with
- * a path that is both a directory and a file; its shards may then be
- * built with shard_index_build() (scanned again).
+ * in-memory build replays: one with a hard link to a link bound further
+ * back than the shard before it, with more links further back than
+ * opt->far_links_max, or with a path that is both a directory and a
+ * file; its shards may then be built with shard_index_build() (scanned
+ * again).
  */
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,

@@ -70,13 +70,10 @@ static void write_in_memory(struct tb_env *e, const char *path, const struct lay
 	shard_set_release(&set);
 }
 
-/* The bounded build under @layout with @budget bytes into @path; returns
- * its result. */
-static int write_bounded(struct tb_env *e, const char *path, size_t budget,
-			 const struct layout *layout)
+/* The bounded build with @opt into @path; returns its result. */
+static int write_bounded_opt(struct tb_env *e, const char *path,
+			     const struct shard_index_build_options *opt)
 {
-	const struct shard_index_build_options opt = { .threads = 2, .memory_budget = budget,
-						       .layout = layout };
 	struct shard_index_counts counts;
 	struct index_file_writer w;
 	struct shard_set set;
@@ -86,13 +83,24 @@ static int write_bounded(struct tb_env *e, const char *path, size_t budget,
 
 	open_set(&set, e);
 	assert_int_equal(index_file_writer_open(&w, path, &set, msg, sizeof(msg)), 0);
-	rc = shard_index_build_to_file(&w, &set, &opt, &counts, &nr);
+	rc = shard_index_build_to_file(&w, &set, opt, &counts, &nr);
 	if (!rc)
 		assert_int_equal(index_file_writer_commit(&w, nr, &counts, 0, true, msg,
 							  sizeof(msg)), 0);
 	index_file_writer_abort(&w);
 	shard_set_release(&set);
 	return rc;
+}
+
+/* The bounded build under @layout with @budget bytes into @path; returns
+ * its result. */
+static int write_bounded(struct tb_env *e, const char *path, size_t budget,
+			 const struct layout *layout)
+{
+	const struct shard_index_build_options opt = { .threads = 2, .memory_budget = budget,
+						       .layout = layout };
+
+	return write_bounded_opt(e, path, &opt);
 }
 
 static void assert_same_file(const char *a, const char *b)
@@ -397,6 +405,46 @@ static void test_in_memory_sets(void **state)
 	}
 }
 
+/* Links further back than the shard before are held up to
+ * opt->far_links_max (1 Mi by default); one more takes the in-memory
+ * build, and says so. */
+static void test_far_links_past_the_limit(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_index_build_options opt = { .threads = 2, .far_links_max = 2 };
+	char mem[4096], bounded[4096], log[8192];
+	struct tb_stderr c;
+	struct tb a = { 0 };
+	int rc;
+
+	tb_file(&a, "a", "a");
+	tb_file(&a, "b", "b");
+	tb_file(&a, "c", "c");
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "z", "z");
+	tb_env_shard(e, "01.tar", &a);
+	tb_link(&a, "la", '1', "a");
+	tb_link(&a, "lb", '1', "b");
+	tb_link(&a, "lc", '1', "c");
+	tb_env_shard(e, "02.tar", &a);
+	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	write_in_memory(e, mem, NULL);
+	log_set_level(LOG_LEVEL_INFO);
+	tb_stderr_begin(&c);
+	rc = write_bounded_opt(e, bounded, &opt);
+	tb_stderr_end(&c, log, sizeof(log));
+	log_set_level(LOG_LEVEL_ERROR);
+	assert_int_equal(rc, -EAGAIN);
+	if (!strstr(log, "more than 2 hard links in it name members further back than "
+			 "the shard before theirs"))
+		fail_msg("no limit in the log: %s", log);
+	opt.far_links_max = 3;
+	assert_int_equal(write_bounded_opt(e, bounded, &opt), 0);
+	assert_same_file(mem, bounded);
+	assert_nothing_left(e, 2);
+}
+
 /* index_store_open() builds a set bounded, saves it and serves it from
  * the file: the same bytes as in memory, the same tree. */
 static void test_store_builds_bounded(void **state)
@@ -588,6 +636,7 @@ int main(void)
 		BOUNDED_TEST(test_same_bytes_many_runs),
 		BOUNDED_TEST(test_same_bytes_classes),
 		BOUNDED_TEST(test_in_memory_sets),
+		BOUNDED_TEST(test_far_links_past_the_limit),
 		BOUNDED_TEST(test_store_builds_bounded),
 		BOUNDED_TEST(test_extended_bounded),
 		BOUNDED_TEST(test_extended_bounded_many),
