@@ -190,8 +190,8 @@ static int fill_entry(struct shardfs *fs, uint64_t ino,
 /* A /dev/fuse worker thread's means of reading: made on its first read,
  * freed when the thread ends. */
 struct read_thread {
-	int pipe[2];		/* read and write end of the splice pipe, with
-				 * room for SHARDFS_SPLICE_MAX bytes; -1: none yet */
+	int pipe[2];		/* read and write end of the splice pipe
+				 * (splice_pipe_open()); -1: none yet */
 	bool no_pipe;		/* a pipe could not be made: copy every READ */
 	char buf[READ_BUF_SIZE]; /* the bytes of a READ that is copied */
 };

@@ -292,9 +292,9 @@ struct pushahead {
 /*
  * Set @p up over @idx and @set (built and open; they outlive @p) with
  * @bound bytes, reading members through @reader (copied; NULL: none, for
- * a push-ahead that never starts); a bound
- * of 0 leaves it off, allocating nothing.  Nothing here is linear in the
- * members but calloc'ed bit arrays: the passes over the entries are
+ * a push-ahead that never starts); a bound of 0 leaves it off,
+ * allocating nothing.  Nothing here is linear in the members but
+ * calloc'ed bit arrays: the passes over the entries are
  * pushahead_prepare()'s, which the worker makes once the mount serves.
  * Returns 0 or -ENOMEM.
  */
