@@ -994,6 +994,40 @@ static bool span_skips(const struct pushahead *p, uint32_t e, uint32_t m,
 }
 
 /*
+ * Ask the storage at once for the run of members of entry @e's shard
+ * from order[@i] on that push_range() will push: up to the first one
+ * span_skips() leaves out (of a plain piece, those READ in this pass),
+ * or @end.  Returns where the run ends.  The rest of a piece was asked
+ * for whole before, and in a dense pass the 60-70 % of it already READ
+ * were read again: most of the worker's time in a shuffled epoch went
+ * to that readahead (docs/benchmarks.md, tuning record).
+ */
+static uint64_t ask_run(const struct pushahead *p, uint32_t e, uint32_t i, uint64_t end,
+			unsigned pass, bool dropped)
+{
+	struct shard_inode buf;
+	const struct shard_inode *in = entry_inode(p, e, &buf);
+	uint32_t shard = in->shard, last = p->order_start[shard + 1];
+	struct shard_source *src = p->set->shards[shard].src;
+	uint64_t from = member_at(p, shard, i, &buf)->data, to = end;
+
+	for (uint32_t j = i + 1; pass && j < last; j++) {
+		const struct shard_inode *mj = member_at(p, shard, j, &buf);
+
+		if (!mj)
+			continue;
+		if (mj->data + mj->size > end)
+			break;
+		if (span_skips(p, e, p->order[j], pass, dropped)) {
+			to = mj->data;
+			break;
+		}
+	}
+	shard_source_advise(src, from, to - from, SHARD_SOURCE_WILLNEED);
+	return to;
+}
+
+/*
  * Push the members the kernel holds, or holds once their directory was
  * listed, of [@start, @end) of entry @e's shard (span_skips() says which
  * are left out), while the bound has room
@@ -1005,11 +1039,9 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 {
 	struct shard_inode buf, mbuf;
 	const struct shard_inode *in = entry_inode(p, e, &buf);
-	struct shard_source *src = p->set->shards[in->shard].src;
 	uint32_t last = p->order_start[in->shard + 1];
-	uint64_t got = reserve(p, end - start), pushed = 0;
+	uint64_t got = reserve(p, end - start), pushed = 0, asked = 0;
 	unsigned long long files = atomic_load(&p->counters.files);
-	bool asked = false;
 
 	for (uint32_t i = order_at(p, in->shard, start);
 	     got == end - start && i < last; i++) {
@@ -1026,10 +1058,8 @@ static uint64_t push_range(struct pushahead *p, uint32_t e, uint64_t start,
 			relaxed_add(&p->counters.unknown, 1);
 			continue;
 		}
-		if (!asked)	/* the storage reads the rest at once */
-			shard_source_advise(src, mi->data, end - mi->data,
-					    SHARD_SOURCE_WILLNEED);
-		asked = true;
+		if (mi->data >= asked)
+			asked = ask_run(p, e, i, end, pass, dropped);
 		if (push_member(p, m, &p->counters.span_fetched))
 			break;
 		pushed += mi->size;
