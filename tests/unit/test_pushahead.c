@@ -744,6 +744,79 @@ static void test_plain_piece_is_pushed_once_reads_took_most_of_it(void **state)
 	assert_int_equal(atomic_load(&e->fs.push.counters.passes), 0);
 }
 
+/* The push-ahead worker's WILLNEED advice to the shard, recorded. */
+static struct {
+	const struct shard_source_ops *ops;	/* the shard's own */
+	struct shard_source_ops recording;	/* ops, advise recorded */
+	pid_t worker;				/* whose advice counts */
+	unsigned nr;				/* ranges below */
+	uint64_t off[MEMBERS], len[MEMBERS];
+} advice;
+
+static void record_advise(struct shard_source *src, uint64_t off, uint64_t len,
+			  enum shard_source_advice what)
+{
+	if (what == SHARD_SOURCE_WILLNEED && gettid() == advice.worker &&
+	    advice.nr < MEMBERS) {
+		advice.off[advice.nr] = off;
+		advice.len[advice.nr++] = len;
+	}
+	advice.ops->advise(src, off, len, what);
+}
+
+/* Does the worker's advice reach into [@off, @off + @len)? */
+static bool advised(uint64_t off, uint64_t len)
+{
+	for (unsigned i = 0; i < advice.nr; i++)
+		if (advice.off[i] < off + len && off < advice.off[i] + advice.len[i])
+			return true;
+	return false;
+}
+
+/*
+ * A piece pushed once READs at random took most of it, not in one run:
+ * the storage is asked for the members pushed, not for those READ
+ * between them (asking for the whole piece read them again: most of the
+ * worker's time in a shuffled epoch).
+ */
+static void test_piece_readahead_leaves_out_members_read(void **state)
+{
+	struct tb_env *e = *state;
+	struct shard_source *src;
+	bool read[MEMBERS] = { false };
+	int n = 0;
+
+	setup_piece(e);
+	src = e->fs.set.shards[0].src;
+	advice.ops = src->ops;
+	advice.recording = *src->ops;
+	advice.recording.advise = record_advise;
+	advice.nr = 0;
+	for (int i = 0; i < 200 && !(advice.worker = tb_thread_named("shardfs-push")); i++)
+		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+	assert_true(advice.worker > 0);
+	src->ops = &advice.recording;
+	for (int i = 0; i < MEMBERS && n < FILL_READS; i++)	/* three of four */
+		if (i % 4 != 3) {
+			read_at_random(e, i);
+			read[i] = true;
+			n++;
+		}
+	settle(e);
+	src->ops = advice.ops;
+	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_true(advice.nr > 1);
+	for (int i = 0; i < MEMBERS; i++) {
+		struct shard_inode in;
+
+		assert_true(shard_index_get(&e->fs.idx, ino_of(e, i), &in));
+		if (advised(in.data, in.size) == read[i])
+			fail_msg("member %d (%s) %s", i, read[i] ? "READ" : "pushed",
+				 read[i] ? "asked for again" : "never asked for");
+	}
+}
+
 /* A reader of every other file (one node of two) has nothing pushed; the
  * density says a half. */
 static void test_sparse_reader_has_no_piece_pushed(void **state)
@@ -989,6 +1062,7 @@ int main(void)
 		TB_ENV_TEST(test_nothing_stored_for_inodes_the_kernel_lacks),
 		TB_ENV_TEST(test_random_read_of_compressed_shard_pushes_its_span),
 		TB_ENV_TEST(test_plain_piece_is_pushed_once_reads_took_most_of_it),
+		TB_ENV_TEST(test_piece_readahead_leaves_out_members_read),
 		TB_ENV_TEST(test_sparse_reader_has_no_piece_pushed),
 		TB_ENV_TEST(test_dense_pass_pushes_a_piece_at_its_first_read),
 		TB_ENV_TEST(test_a_new_pass_learns_the_density_again),
