@@ -118,6 +118,9 @@
 #define SHARDFS_PUSHAHEAD_REREADS 4
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
+/* A window that starts over inside what the worker pushed this recently
+ * (ms) goes on past it (pushahead.c, restart_at()). */
+#define SHARDFS_PUSHAHEAD_RECENT_MS 1000
 /* Largest directory a reader's LOOKUPs in it have listed (entries),
  * unless it was listed bare (pushahead_list_bare()). */
 #define SHARDFS_PUSHAHEAD_LIST_DIR_MAX 256
@@ -214,6 +217,12 @@ struct pushahead_stream {
 	uint64_t done;		/* worker only: pushed up to this offset */
 	uint64_t pushed;	/* worker only: start of the member it
 				 * pushed last (a READ past it overtook) */
+	uint64_t run_from;	/* worker only: [run_from, done) was pushed
+				 * (or READ past), the latest at run_ns */
+	uint64_t run_ns;	/* (monotonic ns) */
+	uint64_t skip_from;	/* worker only: a run pushed lately that a
+				 * window started over behind will reach */
+	uint64_t skip_to;	/* (its end; 0: none) */
 };
 
 /*

@@ -347,6 +347,34 @@ static void test_forward_reader_gets_the_next_members(void **state)
 }
 
 /*
+ * A second reader of the shard behind the first (a DataLoader's other
+ * worker) starts the window over behind the run the worker pushed: the
+ * members up to that run are pushed, the run is not pushed again.
+ */
+static void test_window_started_over_behind_skips_the_run_pushed(void **state)
+{
+	struct tb_env *e = *state;
+	unsigned before;
+
+	setup(e, 1 << 20);
+	for (int i = 0; i < MEMBERS; i++)
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
+	for (int i = 8; i <= 10; i++)		/* the window opens past 10 */
+		read_member(e, i);
+	settle(e);
+	before = atomic_load(&kernel.stores);
+	assert_true(before >= MEMBERS - 12);
+	for (int i = 3; i <= 6; i++)		/* behind it, a streak again */
+		read_member(e, i);
+	settle(e);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	assert_true(atomic_load(&kernel.stores) > before);
+	assert_true(atomic_load(&kernel.stores) <= before + 4);	/* 7 to 10 */
+	for (int i = 11; i < MEMBERS; i++)
+		assert_true(atomic_load(&kernel.bytes[ino_of(e, i)]) <= MEMBER_SIZE);
+}
+
+/*
  * Push-ahead keeps one bit per entry of what the kernel holds; where it
  * saw no reference (here: every one but the reader's, as if their FORGET
  * had come for a reply that failed while the kernel kept the inode), it
@@ -1070,6 +1098,7 @@ int main(void)
 		TB_ENV_TEST(test_span_pushes_stop_when_they_are_wasted),
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
 		TB_ENV_TEST(test_members_without_a_seen_reference_are_probed),
+		TB_ENV_TEST(test_window_started_over_behind_skips_the_run_pushed),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
