@@ -118,8 +118,9 @@
 #define SHARDFS_PUSHAHEAD_REREADS 4
 /* A window whose reader sent nothing for this long is given up. */
 #define SHARDFS_PUSHAHEAD_IDLE_MS 250
-/* A window that starts over inside what the worker pushed this recently
- * (ms) goes on past it (pushahead.c, restart_at()). */
+/* A window that starts over inside or behind the run the worker pushed
+ * this recently (ms) does not push that run again (pushahead.c,
+ * restart_at()). */
 #define SHARDFS_PUSHAHEAD_RECENT_MS 1000
 /* Largest directory a reader's LOOKUPs in it have listed (entries),
  * unless it was listed bare (pushahead_list_bare()). */
