@@ -44,7 +44,7 @@ struct fake_kernel {
 	atomic_uchar listed_from[MEMBERS]; /* per member: listings from it */
 	atomic_int held[MEMBERS + 8];	/* per inode: references taken */
 	bool list_fails;		/* the listing makes nothing known */
-	uint64_t refuse;		/* inode whose first store is refused,
+	atomic_ullong refuse;		/* inode whose first store is refused,
 					 * its bytes left in the pipe */
 };
 
@@ -117,10 +117,8 @@ static int fake_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
 
 	if (!len)
 		return ino < MEMBERS + 8 && atomic_load(&k->held[ino]) > 0 ? 0 : -ENOENT;
-	if (ino == k->refuse) {
-		k->refuse = 0;
+	if (atomic_compare_exchange_strong(&k->refuse, &(unsigned long long){ ino }, 0))
 		return -ENOENT;
-	}
 	i = member_of(k->fs, (uint32_t)(ino - 1));
 	assert_true(shard_index_get(&k->fs->idx, ino, &in));
 	if (pipe_fd >= 0) {
@@ -777,17 +775,20 @@ static struct {
 	const struct shard_source_ops *ops;	/* the shard's own */
 	struct shard_source_ops recording;	/* ops, advise recorded */
 	pid_t worker;				/* whose advice counts */
-	unsigned nr;				/* ranges below */
+	atomic_uint nr;				/* ranges below (the worker
+						 * writes, then counts) */
 	uint64_t off[MEMBERS], len[MEMBERS];
 } advice;
 
 static void record_advise(struct shard_source *src, uint64_t off, uint64_t len,
 			  enum shard_source_advice what)
 {
-	if (what == SHARD_SOURCE_WILLNEED && gettid() == advice.worker &&
-	    advice.nr < MEMBERS) {
-		advice.off[advice.nr] = off;
-		advice.len[advice.nr++] = len;
+	unsigned n = atomic_load(&advice.nr);
+
+	if (what == SHARD_SOURCE_WILLNEED && gettid() == advice.worker && n < MEMBERS) {
+		advice.off[n] = off;
+		advice.len[n] = len;
+		atomic_store(&advice.nr, n + 1);
 	}
 	advice.ops->advise(src, off, len, what);
 }
@@ -795,7 +796,7 @@ static void record_advise(struct shard_source *src, uint64_t off, uint64_t len,
 /* Does the worker's advice reach into [@off, @off + @len)? */
 static bool advised(uint64_t off, uint64_t len)
 {
-	for (unsigned i = 0; i < advice.nr; i++)
+	for (unsigned i = 0; i < atomic_load(&advice.nr); i++)
 		if (advice.off[i] < off + len && off < advice.off[i] + advice.len[i])
 			return true;
 	return false;
@@ -819,11 +820,11 @@ static void test_piece_readahead_leaves_out_members_read(void **state)
 	advice.ops = src->ops;
 	advice.recording = *src->ops;
 	advice.recording.advise = record_advise;
-	advice.nr = 0;
+	atomic_store(&advice.nr, 0);
 	for (int i = 0; i < 200 && !(advice.worker = tb_thread_named("shardfs-push")); i++)
 		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
 	assert_true(advice.worker > 0);
-	src->ops = &advice.recording;
+	src->ops = &advice.recording;	/* the worker is idle until a READ */
 	for (int i = 0; i < MEMBERS && n < FILL_READS; i++)	/* three of four */
 		if (i % 4 != 3) {
 			read_at_random(e, i);
@@ -834,7 +835,7 @@ static void test_piece_readahead_leaves_out_members_read(void **state)
 	src->ops = advice.ops;
 	assert_int_equal(atomic_load(&kernel.stores), MEMBERS - FILL_READS);
 	assert_int_equal(atomic_load(&kernel.bad), 0);
-	assert_true(advice.nr > 1);
+	assert_true(atomic_load(&advice.nr) > 1);
 	for (int i = 0; i < MEMBERS; i++) {
 		struct shard_inode in;
 
@@ -1068,13 +1069,13 @@ static void test_members_are_spliced_into_the_kernel(void **state)
 	assert_true(e->fs.push.pipe[0] >= 0);
 	for (size_t i = 0; i < NR_SIZED; i++)
 		kernel_lookup(&e->fs, ino_of(e, (int)i), 1);
-	kernel.refuse = ino_of(e, 7);
+	atomic_store(&kernel.refuse, ino_of(e, 7));
 	for (int i = 0; i < SHARDFS_READAHEAD_STREAK; i++)
 		assert_int_equal(shardfs_read(&e->fs, ino_of(e, i), buf, sizeof(buf), 0),
 				 sizeof(buf));
 	settle(e);
 	assert_int_equal(atomic_load(&kernel.bad), 0);
-	assert_int_equal(kernel.refuse, 0);
+	assert_int_equal(atomic_load(&kernel.refuse), 0);
 	assert_int_equal(atomic_load(&e->fs.push.counters.refused), 1);
 	for (size_t i = SHARDFS_READAHEAD_STREAK; i < NR_SIZED; i++)
 		complete += atomic_load(&kernel.bytes[ino_of(e, (int)i)]) == sized[i];
