@@ -650,6 +650,25 @@ static bool post_span(struct pushahead *p, unsigned w)
 }
 
 /*
+ * Mark member @e READ in pass *@g; one this pass READ before counts
+ * toward the next pass (SHARDFS_PUSHAHEAD_REREADS of them: a new epoch,
+ * or another reader), which *@g then gets.  Returns what pass_of[]
+ * held.
+ */
+static unsigned mark_read(struct pushahead *p, uint32_t e, unsigned *g)
+{
+	unsigned was = atomic_exchange_explicit(&p->pass_of[e], (unsigned char)*g,
+						memory_order_relaxed);
+
+	if (was == *g && atomic_fetch_add_explicit(&p->rereads, 1, memory_order_relaxed) + 1 >=
+			 SHARDFS_PUSHAHEAD_REREADS) {
+		*g = next_pass(p, *g);
+		atomic_store_explicit(&p->pass_of[e], (unsigned char)*g, memory_order_relaxed);
+	}
+	return was;
+}
+
+/*
  * A reader jumped to the start of member @e of a plain shard: count it in
  * its piece and in the pass, and have the worker push the piece once the
  * pass took enough of it (see Density above).
@@ -660,20 +679,11 @@ static void piece_read(struct pushahead *p, uint32_t e)
 	const struct shard_inode *in = entry_inode(p, e, &buf);
 	uint32_t k = piece_of(p, in);
 	unsigned g = atomic_load_explicit(&p->pass, memory_order_relaxed);
-	unsigned w, cur, next, bytes, was;
+	unsigned w, cur, next, bytes;
 	bool dense;
 
-	was = atomic_exchange_explicit(&p->pass_of[e], (unsigned char)g,
-				       memory_order_relaxed);
-	if (was == (g | PASS_PUSHED))	/* counted with its piece */
+	if (mark_read(p, e, &g) == (g | PASS_PUSHED))	/* counted with its piece */
 		return;
-	if (was == g && atomic_fetch_add_explicit(&p->rereads, 1,
-						  memory_order_relaxed) + 1 >=
-			SHARDFS_PUSHAHEAD_REREADS) {
-		g = next_pass(p, g);
-		atomic_store_explicit(&p->pass_of[e], (unsigned char)g,
-				      memory_order_relaxed);
-	}
 	dense = pass_took(p, in->size);
 	w = atomic_load_explicit(&p->pieces[k], memory_order_relaxed);
 	do {		/* a word of an older pass counts as empty */
@@ -733,10 +743,8 @@ void pushahead_read(struct pushahead *p, uint32_t e, uint64_t off,
 	if (off != in->data)
 		return;
 	if (forward || atomic_load_explicit(&s->to, memory_order_relaxed))
-		/* READ in this pass: READs at random of such begin the next */
-		atomic_store_explicit(&p->pass_of[e],
-				      (unsigned char)atomic_load(&p->pass),
-				      memory_order_relaxed);
+		/* READ in this pass: the worker leaves it out (read_in_pass()) */
+		mark_read(p, e, &(unsigned){ atomic_load(&p->pass) });
 	else if (p->set->shards[in->shard].src->encoding)
 		want_span(p, e);	/* a jump that no window covers */
 	else
@@ -1168,6 +1176,21 @@ static void overtaken(struct pushahead *p, uint32_t shard, uint64_t pos)
 	s->done = s->pushed = at > s->done ? at : s->done;
 }
 
+/*
+ * Was member @e READ in the reader's pass (not pushed)?  Then the kernel
+ * has it.  Over a remote shard, a ShardAwareSampler DataLoader's READs
+ * run ahead of the worker, which pushed, and fetched again, what they
+ * had taken (with the chunks they passed, remembered by the chunk
+ * cache: 1.17-1.19 -> 1.08-1.09x the bytes used; docs/remote.md).  A
+ * new epoch READs members of the pass again and so begins the next one
+ * (mark_read()), in which they are pushed again.
+ */
+static bool read_in_pass(const struct pushahead *p, uint32_t e)
+{
+	return atomic_load_explicit(&p->pass_of[e], memory_order_relaxed) ==
+	       atomic_load_explicit(&p->pass, memory_order_relaxed);
+}
+
 /* Did the worker push in @s's run in the last SHARDFS_PUSHAHEAD_RECENT_MS? */
 static bool run_recent(const struct pushahead_stream *s)
 {
@@ -1258,6 +1281,8 @@ static void push_stream(struct pushahead *p, uint32_t shard)
 			relaxed_add(&p->counters.unknown, 1);
 			continue;
 		}
+		if (read_in_pass(p, e))	/* a reader ahead of the worker took it */
+			continue;
 		s->pushed = in->data;
 		s->run_ns = monotonic_ns();
 		if (push_member(p, e, &p->counters.window_fetched))

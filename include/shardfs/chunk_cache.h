@@ -114,6 +114,17 @@ struct chunk_cache_config {
 /* One cache: opaque. */
 struct chunk_cache;
 
+/* Chunks an object remembers passed (read to their end, then evicted):
+ * the last this many, for CHUNK_PASSED_MS. */
+#define CHUNK_PASSED_RING 8
+
+/* A chunk of an object passed and evicted (the cache's lock). */
+struct chunk_passed {
+	uint64_t index;		/* its chunk number */
+	uint64_t ms;		/* when it was evicted (monotonic ms; 0:
+				 * an empty entry) */
+};
+
 /* Per-object state the cache keeps; embedded in the remote source. */
 struct chunk_owner {
 	struct chunk_cache *cache; /* whose chunks these are */
@@ -142,6 +153,11 @@ struct chunk_owner {
 				 * finds a whole chunk there, or none */
 	unsigned counted;	/* the cache's count of streams that saw
 				 * it last (the cache's lock) */
+	struct chunk_passed passed[CHUNK_PASSED_RING]; /* its latest
+				 * chunks passed and evicted, whose bytes a
+				 * reader behind the stream wants as a read
+				 * at random (the cache's lock) */
+	unsigned passed_next;	/* entry of passed[] the next one takes */
 	atomic_ullong hint_off;	/* bytes the latest WILLREAD announced */
 	atomic_ullong hint_end;	/* (a file or sample): a read inside is
 				 * that file's, no stream, and a jumped

@@ -118,6 +118,9 @@
 /* A stream that read in the last this many ms holds its share of the
  * slots (active_streams()). */
 #define CHUNK_STREAM_ACTIVE_MS 1000
+/* A chunk passed and evicted this recently is neither fetched ahead nor
+ * fetched whole by a stream's miss (chunk_owner.passed). */
+#define CHUNK_PASSED_MS 2000
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -151,6 +154,8 @@ struct chunk {
 	bool consumed;		/* a reader copied from it since it was
 				 * fetched: prefetching may evict it */
 	bool done;		/* its reader went past its end */
+	bool scanned;		/* fetched for the index build's scan, whose
+				 * passing says nothing of readers behind */
 	bool missed;		/* taken for a read that missed it, with the
 				 * chunk before it: its first acquire counts
 				 * that miss */
@@ -374,6 +379,31 @@ static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 	return NULL;
 }
 
+/*
+ * Chunk @index of @ow was read to its end and is evicted (lock held).
+ * Two readers of a shard a chunk apart (DataLoader workers taking turns,
+ * push-ahead's worker and the READs it did not spare) pass a chunk
+ * before the one behind has read its part: fetched ahead again, or
+ * whole by the one behind, it cost a ShardAwareSampler epoch 20 MB of
+ * 221 at cache_mem=32M (docs/remote.md).  Remembered, the one behind
+ * fetches its own bytes instead.
+ */
+static void note_passed(struct chunk_owner *ow, uint64_t index)
+{
+	ow->passed[ow->passed_next] = (struct chunk_passed){ index, monotonic_ms() };
+	ow->passed_next = (ow->passed_next + 1) % CHUNK_PASSED_RING;
+}
+
+/* Was chunk @index of @ow passed and evicted lately (lock held)? */
+static bool passed_lately(const struct chunk_owner *ow, uint64_t index, uint64_t now)
+{
+	for (unsigned i = 0; i < CHUNK_PASSED_RING; i++)
+		if (ow->passed[i].ms && ow->passed[i].index == index &&
+		    now - ow->passed[i].ms < CHUNK_PASSED_MS)
+			return true;
+	return false;
+}
+
 /* Slot @c loading, referenced once, holding nothing yet (set_range()
  * says what to fetch). */
 static void slot_reset(struct chunk *c)
@@ -405,6 +435,8 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 		 * stream fetches ranges from now on */
 		if (!c->ranged && !c->done && c->owner != ow)
 			atomic_store_explicit(&c->owner->crowded, true, memory_order_relaxed);
+		if (!c->ranged && c->done && !c->scanned)
+			note_passed(c->owner, c->index);
 		lru_remove(c);
 		unhash(cc, c);
 	} else {
@@ -413,6 +445,7 @@ static struct chunk *take_slot(struct chunk_cache *cc, struct chunk_owner *ow, u
 	slot_reset(c);
 	c->owner = ow;
 	c->index = index;
+	c->scanned = atomic_load_explicit(&ow->scanning, memory_order_relaxed);
 	c->hnext = cc->buckets[bucket_of(cc, ow, index)];
 	cc->buckets[bucket_of(cc, ow, index)] = c;
 	return c;
@@ -511,6 +544,18 @@ struct want {
 	uint64_t own_off;	/* what the reader wants itself: what a */
 	uint64_t own_end;	/* read at random would fetch (set_part()) */
 };
+
+/* What @w fetches of chunk @index of @ow (lock held): a stream's whole
+ * chunk, unless the chunk was passed lately; then, in *@tmp, what a read
+ * at random would fetch. */
+static const struct want *want_in(const struct chunk_owner *ow, uint64_t index,
+				  const struct want *w, struct want *tmp)
+{
+	if (w->ranged || !passed_lately(ow, index, monotonic_ms()))
+		return w;
+	*tmp = (struct want){ w->own_off, w->own_end, true, w->own_off, w->own_end };
+	return tmp;
+}
 
 /* End of what @w wants of chunk @c, within the chunk. */
 static size_t want_hi(struct chunk_cache *cc, const struct chunk *c, const struct want *w)
@@ -944,10 +989,12 @@ static bool kept_another_part(struct chunk_cache *cc, struct chunk *c, size_t in
 static struct chunk *acquire(struct chunk_cache *cc, struct chunk_owner *ow, uint64_t index,
 			     const struct want *w, size_t in, size_t need, size_t *avail)
 {
+	struct want tmp;
 	struct chunk *c;
 	bool hit;
 
 	pthread_mutex_lock(&cc->lock);
+	w = want_in(ow, index, w, &tmp);
 	do {
 		c = lookup(cc, ow, index, w, in, need, &hit);
 		wait_for_bytes(cc, c, need);
@@ -1194,6 +1241,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 							 cc->cfg.chunk_size;
 	unsigned window = atomic_load_explicit(&ow->window, memory_order_relaxed);
 	unsigned cap = window_max(cc), share;
+	uint64_t now = monotonic_ms();
 	bool stream = is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed));
 
 	if (off >= ow->size)
@@ -1223,7 +1271,7 @@ void chunk_cache_willneed(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	for (uint64_t i = first; i < first + window && i < nchunks && cc->nworkers; i++) {
 		struct chunk *c;
 
-		if (find(cc, ow, i))
+		if (find(cc, ow, i) || passed_lately(ow, i, now))
 			continue;
 		c = take_slot(cc, ow, i, true);
 		if (!c)
@@ -1242,7 +1290,7 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	struct chunk_cache *cc = ow->cache;
 	uint64_t cs = cc->cfg.chunk_size, end;
 	int step = step_of(ow, off);
-	struct want w;
+	struct want w, tmp;
 	struct chunk *c;
 
 	if (off >= ow->size || !len)
@@ -1264,18 +1312,20 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 		size_t in = off > i * cs ? (size_t)(off - i * cs) : 0;
 		size_t need = (size_t)((end < (i + 1) * cs ? end : (i + 1) * cs) - i * cs);
 
+		const struct want *wi = want_in(ow, i, &w, &tmp);
+
 		if ((c = find(cc, ow, i)) && c->lo <= in && need <= c->hi)
 			continue;
 		if (c) {
-			if (!grow(cc, c, &w, in, need, 0))
+			if (!grow(cc, c, wi, in, need, 0))
 				break;
 			continue;
 		}
 		if (!(c = take_slot(cc, ow, i, false)))
 			break;
-		set_range(cc, c, &w);
+		set_range(cc, c, wi);
 		c->missed = true;
-		start_fetch(cc, c, &w);
+		start_fetch(cc, c, wi);
 	}
 	pthread_mutex_unlock(&cc->lock);
 }

@@ -345,6 +345,28 @@ static void test_forward_reader_gets_the_next_members(void **state)
 }
 
 /*
+ * Every member held, a window opened by READs of @first to @first + 2
+ * and, once the worker pushed, started over behind it by a streak of
+ * READs of 3 to 6.  Returns the stores made before it started over.
+ */
+static unsigned open_then_start_over(struct tb_env *e, int first)
+{
+	unsigned before;
+
+	setup(e, 1 << 20);
+	for (int i = 0; i < MEMBERS; i++)
+		kernel_lookup(&e->fs, ino_of(e, i), 1);
+	for (int i = first; i < first + 3; i++)
+		read_member(e, i);
+	settle(e);
+	before = atomic_load(&kernel.stores);
+	for (int i = 3; i <= 6; i++)
+		read_member(e, i);
+	settle(e);
+	return before;
+}
+
+/*
  * A second reader of the shard behind the first (a DataLoader's other
  * worker) starts the window over behind the run the worker pushed: the
  * members up to that run are pushed, the run is not pushed again.
@@ -352,24 +374,36 @@ static void test_forward_reader_gets_the_next_members(void **state)
 static void test_window_started_over_behind_skips_the_run_pushed(void **state)
 {
 	struct tb_env *e = *state;
-	unsigned before;
+	unsigned before = open_then_start_over(e, 8);
 
-	setup(e, 1 << 20);
-	for (int i = 0; i < MEMBERS; i++)
-		kernel_lookup(&e->fs, ino_of(e, i), 1);
-	for (int i = 8; i <= 10; i++)		/* the window opens past 10 */
-		read_member(e, i);
-	settle(e);
-	before = atomic_load(&kernel.stores);
 	assert_true(before >= MEMBERS - 12);
-	for (int i = 3; i <= 6; i++)		/* behind it, a streak again */
-		read_member(e, i);
-	settle(e);
 	assert_int_equal(atomic_load(&kernel.bad), 0);
 	assert_true(atomic_load(&kernel.stores) > before);
 	assert_true(atomic_load(&kernel.stores) <= before + 4);	/* 7 to 10 */
 	for (int i = 11; i < MEMBERS; i++)
 		assert_true(atomic_load(&kernel.bytes[ino_of(e, i)]) <= MEMBER_SIZE);
+}
+
+/*
+ * The members a reader READ in this pass are not pushed by a window that
+ * reaches them later (the kernel has them: a DataLoader's READs ahead of
+ * the worker); READs again of members of the pass (a new epoch) begin
+ * the next pass, in which they are pushed again.
+ */
+static void test_members_read_in_the_pass_are_not_pushed(void **state)
+{
+	struct tb_env *e = *state;
+
+	open_then_start_over(e, 10);
+	assert_int_equal(atomic_load(&kernel.bad), 0);
+	for (int i = 7; i <= 9; i++)
+		assert_int_equal(atomic_load(&kernel.bytes[ino_of(e, i)]), MEMBER_SIZE);
+	for (int i = 10; i <= 12; i++)		/* READ before: left out */
+		assert_int_equal(atomic_load(&kernel.bytes[ino_of(e, i)]), 0);
+	assert_int_equal(atomic_load(&e->fs.push.counters.passes), 0);
+	for (int i = 3; i <= 6; i++)		/* an epoch again */
+		read_member(e, i);
+	assert_int_equal(atomic_load(&e->fs.push.counters.passes), 1);
 }
 
 /*
@@ -1100,6 +1134,7 @@ int main(void)
 		TB_ENV_TEST(test_forward_reader_gets_the_next_members),
 		TB_ENV_TEST(test_members_without_a_seen_reference_are_probed),
 		TB_ENV_TEST(test_window_started_over_behind_skips_the_run_pushed),
+		TB_ENV_TEST(test_members_read_in_the_pass_are_not_pushed),
 		TB_ENV_TEST(test_unknown_members_are_listed_then_pushed),
 		TB_ENV_TEST(test_failed_listing_is_not_retried),
 		TB_ENV_TEST(test_second_lookup_in_a_directory_lists_it),
