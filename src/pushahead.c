@@ -1198,6 +1198,14 @@ static bool run_recent(const struct pushahead_stream *s)
 	       monotonic_ns() - s->run_ns < SHARDFS_PUSHAHEAD_RECENT_MS * 1000000ull;
 }
 
+/* Does the kernel hold the first member of @shard's run? */
+static bool run_held(const struct pushahead *p, uint32_t shard)
+{
+	uint32_t i = order_at(p, shard, p->streams[shard].run_from);
+
+	return i < p->order_start[shard + 1] && bit_test(p, PUSHAHEAD_HELD, p->order[i]);
+}
+
 /*
  * Where the worker starts a window of @shard that starts over at @pos.
  * When it pushed a run lately (in the last SHARDFS_PUSHAHEAD_RECENT_MS,
@@ -1213,9 +1221,7 @@ static bool run_recent(const struct pushahead_stream *s)
 static uint64_t restart_at(struct pushahead *p, uint32_t shard, uint64_t pos)
 {
 	struct pushahead_stream *s = &p->streams[shard];
-	uint32_t i = order_at(p, shard, s->run_from);
-	bool recent = run_recent(s) && i < p->order_start[shard + 1] &&
-		      bit_test(p, PUSHAHEAD_HELD, p->order[i]);
+	bool recent = run_recent(s) && run_held(p, shard);
 
 	s->skip_to = 0;
 	if (recent && pos >= s->run_from && pos <= s->done)

@@ -545,6 +545,17 @@ struct want {
 	uint64_t own_end;	/* read at random would fetch (set_part()) */
 };
 
+/* What a miss of [@off, @end) fetches: for a stream, the whole chunks
+ * it lies in (those bytes its own); else just those bytes. */
+static struct want want_of(struct chunk_cache *cc, uint64_t off, uint64_t end, bool stream)
+{
+	uint64_t cs = cc->cfg.chunk_size;
+
+	if (stream)
+		return (struct want){ off / cs * cs, (end + cs - 1) / cs * cs, false, off, end };
+	return (struct want){ off, end, true, off, end };
+}
+
 /* What @w fetches of chunk @index of @ow (lock held): a stream's whole
  * chunk, unless the chunk was passed lately; then, in *@tmp, what a read
  * at random would fetch. */
@@ -553,7 +564,7 @@ static const struct want *want_in(const struct chunk_owner *ow, uint64_t index,
 {
 	if (w->ranged || !passed_lately(ow, index, monotonic_ms()))
 		return w;
-	*tmp = (struct want){ w->own_off, w->own_end, true, w->own_off, w->own_end };
+	*tmp = want_of(ow->cache, w->own_off, w->own_end, false);
 	return tmp;
 }
 
@@ -1049,17 +1060,6 @@ static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 	return is_stream(ow, streak);
 }
 
-/* What a miss of [@off, @end) fetches: for a stream, the whole chunks
- * it lies in (those bytes its own); else just those bytes. */
-static struct want want_of(struct chunk_cache *cc, uint64_t off, uint64_t end, bool stream)
-{
-	uint64_t cs = cc->cfg.chunk_size;
-
-	if (stream)
-		return (struct want){ off / cs * cs, (end + cs - 1) / cs * cs, false, off, end };
-	return (struct want){ off, end, true, off, end };
-}
-
 /* What a read of [@off, @off + @len) of @ow that misses fetches: whole
  * chunks for a stream; else the latest WILLREAD from @off on when it
  * holds the read, or the read's own bytes (a stream's own). */
@@ -1311,7 +1311,6 @@ void chunk_cache_willread(struct chunk_owner *ow, uint64_t off, uint64_t len)
 	for (uint64_t i = off / cs; i * cs < end; i++) {
 		size_t in = off > i * cs ? (size_t)(off - i * cs) : 0;
 		size_t need = (size_t)((end < (i + 1) * cs ? end : (i + 1) * cs) - i * cs);
-
 		const struct want *wi = want_in(ow, i, &w, &tmp);
 
 		if ((c = find(cc, ow, i)) && c->lo <= in && need <= c->hi)
