@@ -313,20 +313,21 @@ static bool save(const struct shard_index *idx, const struct shard_set *set,
 }
 
 /*
- * Build the index into the file it is saved as, in bounded memory
- * (shard_index_build_to_file()), and map it into @idx.  A set with bad
- * shards is mapped from the temporary file, which is then removed: it is
- * not saved.  -EAGAIN when the set needs the in-memory build, or the
- * file or the runs beside it cannot be written (the in-memory build then
- * tries to save it, and says why it cannot).
+ * Build the index into the file it is saved as, @paths[@pick], in bounded
+ * memory (shard_index_build_to_file()), and map it into @idx.  A set with
+ * bad shards, or any with index_mode=off, is mapped from the temporary
+ * file, which is then removed: it is not saved.  -EAGAIN when the set
+ * needs the in-memory build, or the file or the runs beside it cannot be
+ * written (the in-memory build then tries to save it, and says why it
+ * cannot).
  */
 static int build_to_file(struct shard_index *idx, struct shard_set *set,
 			 const struct shard_index_build_options *bo,
 			 const struct index_store_options *so, char paths[][PATH_MAX],
-			 int nr_paths, struct index_store_result *res)
+			 int nr_paths, int pick, struct index_store_result *res)
 {
-	int pick = save_pick(paths, nr_paths), rc;
 	struct shard_index_counts counts = { 0 };
+	int rc;
 	struct index_file_writer w;
 	struct index_file_shards sh;
 	uint32_t nr_entries = 0;
@@ -344,7 +345,7 @@ static int build_to_file(struct shard_index *idx, struct shard_set *set,
 			 paths[pick], strerror(-rc));
 		rc = -EAGAIN;
 	}
-	keep = !counts.bad_shards;
+	keep = !counts.bad_shards && so->mode != INDEX_MODE_OFF;
 	if (!rc && index_file_writer_commit(&w, nr_entries, &counts, so->options_hash,
 					    keep, msg, sizeof(msg))) {
 		log_warn("%s; built in memory instead", msg);
@@ -440,8 +441,13 @@ int index_store_open(struct shard_index *idx, struct shard_set *set,
 		res->origin = INDEX_EXTENDED;
 	}
 	rc = -EAGAIN;
-	if (so->mode != INDEX_MODE_OFF && n)
-		rc = build_to_file(idx, set, &opt, so, paths, n, res);
+	if (so->mode == INDEX_MODE_OFF) {
+		/* mapped from the cache and removed at once: nothing saved */
+		default_paths(set, so->options_hash, paths);
+		rc = build_to_file(idx, set, &opt, so, paths + 1, 1, 0, res);
+	} else if (n) {
+		rc = build_to_file(idx, set, &opt, so, paths, n, save_pick(paths, n), res);
+	}
 	if (rc != -EAGAIN) {
 		shard_index_release(&base);
 		return rc;

@@ -6,6 +6,7 @@
  * only the times moved, rebuilt when a shard changed, and the modes
  * require, rebuild and off.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,20 @@ static void shard(struct tb_env *e, const char *name, const char *member,
 static bool has(const struct shard_index *idx, const char *name)
 {
 	return shard_index_lookup(idx, 0, name, strlen(name)) >= 0;
+}
+
+/* How many entries directory @path holds, "." and ".." aside. */
+static int dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
 }
 
 /* Keep the cache directory inside the scratch directory. */
@@ -228,7 +243,22 @@ static void test_modes(void **state)
 	assert_false(o.res.saved);
 	snprintf(path, sizeof(path), "%s/.s-000.tar.shardfs-index", e->dir);
 	assert_int_equal(access(path, F_OK), -1);
+	/* served from the pages of a file in the cache, removed at once */
+	assert_non_null(o.idx.map);
+	assert_true(has(&o.idx, "a.txt"));
+	snprintf(path, sizeof(path), "%s/cache/shardfs", e->dir);
+	assert_int_equal(dir_entries(path), 0);
 	opened_release(&o);
+	/* a cache that cannot be written: built in memory, as before */
+	snprintf(path, sizeof(path), "%s/s-000.tar/cache", e->dir);
+	setenv("XDG_CACHE_HOME", path, 1);
+	store_open(&o, e, &so);
+	assert_int_equal(o.rc, 0);
+	assert_null(o.idx.map);
+	assert_true(has(&o.idx, "a.txt"));
+	opened_release(&o);
+	snprintf(path, sizeof(path), "%s/cache", e->dir);
+	setenv("XDG_CACHE_HOME", path, 1);
 
 	so.mode = INDEX_MODE_REBUILD;
 	for (int i = 0; i < 2; i++) {
