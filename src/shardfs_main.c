@@ -523,16 +523,8 @@ int main(int argc, char *argv[])
 	struct fuse_session *se = NULL;
 	uint32_t idle_timeout = 0;
 	bool done = false;
-	int rc;
+	int rc = parse_args(&args, &cli, &m, &o, argv[0], &done);
 
-	/* one malloc arena for every thread, whose free pages malloc_trim()
-	 * gives back after the build (glibc trims the top of no other
-	 * arena): a mount that built 4 M members kept 46 MiB of anonymous
-	 * memory in its two scan threads' arenas, 6 MiB so, the build as
-	 * fast (docs/benchmarks-scale.md); the threads that serve take the
-	 * small blocks they use from their own caches (tcache), unlocked */
-	mallopt(M_ARENA_MAX, 1);
-	rc = parse_args(&args, &cli, &m, &o, argv[0], &done);
 	if (rc || done)
 		goto out_free_args;
 	rc = EXIT_USAGE;
@@ -553,7 +545,13 @@ int main(int argc, char *argv[])
 		goto out_release_config;
 	}
 	rc = shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store);
-	malloc_trim(0);	/* what the build freed */
+	/* what the build freed and glibc kept (its trim threshold rises
+	 * with the largest block freed): a mount that built 4 M members
+	 * kept 46 MiB of anonymous memory, 28 so; the rest is the tops of
+	 * the scan threads' arenas, which it trims on no call (one arena
+	 * for all threads, tried, made the remote read path a third
+	 * slower: docs/benchmarks-scale.md) */
+	malloc_trim(0);
 	if (rc) {
 		rc = EXIT_FAILED;
 		fuse_session_destroy(se);
