@@ -133,6 +133,11 @@ struct chunk_owner {
 	atomic_ullong last_chunk; /* chunk of the last read (UINT64_MAX:
 				 * none): a read of the next one is forward */
 	atomic_ullong read_end;	/* end of the last read (UINT64_MAX: none) */
+	atomic_ullong head_end;	/* furthest end read in this pass (a read
+				 * far behind it starts another) */
+	atomic_ullong behind_end; /* end of the last read behind head_end:
+				 * where a reader following the stream is */
+	atomic_ullong behind_ms; /* when it came (monotonic ms) */
 	atomic_uint streak;	/* reads in a row that began just past the
 				 * one before: from CHUNK_STREAM_STREAK on,
 				 * the owner is a stream */

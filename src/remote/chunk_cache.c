@@ -56,11 +56,13 @@
  * fetches nothing ahead, which would bring the files the reader took
  * already (measured: 1.57x the bytes used by a reader of every file).
  * Chunks a reader has passed (advise(DONTNEED) reaching a chunk's end),
- * and ranges fetched for a read that jumped once read, are evicted first;
- * a prefetch never evicts a chunk fetched ahead that no reader has used
- * yet (it stops instead), so a stream fetches no byte twice even when
- * many streams share a small cache (measured: 3 shards scanned at once
- * through 8 slots fetched 5% of their bytes twice before this rule).
+ * and ranges fetched for a read that jumped once read, are evicted first
+ * (by a prefetch, not yet those ahead of a second reader behind the
+ * first: evictable()); a prefetch never evicts a chunk fetched ahead
+ * that no reader has used yet (it stops instead), so a stream fetches
+ * no byte twice even when many streams share a small cache (measured: 3
+ * shards scanned at once through 8 slots fetched 5% of their bytes twice
+ * before this rule).
  * Nor does a miss evict a chunk another stream is still reading (read in
  * the last CHUNK_IDLE_MS and not finished): the reader waits instead.
  *
@@ -121,6 +123,9 @@
 /* A chunk passed and evicted this recently is neither fetched ahead nor
  * fetched whole by a stream's miss (chunk_owner.passed). */
 #define CHUNK_PASSED_MS 2000
+/* A read ending further than this behind an owner's head starts a new
+ * pass; one nearer (past CHUNK_FORWARD_GAP) follows the stream. */
+#define CHUNK_FOLLOW_MAX (4u << 20)
 
 enum chunk_state {
 	CHUNK_FREE,		/* on the free list */
@@ -356,6 +361,43 @@ static void make_free(struct chunk_cache *cc, struct chunk *c)
 	cc->free_list = c;
 }
 
+/* Is @c ahead of a reader that followed its owner's stream in the last
+ * CHUNK_STREAM_ACTIVE_MS (behind the head): does that reader want it? */
+static bool followed(const struct chunk_cache *cc, const struct chunk *c, uint64_t now)
+{
+	const struct chunk_owner *ow = c->owner;
+
+	return now - atomic_load_explicit(&ow->behind_ms, memory_order_relaxed) <
+	       CHUNK_STREAM_ACTIVE_MS &&
+	       (c->index + 1) * cc->cfg.chunk_size >
+	       atomic_load_explicit(&ow->behind_end, memory_order_relaxed);
+}
+
+/*
+ * May @c be evicted, in pass @pass of victim() (lock held)?  Of the
+ * chunks ahead of a reader that follows the stream, a prefetch takes
+ * neither one passed in the last CHUNK_IDLE_MS nor one a reader is in
+ * the middle of, until it has been left alone for CHUNK_STREAM_ACTIVE_MS:
+ * a ShardAwareSampler DataLoader's two workers read each shard a batch
+ * apart, push-ahead's worker ahead of both, and chunks a prefetch took
+ * 2-50 ms after the one ahead passed them, or 100-250 ms after the slower
+ * one's last read, were fetched again (docs/remote.md).  Only those ahead
+ * of the one behind: kept from every chunk passed in the last 100 ms, the
+ * prefetches of two threads reading adjacent files stalled (10-35 %
+ * fewer samples a second).
+ */
+static bool evictable(const struct chunk_cache *cc, const struct chunk *c, bool prefetch,
+		      int pass, uint64_t now)
+{
+	uint64_t idle = now - c->used_ms;
+
+	if (c->ranged && c->consumed)
+		return true;
+	if (prefetch && c->consumed && followed(cc, c, now))
+		return idle >= (c->done ? CHUNK_IDLE_MS : CHUNK_STREAM_ACTIVE_MS);
+	return c->done || (idle >= CHUNK_IDLE_MS && c->consumed == !pass);
+}
+
 /*
  * The least recently used chunk that may be evicted: one its reader went
  * past, or one read but then left alone for CHUNK_IDLE_MS; for a read
@@ -364,8 +406,8 @@ static void make_free(struct chunk_cache *cc, struct chunk *c)
  * A chunk a stream is still reading is kept (evicting it
  * would fetch its bytes twice: with 64 streams through 8 slots, 2 MB/s
  * instead of the link's speed), and a prefetch never evicts a chunk
- * fetched ahead that no reader has used.  NULL: wait.  O(slots) under the
- * lock, on a miss only.
+ * fetched ahead that no reader has used, nor what evictable() keeps from
+ * it.  NULL: wait.  O(slots) under the lock, on a miss only.
  */
 static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 {
@@ -373,8 +415,7 @@ static struct chunk *victim(struct chunk_cache *cc, bool prefetch)
 
 	for (int pass = 0; pass < (prefetch ? 1 : 2); pass++)
 		for (struct chunk *c = cc->lru.next; c != &cc->lru; c = c->next)
-			if (c->done || (c->ranged && c->consumed) ||
-			    (now - c->used_ms >= CHUNK_IDLE_MS && c->consumed == !pass))
+			if (evictable(cc, c, prefetch, pass, now))
 				return c;
 	return NULL;
 }
@@ -1039,6 +1080,19 @@ static bool is_stream(struct chunk_owner *ow, unsigned streak)
 	       atomic_load_explicit(&ow->window, memory_order_relaxed);
 }
 
+/* Account a read ending at @end in @ow's head, or as one following it. */
+static void note_head(struct chunk_owner *ow, uint64_t end)
+{
+	uint64_t head = atomic_load_explicit(&ow->head_end, memory_order_relaxed);
+
+	if (end > head || head - end > CHUNK_FOLLOW_MAX) {
+		atomic_store_explicit(&ow->head_end, end, memory_order_relaxed);
+	} else if (end + CHUNK_FORWARD_GAP < head) {
+		atomic_store_explicit(&ow->behind_end, end, memory_order_relaxed);
+		atomic_store_explicit(&ow->behind_ms, monotonic_ms(), memory_order_relaxed);
+	}
+}
+
 /* Account a read of [@off, @end) of @ow; is it part of a stream?  A jump
  * ends the stream until reads in a row say so again. */
 static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
@@ -1047,6 +1101,7 @@ static bool note_read(struct chunk_owner *ow, uint64_t off, uint64_t end)
 	unsigned streak = 0;
 
 	atomic_store_explicit(&ow->read_end, end, memory_order_relaxed);
+	note_head(ow, end);
 	if (is_stream(ow, atomic_load_explicit(&ow->streak, memory_order_relaxed) + (step > 0)))
 		atomic_store_explicit(&ow->stream_ms, monotonic_ms(), memory_order_relaxed);
 	if (step > 0) {

@@ -879,6 +879,48 @@ static void test_passed_chunk_is_not_fetched_whole_again(void **state)
 	chunk_cache_forget(&ow);
 }
 
+/* A reader of @ow in shard order, from @from to @to: reads of 1000
+ * bytes, each advised DONTNEED after it, as fs.c does. */
+static void read_forward(struct chunk_owner *ow, uint64_t from, uint64_t to)
+{
+	for (uint64_t off = from; off < to; off += 1000) {
+		assert_int_equal(read_check(ow, off, 1000), 1000);
+		chunk_cache_dontneed(ow, off, 1000);
+	}
+}
+
+/*
+ * A stream with a reader following it (a DataLoader's other worker, a
+ * batch back): a prefetch does not take the chunk the one ahead passed a
+ * moment ago, which the one behind still reads.  Taken, such chunks cost
+ * a ShardAwareSampler epoch 1.11-1.14x the bytes it used (docs/remote.md).
+ */
+static void test_followed_stream_keeps_what_the_one_behind_reads(void **state)
+{
+	struct object o = { 25 };
+	struct chunk_owner ow;
+	unsigned calls;
+
+	/* the cache gives the one behind CHUNK_IDLE_MS (100 ms) to come:
+	 * more than valgrind may take between two calls */
+	if (RUNNING_ON_VALGRIND)
+		skip();
+	cache_init(24, 2);	/* a window of up to 6 chunks */
+	owner_init(&ow, &o, BIG);
+	/* alone, the stream's prefetches take the chunks it passed */
+	read_forward(&ow, 0, 19 * CHUNK);
+	WAIT_FOR(count(&counters.prefetches) >= 20);
+	/* a read behind it, further than CHUNK_FORWARD_GAP (16 chunks) */
+	assert_int_equal(read_check(&ow, 2 * CHUNK + 100, 100), 100);
+	read_forward(&ow, 19 * CHUNK, 21 * CHUNK);
+	sleep_ms(SETTLE_MS / 5);
+	calls = fetch_calls();
+	assert_int_equal(read_check(&ow, 19 * CHUNK + 100, 100), 100);
+	assert_int_equal(read_check(&ow, 20 * CHUNK + 100, 100), 100);
+	assert_int_equal(fetch_calls(), calls);
+	chunk_cache_forget(&ow);
+}
+
 static void test_ranges_read_are_evicted_first(void **state)
 {
 	struct object o = { 14 };
@@ -1375,6 +1417,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_adjacent_wants_coalesce, cache_release),
 		cmocka_unit_test_teardown(test_forward_stream_gets_whole_chunks, cache_release),
 		cmocka_unit_test_teardown(test_passed_chunk_is_not_fetched_whole_again, cache_release),
+		cmocka_unit_test_teardown(test_followed_stream_keeps_what_the_one_behind_reads,
+					  cache_release),
 		cmocka_unit_test_teardown(test_ranges_read_are_evicted_first, cache_release),
 		cmocka_unit_test_teardown(test_failed_extension, cache_release),
 		cmocka_unit_test_teardown(test_ranges_stored_and_loaded, cache_release),
