@@ -107,8 +107,9 @@ static const char *shard_name(const char *index_path, const char *shard,
 	return shard;
 }
 
-/* The SHARDS and SHARD_NAMES sections for @set. */
-static int shard_table(const char *path, const struct shard_set *set,
+/* The SHARDS and SHARD_NAMES sections for @set; the shards'
+ * fingerprints are read unless @scratch (a file never kept). */
+static int shard_table(const char *path, const struct shard_set *set, bool scratch,
 		       struct index_file_shard **recs, char **names,
 		       uint64_t *names_len)
 {
@@ -139,7 +140,7 @@ static int shard_table(const char *path, const struct shard_set *set,
 		/* shards an index already covered are not read again, and a
 		 * bad one that could not be opened cannot be (its file is
 		 * never kept: a set with bad shards is not saved) */
-		if (!s->fingerprinted && s->src &&
+		if (!scratch && !s->fingerprinted && s->src &&
 		    index_file_fingerprint(s->src, &r->fingerprint))
 			return -EIO;
 		memcpy(*names + *names_len, name, r->name_len);
@@ -283,7 +284,8 @@ int index_file_writer_place(struct index_file_writer *w,
 		INDEX_SEC_HARDLINKS, INDEX_SEC_SEEK_SHARDS, INDEX_SEC_SEEK_POINTS,
 		INDEX_SEC_SEEK_WINDOWS };
 	uint64_t off = section_align(sizeof(w->h)), own[INDEX_NR_SECTIONS] = { 0 };
-	int rc = shard_table(w->path, w->set, &w->recs, &w->names, &w->names_len);
+	int rc = shard_table(w->path, w->set, w->scratch, &w->recs, &w->names,
+			     &w->names_len);
 
 	rc = rc ?: seek_sections_fill(w->set, &w->ss);
 	if (rc)

@@ -338,6 +338,7 @@ static int build_to_file(struct shard_index *idx, struct shard_set *set,
 		log_debug("%s", msg);
 		return -EAGAIN;
 	}
+	w.scratch = so->mode == INDEX_MODE_OFF;
 	rc = shard_index_build_to_file(&w, set, bo, &counts, &nr_entries);
 	if (rc && rc != -EAGAIN && rc != -EINVAL && rc != -E2BIG && rc != -ENOMEM) {
 		/* the runs or the file could not be written (a full disk) */

@@ -159,6 +159,10 @@ struct index_file_writer {
 					 * never made) */
 	char path[PATH_MAX];		/* the index file it becomes */
 	const struct shard_set *set;	/* the shards it describes */
+	bool scratch;			/* never to be kept (index_mode=off):
+					 * the shards' first bytes are not read
+					 * for their fingerprints; set before
+					 * _place() */
 	struct index_file_header h;	/* the header: section table filled by
 					 * _place(), the rest by _commit() */
 	struct index_file_shard *recs;	/* SHARDS */
