@@ -547,7 +547,7 @@ int main(int argc, char *argv[])
 	rc = shardfs_init(&fs, cli.shards, &cfg.build, &cfg.store);
 	/* what the build freed and glibc kept (its trim threshold rises
 	 * with the largest block freed): a mount that built 4 M members
-	 * kept 46 MiB of anonymous memory, 28 so; the rest is the tops of
+	 * kept 46 MiB of anonymous memory, 30 so; the rest is the tops of
 	 * the scan threads' arenas, which it trims on no call (one arena
 	 * for all threads, tried, made the remote read path a third
 	 * slower: docs/benchmarks-scale.md) */

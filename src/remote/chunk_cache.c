@@ -382,9 +382,8 @@ static bool followed(const struct chunk_cache *cc, const struct chunk *c, uint64
  * apart, push-ahead's worker ahead of both, and chunks a prefetch took
  * 2-50 ms after the one ahead passed them, or 100-250 ms after the slower
  * one's last read, were fetched again (docs/remote.md).  Only those ahead
- * of the one behind: kept from every chunk passed in the last 100 ms, the
- * prefetches of two threads reading adjacent files stalled (10-35 %
- * fewer samples a second).
+ * of the one behind: two threads reading adjacent files each follow the
+ * other, and a fast stream passes most of the cache in 100 ms.
  */
 static bool evictable(const struct chunk_cache *cc, const struct chunk *c, bool prefetch,
 		      int pass, uint64_t now)
