@@ -893,7 +893,7 @@ static void read_forward(struct chunk_owner *ow, uint64_t from, uint64_t to)
  * A stream with a reader following it (a DataLoader's other worker, a
  * batch back): a prefetch does not take the chunk the one ahead passed a
  * moment ago, which the one behind still reads.  Taken, such chunks cost
- * a ShardAwareSampler epoch 1.11-1.14x the bytes it used (docs/remote.md).
+ * a ShardAwareSampler epoch 1.10-1.13x the bytes it used (docs/remote.md).
  */
 static void test_followed_stream_keeps_what_the_one_behind_reads(void **state)
 {
