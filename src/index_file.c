@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -261,6 +262,8 @@ int index_file_writer_open(struct index_file_writer *w, const char *path,
 		return log_format(msg, msg_len, -errno, "%s: cannot write the index: %s",
 				  path, strerror(errno));
 	}
+	/* live while open, however long the scan leaves it untouched */
+	flock(w->fd, LOCK_EX | LOCK_NB);
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -290,6 +291,21 @@ static bool is_tmp_of(const char *name, const char *base)
 	       !strncmp(name, base, blen) && !strncmp(name + blen, ".tmp.", 5);
 }
 
+/* Remove @name in @dirfd unless a writer holds a lock on it (taken while
+ * it is removed, so that none can take it meanwhile): 1 if removed. */
+static int tmp_file_remove_unlocked(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int removed = 0;
+
+	if (fd < 0)
+		return 0;
+	if (!flock(fd, LOCK_EX | LOCK_NB))
+		removed = !unlinkat(dirfd, name, 0);
+	close(fd);
+	return removed;
+}
+
 int tmp_files_remove_stale(const char *path)
 {
 	char dir[PATH_MAX], base[PATH_MAX];
@@ -312,7 +328,7 @@ int tmp_files_remove_stale(const char *path)
 		    !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
 		    now - st.st_mtime < TMP_FILE_STALE_SECONDS)
 			continue;
-		removed += !unlinkat(dirfd(d), de->d_name, 0);
+		removed += tmp_file_remove_unlocked(dirfd(d), de->d_name);
 	}
 	closedir(d);
 	return removed;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -265,7 +266,8 @@ static bool exists_in(const char *dir, const char *name)
 	return !lstat(path, &st);
 }
 
-/* Only "PATH.tmp.XXXXXX", regular and stale, is a crashed writer's. */
+/* Only "PATH.tmp.XXXXXX", regular, stale and unlocked, is a crashed
+ * writer's. */
 static void test_tmp_files_remove_stale(void **state)
 {
 	static const struct {
@@ -282,8 +284,8 @@ static void test_tmp_files_remove_stale(void **state)
 		{ "other.idx.tmp.AbC123", false, TMP_FILE_STALE_SECONDS + 60, false },
 		{ "set.idx", false, TMP_FILE_STALE_SECONDS + 60, false },
 	};
-	char *dir = tb_tmpdir(), path[PATH_MAX];
-	int want = 0;
+	char *dir = tb_tmpdir(), path[PATH_MAX], locked[PATH_MAX];
+	int want = 0, fd;
 
 	(void)state;
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
@@ -297,6 +299,16 @@ static void test_tmp_files_remove_stale(void **state)
 			fail_msg("%s: %s", cases[i].name,
 				 cases[i].removed ? "not removed" : "removed");
 	assert_int_equal(tmp_files_remove_stale(path), 0);
+	/* a writer's file, however old, is live while it holds its lock */
+	make_aged(dir, "set.idx.tmp.LoCk00", false, TMP_FILE_STALE_SECONDS + 60);
+	snprintf(locked, sizeof(locked), "%s/set.idx.tmp.LoCk00", dir);
+	fd = open(locked, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+	assert_int_equal(tmp_files_remove_stale(path), 0);
+	assert_true(exists_in(dir, "set.idx.tmp.LoCk00"));
+	close(fd);
+	assert_int_equal(tmp_files_remove_stale(path), 1);
 	snprintf(path, sizeof(path), "%s/no/such/dir/set.idx", dir);
 	assert_int_equal(tmp_files_remove_stale(path), 0);
 	tb_rmtree(dir);
