@@ -346,7 +346,7 @@ static int build_to_file(struct shard_index *idx, struct shard_set *set,
 			 paths[pick], strerror(-rc));
 		rc = -EAGAIN;
 	}
-	keep = !counts.bad_shards && so->mode != INDEX_MODE_OFF;
+	keep = !counts.bad_shards && !w.scratch;
 	if (!rc && index_file_writer_commit(&w, nr_entries, &counts, so->options_hash,
 					    keep, msg, sizeof(msg))) {
 		log_warn("%s; built in memory instead", msg);
