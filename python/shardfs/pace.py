@@ -670,8 +670,8 @@ def _run_probed(opts, ranks, compute, probe, counter, gpu):
         gpu.start()
     try:
         records = run_steps(ranks, compute, opts.steps, opts.warmup, hooks)
-        probe.finish()
         files_read = counter.value - hooks.files_at_begin
+        probe.finish()
     finally:
         if gpu:
             gpu.stop()

@@ -28,6 +28,7 @@ PACE = os.path.join(os.path.dirname(sys.executable), "shardfs-pace")
 SAMPLES = 240
 SHARDS = 4
 SMALL = ("--image-size", "64", "--workers", "2")
+AHEAD = 2 * 2 * 8	# batches a DataLoader of 2 workers holds ahead, of 8
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
@@ -76,10 +77,13 @@ def test_a_mount_that_keeps_pace(mount, tmp_path):
         SAMPLES, len(imagedata.IMAGEFOLDER_CLASSES))
     assert len(result["steps"]) == 12
     assert all(s["samples"] == 8 for s in result["steps"])
-    # the storage during the measured steps: every measured batch was
-    # read (and maybe prefetched ones more), through the mount's own
-    # counters; what the storage served, or which page cache did
-    assert storage["files_read"] >= 12 * 8, storage
+    # the storage during the measured steps, through the mount's own
+    # counters: the files loaded between the first and the last snapshot,
+    # the measured batches less what the DataLoader held ahead at the
+    # first (2 workers x prefetch_factor 2 batches of 8: stop 51's CI loaded 91
+    # of 96) and more what it held ahead at the last; what the storage
+    # served, or which page cache did
+    assert storage["files_read"] >= 12 * 8 - AHEAD, storage
     assert storage["loose_tree_metadata_ops"] == 3 * storage["files_read"]
     assert storage["fuse_requests"] > 0 and storage["errors"] == 0, storage
     # ImageFolder's loader opens each file with open(): an isatty() ioctl
