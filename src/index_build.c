@@ -41,7 +41,11 @@
  * before's (build_links.c): 2 M members with 200 k links, 133 MiB where
  * the in-memory build took 518 MiB; one further back once every shard is
  * streamed, the shards before it scanned again (bind_far_links()): links
- * 2 to 10 shards back, 132 MiB against 517.  Writing the
+ * 2 to 10 shards back, 132 MiB against 517.  A path both a file and a
+ * directory is found only as the runs merge; the set is then streamed
+ * twice more, to learn what each such path ends as and to build again
+ * without what extraction skipped or replaced (build_conflicts.h).
+ * Writing the
  * entries in place instead (64 bytes each, in the order of the runs,
  * packed at the end) and merging the runs a second time took 15.9-19.1 s
  * at 20 M members against 11.3-13.4 s.
@@ -59,6 +63,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "build_conflicts.h"
 #include "build_links.h"
 #include "leaf_runs.h"
 #include "shard_scan.h"
@@ -196,6 +201,9 @@ struct builder {
 					 * to SHARD_INDEX_WARNINGS_PER_SHARD) */
 	char why_in_memory[1024];	/* bounded: why the set needs the
 					 * in-memory build (-EAGAIN), and where */
+	struct build_conflicts conflicts; /* bounded: the paths both a file
+					 * and a directory, once found, which
+					 * the set is streamed again for */
 	const char *scratch_dir;	/* bounded: where scratch files go
 					 * (the index's directory) */
 	uint32_t *base_ranks;		/* bounded extension: per base entry,
@@ -983,11 +991,38 @@ static int far_defer(struct builder *b, const struct shard_scan *sc, uint32_t sh
 }
 
 /*
+ * Bounded, a set with paths both a file and a directory: what becomes of
+ * member @rm of @sc (build_conflicts.h): 0 kept, 1 left out (a skipped
+ * one warned once the conflicts are learnt), -EAGAIN for a hard link at,
+ * below or to such a path (it binds what the path named then).
+ */
+static int conflict_member(struct builder *b, struct shard_scan *sc,
+			   const struct raw_member *rm)
+{
+	const char *path = sc->strings + rm->path, *what = NULL;
+	struct build_conflicts *c = &b->conflicts;
+	enum build_conflict_verdict verdict;
+
+	if (rm->type == TAR_HARDLINK &&
+	    (build_conflicts_covers(c, path, rm->path_len) ||
+	     build_conflicts_covers(c, sc->strings + rm->link, rm->link_len))) {
+		member_why(b, sc, rm, "a hard link in it is at or names a path both a "
+			   "directory and a file");
+		return -EAGAIN;
+	}
+	verdict = build_conflicts_member(c, path, rm->path_len, rm->type == TAR_DIR, &what);
+	if (verdict == BUILD_CONFLICT_SKIP && c->settled)
+		merge_warn(b, sc, rm, what);
+	return verdict != BUILD_CONFLICT_KEEP;
+}
+
+/*
  * Phase 2' (bounded) for one member: a directory becomes (or binds) a
  * node, anything else a leaf record of its directory's node (a hard link
  * its target's, stream_hardlink(), or later: far_defer()).  -EAGAIN for
  * what only the in-memory merge replays: a hard link to a link bound
- * further back, a root that is not a directory.
+ * further back, a root that is not a directory.  While the conflicts are
+ * learnt, no more than conflict_member().
  */
 static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shard,
 			 uint32_t i)
@@ -1003,6 +1038,12 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	if (!rm->path_len && rm->type != TAR_DIR) {
 		member_why(b, sc, rm, "its root is not a directory");
 		return -EAGAIN;
+	}
+	if (b->conflicts.nr) {
+		int rc = conflict_member(b, sc, rm);
+
+		if (rc || !b->conflicts.settled)
+			return rc > 0 ? 0 : rc;
 	}
 	if (rm->type == TAR_DIR)
 		return stream_dir_member(b, node_walk(b, path, rm->path_len, shard, true),
@@ -1869,25 +1910,56 @@ static void stream_count_leaf(struct stream_dir *sd, const struct leaf_view *v)
 	stream_newer(sd, r->mtime_sec, r->mtime_nsec);
 }
 
-/* Bounded: say that node @id's path is a file too, in shard @shard. */
-static void conflict_why(struct builder *b, uint32_t id, uint32_t shard)
+/* Node @id's path (malloc'd, not terminated), *@len bytes; NULL: no
+ * memory. */
+static char *node_path(const struct builder *b, uint32_t id, size_t *len)
 {
-	char path[256];		/* its end, if longer */
-	size_t at = sizeof(path) - 1;
+	size_t at = 0;
+	char *path;
 
-	path[at] = '\0';
-	for (; id && at; id = b->nodes[id].parent) {	/* from the leaf up */
-		const struct build_node *n = &b->nodes[id];
-		size_t len = n->name_len < at ? n->name_len : at;
-
-		at -= len;
-		memcpy(path + at, n->name + n->name_len - len, len);
-		if (b->nodes[id].parent && at)
+	for (uint32_t n = id; n; n = b->nodes[n].parent)
+		at += b->nodes[n].name_len + (b->nodes[n].parent != 0);
+	*len = at;
+	path = malloc(at ? at : 1);
+	for (uint32_t n = id; path && n; n = b->nodes[n].parent) {
+		at -= b->nodes[n].name_len;
+		memcpy(path + at, b->nodes[n].name, b->nodes[n].name_len);
+		if (b->nodes[n].parent)
 			path[--at] = '/';
 	}
-	snprintf(b->why_in_memory, sizeof(b->why_in_memory),
-		 "a path in it is both a directory and a file ('%s', a file in %.200s)",
-		 path + at, b->set->shards[shard].path);
+	return path;
+}
+
+/*
+ * Bounded: node @id's path is a file too, in shard @shard: held for the
+ * replay (build_conflicts.h), 0; or -EAGAIN, why said, when the set is
+ * left to the in-memory build: once replayed (its shards changed since),
+ * extending an index, past opt->conflicts_max such paths; or -ENOMEM.
+ */
+static int conflict_found(struct builder *b, uint32_t id, uint32_t shard)
+{
+	uint32_t max = b->opt->conflicts_max ? b->opt->conflicts_max : BUILD_CONFLICTS_MAX;
+	struct build_conflicts *c = &b->conflicts;
+	size_t len;
+	char *path = node_path(b, id, &len);
+	int rc = path ? 0 : -ENOMEM;
+
+	if (!rc && (c->settled || b->opt->base || c->nr == max)) {
+		if (c->nr == max && !c->settled)
+			snprintf(b->why_in_memory, sizeof(b->why_in_memory),
+				 "more than %u paths in it are both a directory and a file",
+				 max);
+		else
+			snprintf(b->why_in_memory, sizeof(b->why_in_memory),
+				 "a path in it is both a directory and a file ('%.*s', a file "
+				 "in %.200s)", (int)(len < 400 ? len : 400), path,
+				 b->set->shards[shard].path);
+		build_conflicts_release(c);
+		rc = -EAGAIN;
+	}
+	rc = rc ?: build_conflicts_add(c, path, len);
+	free(path);
+	return rc;
 }
 
 /*
@@ -1895,8 +1967,9 @@ static void conflict_why(struct builder *b, uint32_t id, uint32_t shard)
  * directory holds, and where each subdirectory falls among its parent's
  * leaves; each path's leaf is kept, directory by directory, for the
  * layout's pass.  -EAGAIN when a path is both a directory and a leaf:
- * what the extraction did then depends on the order of the two, which
- * only the in-memory merge replays.
+ * what the extraction did then depends on the order of the two; every
+ * such path is then in b->conflicts, for the set to be streamed again
+ * (build_replayed()), unless conflict_found() said otherwise.
  */
 static int stream_count(struct builder *b, const struct child_lists *cl,
 			struct stream_dir *dirs)
@@ -1924,9 +1997,10 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
 			}
 			if (k < nsub && n->name_len == v.rec->name_len &&
 			    !memcmp(n->name, v.name, n->name_len)) {
-				conflict_why(b, sub[k], v.rec->shard);
-				got = -EAGAIN;
-				break;
+				got = conflict_found(b, sub[k], v.rec->shard);
+				if (got)
+					break;
+				continue;	/* the leaf is left out */
 			}
 			b->counts.duplicates += earlier;
 			build_links_count(&b->links, v.rec);
@@ -1939,6 +2013,8 @@ static int stream_count(struct builder *b, const struct child_lists *cl,
 			dirs[sub[k]].rank = dirs[d].nr_leaves + k;
 	}
 	leaf_merge_end(&m);
+	if (got >= 0 && b->conflicts.nr && !b->conflicts.settled)
+		return -EAGAIN;
 	return got < 0 ? got : leaf_runs_keep_finish(&b->runs);
 }
 
@@ -2203,6 +2279,7 @@ static void builder_release(struct builder *b)
 	bump_release(&b->dir_arena);
 	free(b->far);
 	bump_release(&b->far_arena);
+	build_conflicts_release(&b->conflicts);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->done_cond);
 	pthread_cond_destroy(&b->merged_cond);
@@ -2322,6 +2399,55 @@ static int build_bounded(struct builder *b, struct index_file_writer *w,
 	return rc ?: stream_layout(b, w, nr_entries);
 }
 
+/*
+ * A fresh builder for the set's next pass, with @b's conflicting paths:
+ * the shards' bad marks as they were (@was_bad) before the first.
+ */
+static int builder_again(struct builder *b, const bool *was_bad)
+{
+	struct build_conflicts c = b->conflicts;
+	struct shard_set *set = b->set;
+	const struct shard_index_build_options *opt = b->opt;
+	int rc;
+
+	b->conflicts = (struct build_conflicts){ 0 };
+	builder_release(b);
+	for (uint32_t i = 0; i < set->nr; i++)
+		set->shards[i].bad = was_bad[i];
+	rc = builder_init(b, set, opt);
+	b->conflicts = c;
+	return rc;
+}
+
+/*
+ * The bounded build found paths both a file and a directory: stream the
+ * set once to learn what each ends as, then build again, each member at
+ * or under one kept or left out as the in-memory merge would
+ * (build_conflicts.h).
+ */
+static int build_replayed(struct builder *b, const bool *was_bad,
+			  struct index_file_writer *w, uint32_t *nr_entries)
+{
+	int rc;
+
+	log_info("%zu path%s both a directory and a file: the set is scanned twice "
+		 "more to replay %s in order", b->conflicts.nr, b->conflicts.nr == 1 ?
+		 " is" : "s are", b->conflicts.nr == 1 ? "it" : "them");
+	rc = builder_again(b, was_bad);
+	if (!rc) {
+		b->bounded = b->scan_paced = true;
+		rc = scan_start(b);
+		rc = rc ?: merge_all(b);
+		scan_finish(b);
+	}
+	if (rc)
+		return rc;
+	build_conflicts_settle(&b->conflicts);
+	rc = builder_again(b, was_bad) ?: build_bounded(b, w, nr_entries);
+	b->counts.duplicates += b->conflicts.duplicates;
+	return rc;
+}
+
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,
 			      struct shard_index_counts *counts, uint32_t *nr_entries)
@@ -2336,6 +2462,8 @@ int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set
 		was_bad[i] = set->shards[i].bad;
 	rc = builder_init(&b, set, opt);
 	rc = rc ?: build_bounded(&b, w, nr_entries);
+	if (rc == -EAGAIN && b.conflicts.nr && !b.conflicts.settled)
+		rc = build_replayed(&b, was_bad, w, nr_entries);
 	if (rc == -E2BIG)
 		log_error("the shard set exceeds %u entries", SHARD_INDEX_MAX_ENTRIES);
 	if (rc == -EAGAIN)

@@ -160,6 +160,11 @@ struct shard_index_build_options {
 				 * further back than the shard before theirs
 				 * held until every shard is streamed; more
 				 * take the in-memory build.  0: 1 Mi */
+	uint32_t conflicts_max;	/* shard_index_build_to_file(): paths both
+				 * a directory and a file replayed (the set
+				 * scanned twice more); more take the
+				 * in-memory build.  0: BUILD_CONFLICTS_MAX
+				 * (1 Mi) */
 	uint64_t memory_limit;	/* shard_index_build(): bytes it may take
 				 * (SHARD_INDEX_MEMBER_PEAK a member); 0:
 				 * memory_available(), UINT64_MAX: any */
@@ -200,9 +205,11 @@ struct index_file_writer;
  * shard_index_build() returns, or -EAGAIN (logged) for a set only the
  * in-memory build replays: one with a hard link to a link bound further
  * back than the shard before it, with more links further back than
- * opt->far_links_max, or with a path that is both a directory and a
- * file; its shards may then be built with shard_index_build() (scanned
- * again).
+ * opt->far_links_max, with a hard link at or to a path that is both a
+ * directory and a file, with more such paths than opt->conflicts_max,
+ * or with one in an extended index; its shards may then be built with
+ * shard_index_build() (scanned again).  A set with fewer such paths is
+ * scanned twice more, to replay them in order (build_conflicts.h).
  */
 int shard_index_build_to_file(struct index_file_writer *w, struct shard_set *set,
 			      const struct shard_index_build_options *opt,

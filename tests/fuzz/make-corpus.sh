@@ -143,7 +143,8 @@ EOF
 }
 
 # Multi-shard inputs: the same tree twice (every path overridden), a
-# directory replaced by a file, hard links into earlier shards.
+# directory replaced by a file, hard links into earlier shards, paths
+# both a file and a directory.
 index_seeds() {
 	local f
 
@@ -187,6 +188,16 @@ with open(f"{out}/hardlinks-bounded", "wb") as f:
             shard(("t/a.jpg", L, "s/d.jpg"), ("t/c", L, "s/c"), ("s/b.jpg", F, b"new"),
                   ("t/b.jpg", L, "s/b.jpg"), ("t/e.jpg", F, b"e")) + sep +
             shard(("u/a.jpg", L, "t/a.jpg"), ("u/s.jpg", L, "s/a.jpg"), ("u/f.jpg", F, b"f")))
+# paths both a file and a directory in the orders extraction tells apart
+# (the bounded build replays them): below a file, a file over a directory
+# that holds something, a directory member over a file, nested, in one
+# shard
+with open(f"{out}/paths-file-and-dir", "wb") as f:
+    f.write(shard(("f", F, b"f"), ("g", F, b"g"), ("n", F, b"n"), ("q/", D, b""),
+                  ("r", F, b"r"), ("r/x", F, b"x"), ("r/", D, b""), ("r/y", F, b"y")) + sep +
+            shard(("f/x", F, b"x"), ("g/", D, b""), ("g/x", F, b"x"), ("n/m/x", F, b"x"),
+                  ("n/", D, b""), ("n/m", F, b"m"), ("q", F, b"q")) + sep +
+            shard(("g", F, b"g again"), ("n/m/y", F, b"y"), ("n/z", F, b"z")))
 # links three and four shards back, one to a file replaced in between,
 # one to nothing (refused, its directory never made)
 with open(f"{out}/hardlinks-far", "wb") as f:

@@ -384,6 +384,49 @@ def test_duplicates_changing_type(tmp_path):
     lib.check_mount_against_tar([s1, s2], tmp_path / "mnt", tmp_path / "ref")
 
 
+def test_paths_both_file_and_directory(tmp_path):
+    """A path that is a file in one member and a directory in another, in
+    the orders tar -x tells apart: a member below a file is not extracted,
+    a file does not replace a directory that holds something, a directory
+    member replaces a file.  The mount's index is built bounded and
+    replays them (the set scanned twice more), as GNU tar extracts."""
+    s1 = py_shard(tmp_path / "s1.tar", [
+        ("keep/1.jpg", "f", {"data": b"1\n"}),
+        ("f", "f", {"data": b"a file, then below it\n"}),
+        ("g", "f", {"data": b"a file\n"}),
+        ("g", "f", {"data": b"a file over a file, then a directory\n"}),
+        ("d/x", "f", {"data": b"below, then a file\n"}),
+        ("n", "f", {"data": b"n\n"}),
+        ("r", "f", {"data": b"r\n"}),
+        ("r/x", "f", {"data": b"skipped\n"}),
+        ("r/", "d", {"mode": 0o750}),
+        ("r/y", "f", {"data": b"kept\n"}),
+    ])
+    s2 = py_shard(tmp_path / "s2.tar", [
+        ("f/x", "f", {"data": b"skipped\n"}),
+        ("d", "f", {"data": b"skipped: d holds x\n"}),
+        ("g/", "d", {"mode": 0o700}),
+        ("g/x", "f", {"data": b"kept\n"}),
+        ("n/m/x", "f", {"data": b"skipped\n"}),
+        ("n/", "d", {"mode": 0o755}),
+        ("n/m", "f", {"data": b"a file\n"}),
+    ])
+    s3 = py_shard(tmp_path / "s3.tar", [
+        ("g", "f", {"data": b"skipped: g holds x\n"}),
+        ("n/m/y", "f", {"data": b"skipped\n"}),
+        ("n/z", "f", {"data": b"kept\n"}),
+    ])
+    proc, mnt_s, _, _ = lib.check_mount_against_tar(
+        [s1, s2, s3], tmp_path / "mnt", tmp_path / "ref",
+        allow_tar_errors=True)
+    assert "6 paths are both a directory and a file: the set is scanned " \
+        "twice more" in proc.stderr, proc.stderr
+    assert "built in memory" not in proc.stderr, proc.stderr
+    lib.assert_error_names(proc.stderr, s2, 0)		# f/x
+    assert "would replace a non-empty directory: 'g'" in proc.stderr, proc.stderr
+    assert lib.parse_summary(proc.stderr)["duplicates"] == 1, proc.stderr
+
+
 # -------------------------------------------------------------- hard links
 
 def test_hard_links_within_and_across_shards(tmp_path):

@@ -5,9 +5,10 @@
  * file, byte for byte, as the in-memory build written by
  * index_file_write(), whatever its memory budget (down to one record per
  * run), hard links included, within their shard, to the shard before and
- * further back; the sets it cannot replay (a hard link to a link bound
- * further back, a path both a file and a directory) are refused with
- * -EAGAIN and built in memory by index_store_open(), to the same bytes;
+ * further back, paths both a file and a directory replayed; the sets it
+ * cannot replay (a hard link to a link bound further back, or at or to a
+ * path both a file and a directory) are refused with -EAGAIN and built in
+ * memory by index_store_open(), to the same bytes;
  * an index extended by appended shards is built bounded too, to the
  * bytes of the whole set built in memory; nothing is left behind.
  */
@@ -339,22 +340,99 @@ static void test_same_bytes_hard_links(void **state)
 	assert_same_bytes_any_budget(e);
 }
 
+/*
+ * Paths both a file and a directory, in every order the extraction tells
+ * apart (build_conflicts.h): the set is streamed again to replay them,
+ * to the in-memory build's bytes, with its warnings, and says so.
+ */
+static void test_conflicts_replayed(void **state)
+{
+	const struct tb_attrs dir_a = { 0700, 12, 34, 1700000000 };
+	const struct tb_attrs dir_b = { 0750, 56, 78, 1600000000 };
+	struct tb_env *e = *state;
+	char bounded[4096], log[16384];
+	struct tb_stderr c;
+	struct tb a = { 0 };
+
+	tb_file(&a, "keep/1.jpg", "1");
+	tb_file(&a, "f", "a file, then below it");
+	tb_add(&a, "e/", '5', NULL, 0);
+	tb_file(&a, "e", "an empty directory replaced by a file");
+	tb_file(&a, "d/x", "below, then a file");
+	tb_file(&a, "g", "a file, replaced by a directory");
+	tb_file(&a, "g", "a file over a file, then replaced");
+	tb_add_attrs(&a, "h/", '5', &dir_a, NULL, 0);
+	tb_file(&a, "n", "n");
+	tb_file(&a, "k", "k");
+	tb_add(&a, "q/", '5', NULL, 0);
+	tb_file(&a, "r", "r, in one shard");
+	tb_file(&a, "r/x", "skipped");
+	tb_add_attrs(&a, "r/", '5', &dir_b, NULL, 0);
+	tb_file(&a, "r/y", "kept");
+	tb_file(&a, "a/b/c", "deep");
+	tb_link(&a, "s", '2', "keep/1.jpg");
+	tb_env_shard(e, "00.tar", &a);
+	tb_file(&a, "f/x", "skipped");
+	tb_file(&a, "e/x", "skipped");
+	tb_file(&a, "d", "skipped: d holds x");
+	tb_add_attrs(&a, "g/", '5', &dir_a, NULL, 0);
+	tb_file(&a, "g/x", "kept");
+	tb_file(&a, "h", "replaced by the later h/");
+	tb_file(&a, "n/m/x", "skipped");
+	tb_add(&a, "n/", '5', NULL, 0);
+	tb_file(&a, "n/m", "n/m, a file");
+	tb_file(&a, "k", "k again");
+	tb_file(&a, "q", "q, a file for good");
+	tb_file(&a, "a/b/c/d", "skipped");
+	tb_file(&a, "s/x", "skipped: s is a symlink");
+	tb_env_shard(e, "01.tar", &a);
+	tb_file(&a, "g", "skipped: g holds x");
+	tb_add_attrs(&a, "h/", '5', &dir_b, NULL, 0);
+	tb_file(&a, "n/m/y", "skipped");
+	tb_file(&a, "n/z", "kept");
+	tb_file(&a, "k/x", "skipped");
+	tb_file(&a, "keep/2.jpg", "2");
+	tb_env_shard(e, "02.tar", &a);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	log_set_level(LOG_LEVEL_INFO);
+	tb_stderr_begin(&c);
+	assert_int_equal(write_bounded(e, bounded, 0, NULL), 0);
+	tb_stderr_end(&c, log, sizeof(log));
+	log_set_level(LOG_LEVEL_ERROR);
+	if (!strstr(log, "12 paths are both a directory and a file: the set is scanned "
+			 "twice more to replay them in order") ||
+	    !strstr(log, "01.tar: offset 0: a parent directory is not a directory: 'f/x'") ||
+	    !strstr(log, "would replace a non-empty directory: 'd'") ||
+	    strstr(log, "built in memory"))
+		fail_msg("not the replay's messages: %s", log);
+	assert_int_equal(unlink(bounded), 0);
+	assert_same_bytes_any_budget(e);
+	/* past opt->conflicts_max: the in-memory build, and why */
+	log_set_level(LOG_LEVEL_INFO);
+	tb_stderr_begin(&c);
+	assert_int_equal(write_bounded_opt(e, bounded, &(struct shard_index_build_options){
+		.threads = 2, .conflicts_max = 11 }), -EAGAIN);
+	tb_stderr_end(&c, log, sizeof(log));
+	log_set_level(LOG_LEVEL_ERROR);
+	if (!strstr(log, "the index is built in memory: more than 11 paths in it are both "
+			 "a directory and a file"))
+		fail_msg("no limit in the log: %s", log);
+	assert_nothing_left(e, 2);	/* the two indexes written before */
+}
+
 /* What only the in-memory merge replays: refused, then built in memory by
  * index_store_open() to the same bytes.  (GNU tar and bsdtar link to a
  * file's first name, never to a link.) */
 static void test_in_memory_sets(void **state)
 {
-	static const char *const conflicts[][3] = {
+	static const char *const sets[][3] = {
 		/* a hard link to one whose target is two shards back */
-		{ "hard", "", "a hard link in it names another hard link bound further back "
-			      "than the shard before it (%s/02.tar: offset 512: 'keep/3c.jpg' -> "
-			      "'keep/3.jpg')" },
-		/* a file, then below it */
-		{ "f", "f/x", "a path in it is both a directory and a file ('f', a file in "
-			      "%s/00.tar)" },
-		/* a directory, then a file */
-		{ "d/x", "d", "a path in it is both a directory and a file ('d', a file in "
-			      "%s/01.tar)" },
+		{ "keep/2.jpg", "", "a hard link in it names another hard link bound "
+				    "further back than the shard before it (%s/02.tar: "
+				    "offset 512: 'keep/3c.jpg' -> 'keep/3.jpg')" },
+		/* a hard link to a path both a file and a directory */
+		{ "f", "f/x", "a hard link in it is at or names a path both a directory "
+			      "and a file (%s/02.tar: offset 0: 'keep/3.jpg' -> 'f')" },
 	};
 	struct tb_env *e = *state;
 	char mem[4096], bounded[4096], saved[4096], log[8192], why[8192];
@@ -362,7 +440,7 @@ static void test_in_memory_sets(void **state)
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
 	snprintf(saved, sizeof(saved), "%s/.00.tar.shardfs-index", e->dir);
-	for (size_t i = 0; i < ARRAY_SIZE(conflicts); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(sets); i++) {
 		const struct shard_index_build_options bo = { .threads = 2 };
 		const struct index_store_options so = { .mode = INDEX_MODE_REBUILD };
 		struct index_store_result res;
@@ -373,16 +451,15 @@ static void test_in_memory_sets(void **state)
 		int rc;
 
 		tb_file(&a, "keep/1.jpg", "1");
-		tb_file(&a, i ? conflicts[i][0] : "keep/2.jpg", "first");
+		tb_file(&a, sets[i][0], "first");
 		tb_env_shard(e, "00.tar", &a);
 		if (i)
-			tb_file(&a, conflicts[i][1], "second");
+			tb_file(&a, sets[i][1], "second");
 		tb_file(&a, "keep/4.jpg", "4");
 		tb_env_shard(e, "01.tar", &a);
-		if (!i) {
-			tb_link(&a, "keep/3.jpg", '1', "keep/2.jpg");
+		tb_link(&a, "keep/3.jpg", '1', sets[i][0]);
+		if (!i)
 			tb_link(&a, "keep/3c.jpg", '1', "keep/3.jpg");
-		}
 		tb_file(&a, "keep/5.jpg", "5");
 		tb_env_shard(e, "02.tar", &a);
 		write_in_memory(e, mem, NULL);
@@ -392,7 +469,7 @@ static void test_in_memory_sets(void **state)
 		tb_stderr_end(&c, log, sizeof(log));
 		log_set_level(LOG_LEVEL_ERROR);	/* as tb_env_setup() left it */
 		assert_int_equal(rc, -EAGAIN);
-		snprintf(why, sizeof(why), conflicts[i][2], e->dir);
+		snprintf(why, sizeof(why), sets[i][2], e->dir);
 		if (!strstr(log, why))
 			fail_msg("'%s' not in the log: %s", why, log);
 		open_set(&set, e);
@@ -635,6 +712,7 @@ int main(void)
 		BOUNDED_TEST(test_same_bytes_any_budget),
 		BOUNDED_TEST(test_same_bytes_many_runs),
 		BOUNDED_TEST(test_same_bytes_classes),
+		BOUNDED_TEST(test_conflicts_replayed),
 		BOUNDED_TEST(test_in_memory_sets),
 		BOUNDED_TEST(test_far_links_past_the_limit),
 		BOUNDED_TEST(test_store_builds_bounded),
