@@ -32,9 +32,11 @@ struct conflict_path {
 	unsigned char kind;	/* enum conflict_kind */
 	bool holds;		/* a member below it was extracted: a
 				 * directory for good */
-	uint64_t binds;		/* its members extracted so far */
+	uint64_t binds;		/* its members extracted so far (what an
+				 * extended index named there the first) */
 	uint64_t last_bind;	/* settled: how many there are: the last
 				 * is what the path names at the end */
+	struct conflict_base base; /* what an extended index names there */
 	size_t len;		/* bytes of path */
 	char path[];		/* the path, no trailing slash */
 };
@@ -45,13 +47,20 @@ int build_conflicts_add(struct build_conflicts *c, const char *path, size_t len)
 
 	if (!p)
 		return -ENOMEM;
-	*p = (struct conflict_path){ .len = len };
+	*p = (struct conflict_path){ .len = len, .base = { .entry = UINT32_MAX } };
 	memcpy(p->path, path, len);
 	HASH_ADD_KEYPTR(hh, c->paths, p->path, len, p);
 	c->nr++;
 	if (len > c->longest)
 		c->longest = len;
 	return 0;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
 }
 
 static struct conflict_path *find(const struct build_conflicts *c, const char *path,
@@ -123,17 +132,52 @@ bool build_conflicts_covers(const struct build_conflicts *c, const char *path,
 	return find(c, path, len) != NULL;
 }
 
-void build_conflicts_settle(struct build_conflicts *c)
+/* @p as the set's first member finds it: as an extended index left it. */
+static void start(struct conflict_path *p)
+{
+	const struct conflict_base *b = &p->base;
+
+	p->kind = b->entry == UINT32_MAX ? CONFLICT_NONE : b->dir ? CONFLICT_DIR : CONFLICT_FILE;
+	p->holds = b->holds;
+	p->binds = b->bound;
+}
+
+int build_conflicts_seed(struct build_conflicts *c, conflict_base_fn *fn, void *arg)
+{
+	struct conflict_path *p, *tmp;
+	int rc = 0;
+
+	HASH_ITER(hh, c->paths, p, tmp) {
+		rc = fn(arg, p->path, p->len, &p->base);
+		if (rc)
+			break;
+		start(p);
+	}
+	return rc;
+}
+
+bool build_conflicts_replaces(const struct build_conflicts *c, uint32_t e)
+{
+	return c->nr_replaced &&
+	       bsearch(&e, c->replaced, c->nr_replaced, sizeof(e), entry_cmp);
+}
+
+int build_conflicts_settle(struct build_conflicts *c)
 {
 	struct conflict_path *p, *tmp;
 
+	c->replaced = malloc(c->nr * sizeof(*c->replaced));
+	if (!c->replaced)
+		return -ENOMEM;
 	HASH_ITER(hh, c->paths, p, tmp) {
 		p->last_bind = p->binds;
-		p->binds = 0;
-		p->kind = CONFLICT_NONE;
-		p->holds = false;
+		if (p->base.bound && p->last_bind != 1)	/* the first bind */
+			c->replaced[c->nr_replaced++] = p->base.entry;
+		start(p);
 	}
+	qsort(c->replaced, c->nr_replaced, sizeof(*c->replaced), entry_cmp);
 	c->settled = true;
+	return 0;
 }
 
 void build_conflicts_release(struct build_conflicts *c)
@@ -144,5 +188,6 @@ void build_conflicts_release(struct build_conflicts *c)
 		HASH_DEL(c->paths, p);
 		free(p);
 	}
+	free(c->replaced);
 	*c = (struct build_conflicts){ 0 };
 }

@@ -26,9 +26,15 @@
  * The build is then the in-memory build's, byte for byte
  * (unit.test_index_bounded, fuzz_index_bounded).
  *
+ * An index being extended is what the set's first shards extracted: each
+ * conflicting path starts as the index names it (build_conflicts_seed()),
+ * and an entry of it that a later member replaces is left out
+ * (build_conflicts_replaces()).
+ *
  * Hard links under or to a conflicting path bind to whatever the path
  * named at that moment: build_conflicts_covers() lets the builder refuse
- * them to the in-memory build.
+ * them to the in-memory build, and the seed refuses a conflicting path
+ * that names a file of one of the extended index's hard-link groups.
  *
  * Memory: one record (about 90 bytes and the path) a conflicting path,
  * up to BUILD_CONFLICTS_MAX; nothing per member.  Cost: two more scans of
@@ -55,10 +61,27 @@ struct build_conflicts {
 	size_t longest;			/* bytes of the longest path: no
 					 * longer prefix is looked up */
 	bool settled;			/* learnt: each path's end is known */
+	uint32_t *replaced;		/* settled: the extended index's
+					 * entries later members replace,
+					 * ascending; NULL: none */
+	size_t nr_replaced;		/* entries in replaced */
 	uint64_t duplicates;		/* settled: files extracted over a
 					 * file at a conflicting path (the
 					 * in-memory merge's count) */
 };
+
+/* What an index being extended names at a conflicting path. */
+struct conflict_base {
+	uint32_t entry;			/* its entry there; UINT32_MAX: none */
+	bool dir;			/* a directory */
+	bool holds;			/* a directory that holds something */
+	bool bound;			/* a member named it (no synthesized
+					 * directory) */
+};
+
+/* Fills *@out for @path (@len bytes) of the index ARG; 0 or -errno. */
+typedef int conflict_base_fn(void *arg, const char *path, size_t len,
+			     struct conflict_base *out);
 
 /* What becomes of a member (build_conflicts_member()). */
 enum build_conflict_verdict {
@@ -86,13 +109,23 @@ enum build_conflict_verdict build_conflicts_member(struct build_conflicts *c,
 						   const char *path, size_t len,
 						   bool dir, const char **what);
 
+/*
+ * Before the first pass over the set: each conflicting path starts as
+ * @fn says the index being extended names it.  0, or what @fn returned.
+ */
+int build_conflicts_seed(struct build_conflicts *c, conflict_base_fn *fn, void *arg);
+
+/* Once settled: whether entry @e of the extended index is at a
+ * conflicting path and a later member replaces it. */
+bool build_conflicts_replaces(const struct build_conflicts *c, uint32_t e);
+
 /* Whether @path (@len bytes) is a conflicting path or below one. */
 bool build_conflicts_covers(const struct build_conflicts *c, const char *path,
 			    size_t len);
 
 /* Every member was handed over once: fix each path's end, and start
- * again for the build. */
-void build_conflicts_settle(struct build_conflicts *c);
+ * again for the build.  0 or -ENOMEM. */
+int build_conflicts_settle(struct build_conflicts *c);
 
 void build_conflicts_release(struct build_conflicts *c);
 

@@ -990,6 +990,13 @@ static int far_defer(struct builder *b, const struct shard_scan *sc, uint32_t sh
 	return 0;
 }
 
+/* Bounded: the set is streamed only to learn what its paths both a file
+ * and a directory end as (build_replayed()). */
+static bool learning(const struct builder *b)
+{
+	return b->conflicts.nr && !b->conflicts.settled;
+}
+
 /*
  * Bounded, a set with paths both a file and a directory: what becomes of
  * member @rm of @sc (build_conflicts.h): 0 kept, 1 left out (a skipped
@@ -1042,7 +1049,7 @@ static int stream_member(struct builder *b, struct shard_scan *sc, uint32_t shar
 	if (b->conflicts.nr) {
 		int rc = conflict_member(b, sc, rm);
 
-		if (rc || !b->conflicts.settled)
+		if (rc || learning(b))
 			return rc > 0 ? 0 : rc;
 	}
 	if (rm->type == TAR_DIR)
@@ -1220,7 +1227,8 @@ static int stream_base_entry(struct builder *b, const struct shard_index *base,
 	if (parent < 0)
 		return (int)parent;
 	if (S_ISDIR(in->mode))
-		return stream_base_dir(b, base, &p->dirs, e, in, name, len, (uint32_t)parent);
+		return build_conflicts_replaces(&b->conflicts, e) ? 0 :
+		       stream_base_dir(b, base, &p->dirs, e, in, name, len, (uint32_t)parent);
 	if (in->flags & SHARD_INODE_LINKED) {
 		if (p->linked >= base->nr_hardlinks || base->hardlinks[p->linked].entry != e)
 			return -EIO;
@@ -1229,6 +1237,8 @@ static int stream_base_entry(struct builder *b, const struct shard_index *base,
 		b->base_ranks[e] = in->shard + 1;	/* for base_ranks() */
 		p->orderable++;
 	}
+	if (build_conflicts_replaces(&b->conflicts, e))
+		return 0;	/* as one that lost its path */
 	return stream_base_leaf(b, base, e, in, first, (uint32_t)parent, name, len);
 }
 
@@ -1480,7 +1490,7 @@ static int merge_all(struct builder *b)
 	const struct shard_index *base = b->opt->base;
 	int rc = table_reserve(b, base && !b->bounded ? shard_index_nr(base) : 1), bad = 0;
 
-	if (!rc && base)
+	if (!rc && base && !learning(b))	/* the seed stands for it */
 		rc = b->bounded ? stream_from_base(b, base) : seed_from_base(b, base);
 	for (uint32_t s = b->first_shard; !rc && s < b->set->nr; s++) {
 		wait_for_scan(b, s);
@@ -1934,7 +1944,8 @@ static char *node_path(const struct builder *b, uint32_t id, size_t *len)
  * Bounded: node @id's path is a file too, in shard @shard: held for the
  * replay (build_conflicts.h), 0; or -EAGAIN, why said, when the set is
  * left to the in-memory build: once replayed (its shards changed since),
- * extending an index, past opt->conflicts_max such paths; or -ENOMEM.
+ * extending an index in the classes layout (whose nodes name numeric
+ * classes unpadded), past opt->conflicts_max such paths; or -ENOMEM.
  */
 static int conflict_found(struct builder *b, uint32_t id, uint32_t shard)
 {
@@ -1944,7 +1955,7 @@ static int conflict_found(struct builder *b, uint32_t id, uint32_t shard)
 	char *path = node_path(b, id, &len);
 	int rc = path ? 0 : -ENOMEM;
 
-	if (!rc && (c->settled || b->opt->base || c->nr == max)) {
+	if (!rc && (c->settled || (b->opt->base && classes_layout(b)) || c->nr == max)) {
 		if (c->nr == max && !c->settled)
 			snprintf(b->why_in_memory, sizeof(b->why_in_memory),
 				 "more than %u paths in it are both a directory and a file",
@@ -2420,10 +2431,40 @@ static int builder_again(struct builder *b, const bool *was_bad)
 }
 
 /*
+ * conflict_base_fn over the index @arg (a builder) extends: what it names
+ * at @path, as seed_from_base() would have made it a node.  -EAGAIN (why
+ * said) for a file of one of its hard-link groups (the group's names
+ * would change).
+ */
+static int base_conflict(void *arg, const char *path, size_t len, struct conflict_base *out)
+{
+	struct builder *b = arg;
+	const struct shard_index *base = b->opt->base;
+	int64_t e = base_entry_of(base, path, len);
+	struct shard_inode in;
+
+	if (e == -ENOENT || e == -ENOTDIR)
+		return 0;	/* none */
+	if (e < 0)
+		return (int)e;
+	shard_index_entry(base, (uint32_t)e, &in);
+	if (!S_ISDIR(in.mode) && (in.nlink > 1 || (in.flags & SHARD_INODE_LINKED))) {
+		snprintf(b->why_in_memory, sizeof(b->why_in_memory),
+			 "a path both a directory and a file names a hard-linked file of the "
+			 "index it extends ('%.*s')", (int)(len < 400 ? len : 400), path);
+		return -EAGAIN;
+	}
+	*out = (struct conflict_base){
+		.entry = (uint32_t)e, .dir = S_ISDIR(in.mode), .holds = S_ISDIR(in.mode) && in.size,
+		.bound = !(in.flags & SHARD_INODE_SYNTHESIZED) };
+	return 0;
+}
+
+/*
  * The bounded build found paths both a file and a directory: stream the
- * set once to learn what each ends as, then build again, each member at
- * or under one kept or left out as the in-memory merge would
- * (build_conflicts.h).
+ * set once to learn what each ends as (each as the index it extends, if
+ * any, names it at first), then build again, each member at or under one
+ * kept or left out as the in-memory merge would (build_conflicts.h).
  */
 static int build_replayed(struct builder *b, const bool *was_bad,
 			  struct index_file_writer *w, uint32_t *nr_entries)
@@ -2434,15 +2475,17 @@ static int build_replayed(struct builder *b, const bool *was_bad,
 		 "more to replay %s in order", b->conflicts.nr, b->conflicts.nr == 1 ?
 		 " is" : "s are", b->conflicts.nr == 1 ? "it" : "them");
 	rc = builder_again(b, was_bad);
+	if (!rc && b->opt->base)
+		rc = build_conflicts_seed(&b->conflicts, base_conflict, b);
 	if (!rc) {
 		b->bounded = b->scan_paced = true;
 		rc = scan_start(b);
 		rc = rc ?: merge_all(b);
 		scan_finish(b);
 	}
+	rc = rc ?: build_conflicts_settle(&b->conflicts);
 	if (rc)
 		return rc;
-	build_conflicts_settle(&b->conflicts);
 	rc = builder_again(b, was_bad) ?: build_bounded(b, w, nr_entries);
 	b->counts.duplicates += b->conflicts.duplicates;
 	return rc;

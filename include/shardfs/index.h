@@ -207,7 +207,8 @@ struct index_file_writer;
  * back than the shard before it, with more links further back than
  * opt->far_links_max, with a hard link at or to a path that is both a
  * directory and a file, with more such paths than opt->conflicts_max,
- * or with one in an extended index; its shards may then be built with
+ * or with one at a hard-linked file of opt->base or (the classes layout)
+ * in an index it extends; its shards may then be built with
  * shard_index_build() (scanned again).  A set with fewer such paths is
  * scanned twice more, to replay them in order (build_conflicts.h).
  */

@@ -22,8 +22,8 @@
  *  - both builds succeed and the two files are the same, byte for byte;
  *  - or the bounded build says the set needs the in-memory build
  *    (-EAGAIN: a hard link to a link bound further back than the shard
- *    before, or at or to a path both a file and a directory; such a path
- *    in an extended index);
+ *    before, or at or to a path both a file and a directory, or at a
+ *    hard-linked file of the index extended);
  *  - or both fail alike (a bad shard, a classes tree without a label).
  */
 #include <errno.h>

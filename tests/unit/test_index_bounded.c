@@ -340,18 +340,14 @@ static void test_same_bytes_hard_links(void **state)
 	assert_same_bytes_any_budget(e);
 }
 
-/*
- * Paths both a file and a directory, in every order the extraction tells
- * apart (build_conflicts.h): the set is streamed again to replay them,
- * to the in-memory build's bytes, with its warnings, and says so.
- */
-static void test_conflicts_replayed(void **state)
+/* Shards with twelve paths both a file and a directory, in every order
+ * the extraction tells apart (build_conflicts.h): below a file, a file
+ * over a directory that holds something, a directory member over a file,
+ * files over files then a directory, nested, within one shard. */
+static void write_conflict_shards(struct tb_env *e)
 {
 	const struct tb_attrs dir_a = { 0700, 12, 34, 1700000000 };
 	const struct tb_attrs dir_b = { 0750, 56, 78, 1600000000 };
-	struct tb_env *e = *state;
-	char bounded[4096], log[16384];
-	struct tb_stderr c;
 	struct tb a = { 0 };
 
 	tb_file(&a, "keep/1.jpg", "1");
@@ -393,6 +389,20 @@ static void test_conflicts_replayed(void **state)
 	tb_file(&a, "k/x", "skipped");
 	tb_file(&a, "keep/2.jpg", "2");
 	tb_env_shard(e, "02.tar", &a);
+}
+
+/*
+ * Paths both a file and a directory (write_conflict_shards()): the set is
+ * streamed again to replay them, to the in-memory build's bytes, with its
+ * warnings, and says so.
+ */
+static void test_conflicts_replayed(void **state)
+{
+	struct tb_env *e = *state;
+	char bounded[4096], log[16384];
+	struct tb_stderr c;
+
+	write_conflict_shards(e);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
 	log_set_level(LOG_LEVEL_INFO);
 	tb_stderr_begin(&c);
@@ -633,6 +643,20 @@ static void test_extended_bounded(void **state)
 	}
 }
 
+/* Paths both a file and a directory between a saved index and the shards
+ * appended to it (write_conflict_shards(): files, empty and full
+ * directories of the base replaced or kept): replayed from the index,
+ * bounded, to the same bytes. */
+static void test_extended_conflicts_replayed(void **state)
+{
+	struct tb_env *e = *state;
+
+	write_conflict_shards(e);
+	assert_extends(e, 1, 1, NULL, true);
+	assert_extends(e, 2, 0, NULL, true);
+	assert_extends(e, 2, 4096, NULL, true);
+}
+
 /* More base shards than the scan runs ahead of the merge, many
  * directories, the classes layout (whose base has padded class names). */
 static void test_extended_bounded_many(void **state)
@@ -718,6 +742,7 @@ int main(void)
 		BOUNDED_TEST(test_store_builds_bounded),
 		BOUNDED_TEST(test_extended_bounded),
 		BOUNDED_TEST(test_extended_bounded_many),
+		BOUNDED_TEST(test_extended_conflicts_replayed),
 		BOUNDED_TEST(test_extended_hard_links),
 		BOUNDED_TEST(test_same_bytes_hard_links),
 	};
