@@ -235,6 +235,7 @@ static void scan_one_shard(struct builder *b, uint32_t i,
 	 * so they are not scanned (source_remote.c) */
 	sc->shard = s;
 	sc->err.offset = 0;
+	sc->quiet = b->conflicts.nr;	/* a replay: the first scan said them */
 	shard_source_advise(stored, 0, stored->size, SHARD_SOURCE_SCAN);
 	sc->rc = shard_source_detect(&s->src, s->path, sc->err.msg, sizeof(sc->err.msg));
 	if (s->src != stored)
@@ -383,8 +384,9 @@ static int check_scan(struct builder *b, uint32_t i)
 	if (!sc->rc)
 		return 0;
 	if (b->opt->skip_bad_shards) {
-		log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
-			 (unsigned long long)sc->err.offset, sc->err.msg);
+		if (!sc->quiet)
+			log_warn("%s: offset %llu: %s; shard skipped", sc->shard->path,
+				 (unsigned long long)sc->err.offset, sc->err.msg);
 		b->set->shards[i].bad = true;
 		sc->nr_members = 0;
 		return 0;
@@ -1291,6 +1293,7 @@ static int stream_shard(struct builder *b, uint32_t s)
 
 	b->dir_len = 0;		/* both point into the scan */
 	b->leaf_dir_len = 0;
+	sc->quiet = false;	/* the merge's own are said */
 	build_links_shard_start(&b->links, sc, s);
 	for (uint32_t i = 0; !rc && i < sc->nr_members; i++)
 		rc = stream_member(b, sc, s, i);

@@ -57,6 +57,8 @@ static const char *shard_dir_name(const char *path, size_t *len)
 void shard_scan_warn(struct shard_scan *sc, uint64_t off, const char *what,
 		     const char *name, size_t name_len)
 {
+	if (sc->quiet)
+		return;
 	if (sc->warnings++ < SHARD_INDEX_WARNINGS_PER_SHARD)
 		log_warn("%s: offset %llu: %s%s%.*s%s", sc->shard->path,
 			 (unsigned long long)off, what, name ? " '" : "",

@@ -76,6 +76,8 @@ struct shard_scan {
 	const struct shard *shard;	/* the shard scanned */
 	const struct layout *layout;	/* how paths are rewritten */
 	uint32_t warnings;		/* warnings issued for this shard */
+	bool quiet;			/* an earlier scan of the shard said
+					 * its warnings: none said */
 	uint64_t skipped;		/* members not served: bad names */
 	uint64_t special;		/* device nodes, FIFOs, sockets */
 	uint64_t unlabeled;		/* classes layout: samples w/o label */

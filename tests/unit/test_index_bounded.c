@@ -343,7 +343,8 @@ static void test_same_bytes_hard_links(void **state)
 /* Shards with twelve paths both a file and a directory, in every order
  * the extraction tells apart (build_conflicts.h): below a file, a file
  * over a directory that holds something, a directory member over a file,
- * files over files then a directory, nested, within one shard. */
+ * files over files then a directory, nested, within one shard; and a
+ * member the scan warns of. */
 static void write_conflict_shards(struct tb_env *e)
 {
 	const struct tb_attrs dir_a = { 0700, 12, 34, 1700000000 };
@@ -381,6 +382,7 @@ static void write_conflict_shards(struct tb_env *e)
 	tb_file(&a, "q", "q, a file for good");
 	tb_file(&a, "a/b/c/d", "skipped");
 	tb_file(&a, "s/x", "skipped: s is a symlink");
+	tb_file(&a, ".shardfs/x", "skipped by the scan, warned once");
 	tb_env_shard(e, "01.tar", &a);
 	tb_file(&a, "g", "skipped: g holds x");
 	tb_add_attrs(&a, "h/", '5', &dir_b, NULL, 0);
@@ -415,6 +417,10 @@ static void test_conflicts_replayed(void **state)
 	    !strstr(log, "would replace a non-empty directory: 'd'") ||
 	    strstr(log, "built in memory"))
 		fail_msg("not the replay's messages: %s", log);
+	/* the scan's warnings are said by the first scan alone */
+	if (!strstr(log, "'.shardfs/x'") ||
+	    strstr(strstr(log, "'.shardfs/x'") + 1, "'.shardfs/x'"))
+		fail_msg("the scan's warning not said once: %s", log);
 	assert_int_equal(unlink(bounded), 0);
 	assert_same_bytes_any_budget(e);
 	/* past opt->conflicts_max: the in-memory build, and why */
