@@ -36,7 +36,7 @@
  * them to the in-memory build, and the seed refuses a conflicting path
  * that names a file of one of the extended index's hard-link groups.
  *
- * Memory: one record (about 90 bytes and the path) a conflicting path,
+ * Memory: one record (about 100 bytes and the path) a conflicting path,
  * up to BUILD_CONFLICTS_MAX; nothing per member.  Cost: two more scans of
  * the set, and a hash lookup per directory level of each member while a
  * set with conflicts is streamed.

@@ -41,8 +41,13 @@ order, --threads threads, after a listing, page cache dropped), on the
 loose tree and, for each of --builds, on a mount with push-ahead and on
 one without, one after the other, and reports the bytes read from the
 shards against the bytes used and the rate against the loose tree's.
+With --loader dataloader each share is read as training code reads it:
+ImageFolder's listing, then the rank-0 share of
+DistributedSampler(num_replicas=N) through a DataLoader of 2 workers with
+PIL decode (N = random: a RandomSampler epoch).
 
     tests/bench/training.sh --shares 1,2,4,8,16 --builds BEFORE,AFTER
+    tests/bench/training.sh --shares 1,2,4,8,16,32,random --loader dataloader
 """
 import argparse
 import contextlib
@@ -86,6 +91,9 @@ def parse_args(argv=None):
     p.add_argument("--builds", metavar="BUILD_DIR,BUILD_DIR",
                    help="--shares: the builds to compare (default: --shardfs's)")
     p.add_argument("--threads", type=int, default=2, help="--shares: reader threads")
+    p.add_argument("--loader", choices=("threads", "dataloader"), default="threads",
+                   help="--shares: files read by --threads threads, or a DataLoader "
+                   "epoch with decode (see above)")
     p.add_argument("--docs", nargs="?", const=os.path.join(REPO, "docs", "bench-runs", "runs.md"),
                    help="add the result section to docs/bench-runs/runs.md (or PATH)")
     return p.parse_args(argv)
@@ -95,13 +103,18 @@ def log(message):
     print("[%s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
 
 
-def list_then_drop_pages(root):
-    """List the tree (as ImageFolder does), then drop the page cache only
-    (echo 1 > drop_caches keeps dentries and inodes)."""
-    wl.walk_stat(root)
+def drop_pages():
+    """Drop the page cache only (echo 1 > drop_caches keeps dentries and
+    inodes)."""
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("1\n")
+
+
+def list_then_drop_pages(root):
+    """List the tree (as ImageFolder does), then drop the page cache only."""
+    wl.walk_stat(root)
+    drop_pages()
 
 
 def listed_shard_order(root, names, expected):
@@ -293,44 +306,63 @@ def builds_ab(ds, mp, builds, rounds):
                     "%.2f" % m["daemon_cpu"] if daemon else "-"), flush=True)
 
 
-def node_shares(ds, mp, shares, builds, threads):
+def share_reader(ds, n, loader, threads):
+    """How node 0 of N reads its share: READ(root, before_epoch) ->
+    (Result, names read).  BEFORE_EPOCH() runs between the listing and
+    the reads (the page cache dropped)."""
+    if loader == "dataloader":
+        return lambda root, before: wl.dataloader_share(
+            root, 0 if n == "random" else int(n), between=before, seed=SEED)
+    mine = [m for m in ds.shuffled_order(SEED) if m.endswith(".jpg")][::int(n)]
+
+    def read(root, before):
+        wl.walk_stat(root)
+        before()
+        return wl.read_files(root, mine, threads=threads), mine
+    return read
+
+
+def node_shares(ds, mp, shares, builds, threads, loader):
     """One node's part of a shuffled epoch when N nodes, each with its own
     mount, read under DistributedSampler: every N-th JPEG of the shuffled
-    order, THREADS threads, after a listing, page cache dropped; the loose
-    tree, then each build with push-ahead and without, one after the
-    other for each N.  The bytes read from the shards against the bytes
-    the node used, and the rate against the loose tree's."""
-    jpegs = [n for n in ds.shuffled_order(SEED) if n.endswith(".jpg")]
+    order, THREADS threads, or a DataLoader epoch (share_reader()), after
+    a listing, page cache dropped (the loose tree's dentries and inodes
+    too, but for the DataLoader); the loose tree, then each build with
+    push-ahead and without, one after the other for each N.  The bytes
+    read from the shards against the bytes the node used, and the rate
+    against the loose tree's."""
     print("| nodes | tree | mount | seconds | files/s ÷ loose | MB used | "
           "MB read from the shards | read ÷ used | READs per file | "
           "daemon CPU µs per file | density estimate |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in shares:
-        mine = jpegs[::n]
+        read = share_reader(ds, n, loader, threads)
+        system.drop_caches()
+        loose, mine = read(ds.loose_dir, system.drop_caches if loader == "threads"
+                           else drop_pages)
         used = sum(ds.by_name[name].size for name in mine)
-        system.drop_caches()
-        wl.walk_stat(ds.loose_dir)
-        system.drop_caches()
-        loose = wl.read_files(ds.loose_dir, mine, threads=threads)
-        print("| %d | loose | - | %.2f | 1.00 | %.0f | - | - | - | - | - |" % (
+        print("| %s | loose | - | %.2f | 1.00 | %.0f | - | - | - | - | - |" % (
             n, loose.seconds, used / 1e6), flush=True)
         for build in builds:
             testlib.SHARDFS = os.path.join(build, "shardfs")
             for system_name in ("shardfs", "shardfs_nopush"):
                 with tree(system_name, ds, mp) as (root, daemon):
                     system.drop_caches()
-                    list_then_drop_pages(root)
-                    before, cpu = daemon.stats(), daemon.cpu()
-                    r = wl.read_files(root, mine, threads=threads)
+                    stats = {}
+
+                    def before():
+                        drop_pages()
+                        stats.update(before=daemon.stats(), cpu=daemon.cpu())
+                    r, _ = read(root, before)
                     time.sleep(1)   # pushes still under way count too
-                    after, cpu = daemon.stats(), daemon.cpu() - cpu
-                got = after["backing_read_bytes"] - before["backing_read_bytes"]
+                    after, cpu = daemon.stats(), daemon.cpu() - stats["cpu"]
+                got = after["backing_read_bytes"] - stats["before"]["backing_read_bytes"]
                 density = after["pushahead"].get("density")
-                print("| %d | %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %.0f | %s |" % (
+                print("| %s | %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f | %.3f | %.0f | %s |" % (
                     n, build, "default" if system_name == "shardfs" else "pushahead=0",
                     r.seconds, loose.seconds / r.seconds, used / 1e6, got / 1e6,
                     got / used, (after["ops"]["read"]["count"] -
-                                 before["ops"]["read"]["count"]) / len(mine),
+                                 stats["before"]["ops"]["read"]["count"]) / len(mine),
                     cpu * 1e6 / len(mine),
                     "-" if density is None else "%.2f" % density), flush=True)
 
@@ -351,9 +383,9 @@ def main():
             if args.ab:
                 builds_ab(ds, mp, args.ab.split(","), args.rounds)
             else:
-                node_shares(ds, mp, [int(n) for n in args.shares.split(",")],
+                node_shares(ds, mp, args.shares.split(","),
                             args.builds.split(",") if args.builds else
-                            [os.path.dirname(args.shardfs)], args.threads)
+                            [os.path.dirname(args.shardfs)], args.threads, args.loader)
         return
     machine = system.machine_info(args.workdir)
     run = {"date": started.isoformat(timespec="seconds"),

@@ -143,6 +143,34 @@ def dataloader_epoch(root, workers=2, batch_size=64, seed=0):
                   note="%d images, batch %d, %d workers" % (images, batch_size, workers))
 
 
+def dataloader_share(root, nodes, between=None, workers=2, batch_size=64, seed=0):
+    """One node's share of a shuffled epoch through a typical training
+    input pipeline: ImageFolder (its listing before the clock starts;
+    then BETWEEN(), if given), the rank-0 share of
+    DistributedSampler(num_replicas=NODES, shuffle=True, seed=SEED) or,
+    for NODES 0, a RandomSampler epoch; PIL decode, Resize((64, 64)) +
+    ToTensor, DataLoader(num_workers=2).  Returns (Result, the names of
+    the files the share read, relative to ROOT)."""
+    import torch
+    from torch.utils.data import DistributedSampler, RandomSampler
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    ds = ImageFolder(root, transform=transforms.Compose(
+        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+    if between:
+        between()
+    sampler = (RandomSampler(ds, generator=torch.Generator().manual_seed(seed)) if not nodes
+               else DistributedSampler(ds, num_replicas=nodes, rank=0, shuffle=True,
+                                       seed=seed))
+    order = list(sampler)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=order,
+                                         num_workers=workers)
+    seconds, images = timed(lambda: sum(len(y) for _, y in loader))
+    names = [os.path.relpath(ds.samples[i][0], root) for i in order]
+    return Result(seconds, files=images,
+                  note="%d images, batch %d, %d workers" % (images, batch_size, workers)), names
+
+
 def shards_in_order(shards):
     """Member names of each shard, in shard order (from the tar headers)."""
     out = []
