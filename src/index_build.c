@@ -235,7 +235,7 @@ static void scan_one_shard(struct builder *b, uint32_t i,
 	 * so they are not scanned (source_remote.c) */
 	sc->shard = s;
 	sc->err.offset = 0;
-	sc->quiet = b->conflicts.nr;	/* a replay: the first scan said them */
+	sc->quiet = b->conflicts.nr != 0;	/* a replay: the first scan said them */
 	shard_source_advise(stored, 0, stored->size, SHARD_SOURCE_SCAN);
 	sc->rc = shard_source_detect(&s->src, s->path, sc->err.msg, sizeof(sc->err.msg));
 	if (s->src != stored)
