@@ -436,6 +436,34 @@ static void test_conflicts_replayed(void **state)
 	assert_nothing_left(e, 2);	/* the two indexes written before */
 }
 
+/* With skip_bad_shards, a bad shard among them is skipped by each of the
+ * replay's scans and said once, by the first. */
+static void test_conflicts_bad_shard_said_once(void **state)
+{
+	struct tb_env *e = *state;
+	char bad[4096], bounded[4096], log[16384];
+	struct tb_stderr c;
+	const char *said;
+	FILE *f;
+
+	write_conflict_shards(e);
+	snprintf(bad, sizeof(bad), "%s/03.tar", e->dir);
+	assert_non_null(f = fopen(bad, "w"));
+	for (int i = 0; i < 1024; i++)
+		fputc('x', f);		/* no header: its checksum is wrong */
+	assert_int_equal(fclose(f), 0);
+	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
+	log_set_level(LOG_LEVEL_INFO);
+	tb_stderr_begin(&c);
+	assert_int_equal(write_bounded_opt(e, bounded, &(struct shard_index_build_options){
+		.threads = 2, .skip_bad_shards = true }), 0);
+	tb_stderr_end(&c, log, sizeof(log));
+	log_set_level(LOG_LEVEL_ERROR);
+	said = strstr(log, "03.tar: offset 0:");
+	if (!said || !strstr(said, "shard skipped") || strstr(said + 1, "03.tar: offset 0:"))
+		fail_msg("the bad shard not said once: %s", log);
+}
+
 /* What only the in-memory merge replays: refused, then built in memory by
  * index_store_open() to the same bytes.  (GNU tar and bsdtar link to a
  * file's first name, never to a link.) */
@@ -743,6 +771,7 @@ int main(void)
 		BOUNDED_TEST(test_same_bytes_many_runs),
 		BOUNDED_TEST(test_same_bytes_classes),
 		BOUNDED_TEST(test_conflicts_replayed),
+		BOUNDED_TEST(test_conflicts_bad_shard_said_once),
 		BOUNDED_TEST(test_in_memory_sets),
 		BOUNDED_TEST(test_far_links_past_the_limit),
 		BOUNDED_TEST(test_store_builds_bounded),
