@@ -73,17 +73,30 @@ static struct conflict_path *find(const struct build_conflicts *c, const char *p
 	return p;
 }
 
+/* The next conflicting parent of @path (@len bytes) after *@at (a
+ * position in it, @path at first), top down; NULL: no more. */
+static struct conflict_path *next_parent(const struct build_conflicts *c, const char *path,
+					 size_t len, const char **at)
+{
+	const char *slash;
+
+	while ((slash = memchr(*at, '/', len - (size_t)(*at - path)))) {
+		struct conflict_path *p = find(c, path, (size_t)(slash - path));
+
+		*at = slash + 1;
+		if (p)
+			return p;
+	}
+	return NULL;
+}
+
 /* The member's walk through its parents: false when one is a file. */
 static bool walk_parents(struct build_conflicts *c, const char *path, size_t len)
 {
-	const char *slash = path;
+	const char *at = path;
+	struct conflict_path *p;
 
-	while ((slash = memchr(slash, '/', len - (size_t)(slash - path)))) {
-		struct conflict_path *p = find(c, path, (size_t)(slash - path));
-
-		slash++;
-		if (!p)
-			continue;
+	while ((p = next_parent(c, path, len, &at))) {
 		if (p->kind == CONFLICT_FILE)
 			return false;
 		p->holds = true;
@@ -120,16 +133,9 @@ enum build_conflict_verdict build_conflicts_member(struct build_conflicts *c,
 bool build_conflicts_covers(const struct build_conflicts *c, const char *path,
 			    size_t len)
 {
-	const char *slash = path;
+	const char *at = path;
 
-	if (!c->nr)
-		return false;
-	while ((slash = memchr(slash, '/', len - (size_t)(slash - path)))) {
-		if (find(c, path, (size_t)(slash - path)))
-			return true;
-		slash++;
-	}
-	return find(c, path, len) != NULL;
+	return c->nr && (next_parent(c, path, len, &at) || find(c, path, len));
 }
 
 /* @p as the set's first member finds it: as an extended index left it. */
