@@ -104,6 +104,31 @@ static int write_bounded(struct tb_env *e, const char *path, size_t budget,
 	return write_bounded_opt(e, path, &opt);
 }
 
+/* write_bounded_opt(), with what it logs at the info level into @log
+ * (@len bytes); returns its result. */
+static int write_bounded_logged(struct tb_env *e, const char *path,
+				const struct shard_index_build_options *opt,
+				char *log, size_t len)
+{
+	struct tb_stderr c;
+	int rc;
+
+	log_set_level(LOG_LEVEL_INFO);
+	tb_stderr_begin(&c);
+	rc = write_bounded_opt(e, path, opt);
+	tb_stderr_end(&c, log, len);
+	log_set_level(LOG_LEVEL_ERROR);	/* as tb_env_setup() left it */
+	return rc;
+}
+
+/* Where @log says @what, if it says it exactly once; else NULL. */
+static const char *said_once(const char *log, const char *what)
+{
+	const char *at = strstr(log, what);
+
+	return at && !strstr(at + 1, what) ? at : NULL;
+}
+
 static void assert_same_file(const char *a, const char *b)
 {
 	size_t la, lb;
@@ -400,17 +425,13 @@ static void write_conflict_shards(struct tb_env *e)
  */
 static void test_conflicts_replayed(void **state)
 {
+	const struct shard_index_build_options opt = { .threads = 2 };
 	struct tb_env *e = *state;
 	char bounded[4096], log[16384];
-	struct tb_stderr c;
 
 	write_conflict_shards(e);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
-	log_set_level(LOG_LEVEL_INFO);
-	tb_stderr_begin(&c);
-	assert_int_equal(write_bounded(e, bounded, 0, NULL), 0);
-	tb_stderr_end(&c, log, sizeof(log));
-	log_set_level(LOG_LEVEL_ERROR);
+	assert_int_equal(write_bounded_logged(e, bounded, &opt, log, sizeof(log)), 0);
 	if (!strstr(log, "12 paths are both a directory and a file: the set is scanned "
 			 "twice more to replay them in order") ||
 	    !strstr(log, "01.tar: offset 0: a parent directory is not a directory: 'f/x'") ||
@@ -418,18 +439,13 @@ static void test_conflicts_replayed(void **state)
 	    strstr(log, "built in memory"))
 		fail_msg("not the replay's messages: %s", log);
 	/* the scan's warnings are said by the first scan alone */
-	if (!strstr(log, "'.shardfs/x'") ||
-	    strstr(strstr(log, "'.shardfs/x'") + 1, "'.shardfs/x'"))
+	if (!said_once(log, "'.shardfs/x'"))
 		fail_msg("the scan's warning not said once: %s", log);
 	assert_int_equal(unlink(bounded), 0);
 	assert_same_bytes_any_budget(e);
 	/* past opt->conflicts_max: the in-memory build, and why */
-	log_set_level(LOG_LEVEL_INFO);
-	tb_stderr_begin(&c);
-	assert_int_equal(write_bounded_opt(e, bounded, &(struct shard_index_build_options){
-		.threads = 2, .conflicts_max = 11 }), -EAGAIN);
-	tb_stderr_end(&c, log, sizeof(log));
-	log_set_level(LOG_LEVEL_ERROR);
+	assert_int_equal(write_bounded_logged(e, bounded, &(struct shard_index_build_options){
+		.threads = 2, .conflicts_max = 11 }, log, sizeof(log)), -EAGAIN);
 	if (!strstr(log, "the index is built in memory: more than 11 paths in it are both "
 			 "a directory and a file"))
 		fail_msg("no limit in the log: %s", log);
@@ -442,7 +458,6 @@ static void test_conflicts_bad_shard_said_once(void **state)
 {
 	struct tb_env *e = *state;
 	char bad[4096], bounded[4096], log[16384];
-	struct tb_stderr c;
 	const char *said;
 	FILE *f;
 
@@ -453,14 +468,10 @@ static void test_conflicts_bad_shard_said_once(void **state)
 		fputc('x', f);		/* no header: its checksum is wrong */
 	assert_int_equal(fclose(f), 0);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
-	log_set_level(LOG_LEVEL_INFO);
-	tb_stderr_begin(&c);
-	assert_int_equal(write_bounded_opt(e, bounded, &(struct shard_index_build_options){
-		.threads = 2, .skip_bad_shards = true }), 0);
-	tb_stderr_end(&c, log, sizeof(log));
-	log_set_level(LOG_LEVEL_ERROR);
-	said = strstr(log, "03.tar: offset 0:");
-	if (!said || !strstr(said, "shard skipped") || strstr(said + 1, "03.tar: offset 0:"))
+	assert_int_equal(write_bounded_logged(e, bounded, &(struct shard_index_build_options){
+		.threads = 2, .skip_bad_shards = true }, log, sizeof(log)), 0);
+	said = said_once(log, "03.tar: offset 0:");
+	if (!said || !strstr(said, "shard skipped"))
 		fail_msg("the bad shard not said once: %s", log);
 }
 
@@ -490,9 +501,7 @@ static void test_in_memory_sets(void **state)
 		struct index_store_result res;
 		struct shard_index idx;
 		struct shard_set set;
-		struct tb_stderr c;
 		struct tb a = { 0 };
-		int rc;
 
 		tb_file(&a, "keep/1.jpg", "1");
 		tb_file(&a, sets[i][0], "first");
@@ -507,12 +516,9 @@ static void test_in_memory_sets(void **state)
 		tb_file(&a, "keep/5.jpg", "5");
 		tb_env_shard(e, "02.tar", &a);
 		write_in_memory(e, mem, NULL);
-		log_set_level(LOG_LEVEL_INFO);	/* the message that says why */
-		tb_stderr_begin(&c);
-		rc = write_bounded(e, bounded, 0, NULL);
-		tb_stderr_end(&c, log, sizeof(log));
-		log_set_level(LOG_LEVEL_ERROR);	/* as tb_env_setup() left it */
-		assert_int_equal(rc, -EAGAIN);
+		/* the message that says why */
+		assert_int_equal(write_bounded_logged(e, bounded, &bo, log, sizeof(log)),
+				 -EAGAIN);
 		snprintf(why, sizeof(why), sets[i][2], e->dir);
 		if (!strstr(log, why))
 			fail_msg("'%s' not in the log: %s", why, log);
@@ -534,9 +540,7 @@ static void test_far_links_past_the_limit(void **state)
 	struct tb_env *e = *state;
 	struct shard_index_build_options opt = { .threads = 2, .far_links_max = 2 };
 	char mem[4096], bounded[4096], log[8192];
-	struct tb_stderr c;
 	struct tb a = { 0 };
-	int rc;
 
 	tb_file(&a, "a", "a");
 	tb_file(&a, "b", "b");
@@ -551,12 +555,7 @@ static void test_far_links_past_the_limit(void **state)
 	snprintf(mem, sizeof(mem), "%s/mem.index", e->dir);
 	snprintf(bounded, sizeof(bounded), "%s/bounded.index", e->dir);
 	write_in_memory(e, mem, NULL);
-	log_set_level(LOG_LEVEL_INFO);
-	tb_stderr_begin(&c);
-	rc = write_bounded_opt(e, bounded, &opt);
-	tb_stderr_end(&c, log, sizeof(log));
-	log_set_level(LOG_LEVEL_ERROR);
-	assert_int_equal(rc, -EAGAIN);
+	assert_int_equal(write_bounded_logged(e, bounded, &opt, log, sizeof(log)), -EAGAIN);
 	if (!strstr(log, "more than 2 hard links in it name members further back than "
 			 "the shard before theirs"))
 		fail_msg("no limit in the log: %s", log);
