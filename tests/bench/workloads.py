@@ -122,23 +122,32 @@ def read_files(root, names, threads=1, expected=None):
                   note=note)
 
 
+def _decoded_image_folder(root):
+    """ImageFolder(root) as a training input pipeline has it: PIL decode,
+    Resize((64, 64)) + ToTensor.  It lists the tree."""
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    return ImageFolder(root, transform=transforms.Compose(
+        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+
+
+def _timed_epoch(ds, batch_size, workers, **order):
+    """One pass of DataLoader(ds, **ORDER) (a sampler, or shuffle and a
+    generator) with WORKERS workers: (seconds, images loaded)."""
+    import torch
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=workers,
+                                         **order)
+    return timed(lambda: sum(len(labels) for _, labels in loader))
+
+
 def dataloader_epoch(root, workers=2, batch_size=64, seed=0):
     """One shuffled epoch of a typical training input pipeline: ImageFolder,
     PIL decode, Resize((64, 64)) + ToTensor, DataLoader(num_workers=2).
     The ImageFolder is built before the clock starts."""
     import torch
-    from torchvision import transforms
-    from torchvision.datasets import ImageFolder
-    transform = transforms.Compose([transforms.Resize((64, 64)),
-                                    transforms.ToTensor()])
-    ds = ImageFolder(root, transform=transform)
-    loader = torch.utils.data.DataLoader(
-        ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-        generator=torch.Generator().manual_seed(seed))
-
-    def epoch():
-        return sum(len(labels) for _, labels in loader)
-    seconds, images = timed(epoch)
+    ds = _decoded_image_folder(root)
+    seconds, images = _timed_epoch(ds, batch_size, workers, shuffle=True,
+                                   generator=torch.Generator().manual_seed(seed))
     return Result(seconds, files=images,
                   note="%d images, batch %d, %d workers" % (images, batch_size, workers))
 
@@ -153,19 +162,14 @@ def dataloader_share(root, nodes, between=None, workers=2, batch_size=64, seed=0
     the files the share read, relative to ROOT)."""
     import torch
     from torch.utils.data import DistributedSampler, RandomSampler
-    from torchvision import transforms
-    from torchvision.datasets import ImageFolder
-    ds = ImageFolder(root, transform=transforms.Compose(
-        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+    ds = _decoded_image_folder(root)
     if between:
         between()
     sampler = (RandomSampler(ds, generator=torch.Generator().manual_seed(seed)) if not nodes
                else DistributedSampler(ds, num_replicas=nodes, rank=0, shuffle=True,
                                        seed=seed))
     order = list(sampler)
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=order,
-                                         num_workers=workers)
-    seconds, images = timed(lambda: sum(len(y) for _, y in loader))
+    seconds, images = _timed_epoch(ds, batch_size, workers, sampler=order)
     names = [os.path.relpath(ds.samples[i][0], root) for i in order]
     return Result(seconds, files=images,
                   note="%d images, batch %d, %d workers" % (images, batch_size, workers)), names
@@ -184,18 +188,12 @@ def dataloader_shard_order(root, shard_names, seed, workers=2, batch_size=64):
     """A DataLoader epoch whose sampler visits the shards in a shuffled
     order, each front to back (what a WebDataset-style loader does);
     shard_names: shards_in_order() of the shards mounted at root."""
-    import torch
-    from torchvision import transforms
-    from torchvision.datasets import ImageFolder
-    ds = ImageFolder(root, transform=transforms.Compose(
-        [transforms.Resize((64, 64)), transforms.ToTensor()]))
+    ds = _decoded_image_folder(root)
     where = {os.path.relpath(p, root): i for i, (p, _) in enumerate(ds.samples)}
     shards = list(shard_names)
     random.Random(seed).shuffle(shards)
     order = [where[n] for names in shards for n in names if n in where]
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size,
-                                         sampler=order, num_workers=workers)
-    seconds, images = timed(lambda: sum(len(y) for _, y in loader))
+    seconds, images = _timed_epoch(ds, batch_size, workers, sampler=order)
     return Result(seconds, files=images, note="%d images, shard order" % images)
 
 
